@@ -1,0 +1,199 @@
+"""Message codecs: the schema of one (api, version, request|response) turned into a construct tree.
+
+`codec(api_key, version, kind)` builds the tree once and caches it. Parsing yields a
+`construct.Container` (a dict with attribute access) keyed by snake_case field names; building
+accepts any mapping and fills each field that is absent with the schema's default, so handlers
+only write the fields they mean.
+
+Tagged fields (flexible versions) that the schema knows are decoded into the container; unknown
+tags are skipped, as Kafka does.
+"""
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+from typing import Any, Mapping
+
+import construct as c
+from construct import Container, stream_read, stream_write
+
+from wire.primitives import (
+    ZERO_UUID, Array, Bool, Bytes, DecodeError, Float64, Int8, Int16, Int32, Int64, String, UInt16,
+    Uuid, encode_uvarint, read_uvarint,
+)
+from wire.schema.messages import MESSAGES
+from wire.schema.model import MISSING, Field, Message, in_range
+
+_FIXED = {"int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64, "uint16": UInt16,
+          "float64": Float64, "bool": Bool, "uuid": Uuid}
+_ZERO: dict[str, Any] = {"int8": 0, "int16": 0, "int32": 0, "int64": 0, "uint16": 0, "float64": 0.0,
+                         "bool": False, "uuid": ZERO_UUID, "string": "", "bytes": b""}
+
+
+class UnsupportedVersion(KeyError):
+    pass
+
+
+def _scalar(ftype: str, flexible: bool, nullable: bool) -> c.Construct:
+    if ftype in _FIXED:
+        return _FIXED[ftype]
+    if ftype == "string":
+        return String(flexible, nullable)
+    return Bytes(flexible, nullable)  # bytes, records
+
+
+def _default(f: Field, version: int) -> Any:
+    nullable = in_range(version, f.nullable)
+    if f.type.startswith("[]"):
+        return None if nullable and f.default is None else []
+    if f.type == "struct":
+        return None  # built from the struct's own field defaults
+    if f.default is not MISSING:
+        return f.default
+    if f.type == "records":
+        return None if nullable else b""
+    return _ZERO[f.type]
+
+
+class KStruct(c.Construct):
+    """A struct of versioned fields, with a tagged-field section in flexible versions."""
+
+    def __init__(self, fields: tuple[Field, ...], version: int, flexible: bool) -> None:
+        super().__init__()
+        self.flexible = flexible
+        self.regular: list[tuple[str, c.Construct, Any]] = []
+        self.tagged: dict[int, tuple[str, c.Construct, Any]] = {}
+        for f in fields:
+            if not in_range(version, f.versions):
+                continue
+            entry = (f.name, _field_construct(f, version, flexible), _default(f, version))
+            if in_range(version, f.tagged):
+                self.tagged[f.tag] = entry
+            else:
+                self.regular.append(entry)
+        self.tag_order = sorted(self.tagged)
+        self.names = [n for n, _, _ in self.regular] + [self.tagged[t][0] for t in self.tag_order]
+
+    def _parse(self, stream, context, path):
+        obj = Container()
+        for name, con, _ in self.regular:
+            obj[name] = con._parse(stream, context, path)
+        if self.flexible:
+            for name, _, default in self.tagged.values():
+                obj[name] = default
+            for _ in range(read_uvarint(stream, path)):
+                tag = read_uvarint(stream, path)
+                size = read_uvarint(stream, path)
+                raw = stream_read(stream, size, path)
+                known = self.tagged.get(tag)
+                if known is not None:
+                    obj[known[0]] = known[1]._parse(io.BytesIO(raw), context, path)
+        return obj
+
+    def _build(self, obj, stream, context, path):
+        get = obj.get
+        for name, con, default in self.regular:
+            value = get(name, MISSING)
+            con._build(default if value is MISSING else value, stream, context, path)
+        if self.flexible:
+            chunks = []
+            for tag in self.tag_order:
+                name, con, default = self.tagged[tag]
+                value = get(name, MISSING)
+                if value is MISSING or value == default:
+                    continue  # tagged fields are written only when they differ from the default
+                sub = io.BytesIO()
+                con._build(value, sub, context, path)
+                data = sub.getvalue()
+                chunks.append(encode_uvarint(tag) + encode_uvarint(len(data)) + data)
+            head = encode_uvarint(len(chunks))
+            stream_write(stream, head, len(head), path)
+            for chunk in chunks:
+                stream_write(stream, chunk, len(chunk), path)
+        return obj
+
+
+class _DefaultStruct(c.Adapter):
+    """A non-array struct field: a missing value builds from the struct's own defaults."""
+
+    def _decode(self, obj, context, path):
+        return obj
+
+    def _encode(self, obj, context, path):
+        return {} if obj is None else obj
+
+
+class _NullableStruct(c.Construct):
+    """A struct field in its nullable versions: an int8 marker, -1 for null, 1 then the struct."""
+
+    def __init__(self, subcon: c.Construct) -> None:
+        super().__init__()
+        self.subcon = subcon
+
+    def _parse(self, stream, context, path):
+        if Int8._parse(stream, context, path) < 0:
+            return None
+        return self.subcon._parse(stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            stream_write(stream, b"\xff", 1, path)
+            return obj
+        stream_write(stream, b"\x01", 1, path)
+        return self.subcon._build(obj, stream, context, path)
+
+
+def _field_construct(f: Field, version: int, flexible: bool) -> c.Construct:
+    nullable = in_range(version, f.nullable)
+    if f.type == "struct":
+        struct = KStruct(f.fields, version, flexible)
+        return _NullableStruct(struct) if nullable else _DefaultStruct(struct)
+    if f.type.startswith("[]"):
+        elem = f.type[2:]
+        element = KStruct(f.fields, version, flexible) if elem == "struct" else _scalar(elem, flexible, False)
+        return Array(element, flexible, nullable)
+    return _scalar(f.type, flexible, nullable)
+
+
+def message(api_key: int, kind: str) -> Message:
+    return MESSAGES[(api_key, kind)]
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return in_range(version, MESSAGES[(api_key, "request")].flexible)
+
+
+@lru_cache(maxsize=None)
+def codec(api_key: int, version: int, kind: str) -> KStruct:
+    """The construct for one message body, built once per (api, version, kind)."""
+    try:
+        msg = MESSAGES[(api_key, kind)]
+    except KeyError:
+        raise UnsupportedVersion(f"unknown api key {api_key}") from None
+    if not in_range(version, msg.versions):
+        raise UnsupportedVersion(f"{msg.name} v{version} is outside {msg.versions}")
+    return KStruct(msg.fields, version, in_range(version, msg.flexible))
+
+
+def decode(api_key: int, version: int, kind: str, data: bytes | memoryview, *, exact: bool = False) -> Container:
+    """Parse a body. With exact=True, trailing bytes are an error."""
+    stream = io.BytesIO(data)
+    try:
+        obj = codec(api_key, version, kind)._parse(stream, None, "(body)")
+    except DecodeError:
+        raise
+    except c.ConstructError as e:  # includes construct's StreamError for short input
+        raise DecodeError(str(e)) from None
+    if exact and stream.tell() != len(data):
+        raise DecodeError(f"{len(data) - stream.tell()} trailing bytes after the body")
+    return obj
+
+
+def encode(api_key: int, version: int, kind: str, obj: Mapping[str, Any]) -> bytes:
+    stream = io.BytesIO()
+    codec(api_key, version, kind)._build(obj, stream, None, "(body)")
+    return stream.getvalue()
+
+
+def encode_into(api_key: int, version: int, kind: str, obj: Mapping[str, Any], stream: io.BytesIO) -> None:
+    codec(api_key, version, kind)._build(obj, stream, None, "(body)")

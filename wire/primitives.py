@@ -1,0 +1,235 @@
+"""Kafka's primitive wire types as construct classes.
+
+Every decoder here is bounded: a declared length or count larger than the bytes that are left is a
+`DecodeError`, never an allocation. The classes stay small on purpose: a message codec is a tree of
+them, built once per (api, version) and cached by `wire.codec`.
+"""
+from __future__ import annotations
+
+import struct
+import uuid as _uuid
+from typing import Any
+
+import construct as c
+from construct import stream_read, stream_tell, stream_write, stream_size
+
+ZERO_UUID = _uuid.UUID(int=0)
+
+
+class DecodeError(c.ConstructError):
+    """The bytes do not form a valid message of the expected schema."""
+
+
+def _remaining(stream: Any, path: str) -> int:
+    return stream_size(stream) - stream_tell(stream, path)
+
+
+class _Fixed(c.Construct):
+    """A fixed-width big-endian number, via one precompiled struct.Struct."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__()
+        self._s = struct.Struct(">" + fmt)
+        self._size = self._s.size
+
+    def _parse(self, stream, context, path):
+        return self._s.unpack(stream_read(stream, self._size, path))[0]
+
+    def _build(self, obj, stream, context, path):
+        stream_write(stream, self._s.pack(obj), self._size, path)
+        return obj
+
+    def _sizeof(self, context, path):
+        return self._size
+
+
+Int8, Int16, Int32, Int64 = _Fixed("b"), _Fixed("h"), _Fixed("i"), _Fixed("q")
+UInt16, Float64 = _Fixed("H"), _Fixed("d")
+
+
+class _Bool(c.Construct):
+    def _parse(self, stream, context, path):
+        return stream_read(stream, 1, path) != b"\x00"
+
+    def _build(self, obj, stream, context, path):
+        stream_write(stream, b"\x01" if obj else b"\x00", 1, path)
+        return obj
+
+
+Bool = _Bool()
+
+
+def read_uvarint(stream: Any, path: str = "") -> int:
+    result = shift = 0
+    for _ in range(5):  # 32-bit unsigned varint: at most 5 bytes
+        b = stream_read(stream, 1, path)[0]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result
+        shift += 7
+    raise DecodeError("unsigned varint longer than 5 bytes", path=path)
+
+
+def encode_uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class _UVarInt(c.Construct):
+    def _parse(self, stream, context, path):
+        return read_uvarint(stream, path)
+
+    def _build(self, obj, stream, context, path):
+        data = encode_uvarint(obj)
+        stream_write(stream, data, len(data), path)
+        return obj
+
+
+UVarInt = _UVarInt()
+
+
+class _VarInt(c.Construct):
+    """Signed zigzag varint (used in record headers and a few fields)."""
+
+    def _parse(self, stream, context, path):
+        n = result = shift = 0
+        for n in range(10):
+            b = stream_read(stream, 1, path)[0]
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return (result >> 1) ^ -(result & 1)
+            shift += 7
+        raise DecodeError("varint longer than 10 bytes", path=path)
+
+    def _build(self, obj, stream, context, path):
+        data = encode_uvarint((obj << 1) ^ (obj >> 63))
+        stream_write(stream, data, len(data), path)
+        return obj
+
+
+VarInt = _VarInt()
+
+
+class _Uuid(c.Construct):
+    def _parse(self, stream, context, path):
+        return _uuid.UUID(bytes=stream_read(stream, 16, path))
+
+    def _build(self, obj, stream, context, path):
+        raw = (obj or ZERO_UUID).bytes
+        stream_write(stream, raw, 16, path)
+        return obj
+
+
+Uuid = _Uuid()
+
+
+class _Length(c.Construct):
+    """Reads the length prefix of a string, bytes or array and checks it against what is left.
+
+    Classic encodings use int16 (strings) or int32 (bytes, arrays) with -1 for null; compact
+    encodings use an unsigned varint of length + 1 with 0 for null.
+    """
+
+    def __init__(self, compact: bool, wide: bool) -> None:
+        super().__init__()
+        self.compact = compact
+        self.fixed = None if compact else (Int32 if wide else Int16)
+
+    def read(self, stream: Any, path: str, nullable: bool, unit: int = 1) -> int | None:
+        n = read_uvarint(stream, path) - 1 if self.compact else self.fixed._parse(stream, None, path)
+        if n < 0:
+            if n == -1 and nullable:
+                return None
+            raise DecodeError(f"negative length {n} for a non-nullable field", path=path)
+        if n * unit > _remaining(stream, path):
+            raise DecodeError(f"declared length {n} exceeds the {_remaining(stream, path)} bytes left", path=path)
+        return n
+
+    def write(self, stream: Any, path: str, n: int | None) -> None:
+        if self.compact:
+            data = encode_uvarint(0 if n is None else n + 1)
+            stream_write(stream, data, len(data), path)
+        else:
+            self.fixed._build(-1 if n is None else n, stream, None, path)
+
+
+class String(c.Construct):
+    def __init__(self, compact: bool, nullable: bool) -> None:
+        super().__init__()
+        self.length = _Length(compact, wide=False)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        n = self.length.read(stream, path, self.nullable)
+        if n is None:
+            return None
+        try:
+            return stream_read(stream, n, path).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"invalid UTF-8 in string: {e}", path=path) from None
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise c.ConstructError("null for a non-nullable string", path=path)
+            self.length.write(stream, path, None)
+            return obj
+        data = obj.encode("utf-8")
+        self.length.write(stream, path, len(data))
+        stream_write(stream, data, len(data), path)
+        return obj
+
+
+class Bytes(c.Construct):
+    """bytes and records: kept as the exact bytes that came (a records blob stays opaque)."""
+
+    def __init__(self, compact: bool, nullable: bool) -> None:
+        super().__init__()
+        self.length = _Length(compact, wide=True)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        n = self.length.read(stream, path, self.nullable)
+        return None if n is None else stream_read(stream, n, path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise c.ConstructError("null for non-nullable bytes", path=path)
+            self.length.write(stream, path, None)
+            return obj
+        self.length.write(stream, path, len(obj))
+        stream_write(stream, obj, len(obj), path)
+        return obj
+
+
+class Array(c.Construct):
+    def __init__(self, element: c.Construct, compact: bool, nullable: bool) -> None:
+        super().__init__()
+        self.element = element
+        self.length = _Length(compact, wide=True)
+        self.nullable = nullable
+
+    def _parse(self, stream, context, path):
+        # Every element takes at least one byte, so a count beyond the bytes left is a lie.
+        n = self.length.read(stream, path, self.nullable)
+        if n is None:
+            return None
+        parse = self.element._parse
+        return [parse(stream, context, path) for _ in range(n)]
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            if not self.nullable:
+                raise c.ConstructError("null for a non-nullable array", path=path)
+            self.length.write(stream, path, None)
+            return obj
+        self.length.write(stream, path, len(obj))
+        build = self.element._build
+        for item in obj:
+            build(item, stream, context, path)
+        return obj
