@@ -1,0 +1,82 @@
+"""Start and stop kshim as a real OS process on a free 127.0.0.1 port, for tests and benchmarks."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY_TIMEOUT_S = 30.0
+
+
+class KshimProcess:
+    """`python -m kshim serve` with its own data dir. Only ever signals the PID it started."""
+
+    def __init__(self, data_dir: Path, *extra: str, port: int = 0) -> None:
+        self.data_dir = data_dir
+        self.extra = list(extra)
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap = ""
+        self.output: list[str] = []
+
+    def start(self) -> "KshimProcess":
+        cmd = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+               "--data-dir", str(self.data_dir), *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc and self.proc.stdout
+            for line in self.proc.stdout:
+                self.output.append(line.rstrip("\n"))
+                if "ready" in line and not ready.is_set():
+                    self.bootstrap = line.split("bootstrap", 1)[1].split()[0]
+                    ready.set()
+            ready.set()  # process ended
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(READY_TIMEOUT_S) or not self.bootstrap:
+            self.kill()
+            raise RuntimeError("kshim did not become ready:\n" + "\n".join(self.output[-50:]))
+        self.port = int(self.bootstrap.rsplit(":", 1)[1])  # restarts reuse the same port
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc
+        return self.proc.pid
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        assert self.proc
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as far as the data on disk is concerned."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def restart(self) -> "KshimProcess":
+        return self.start()
+
+    def logs(self) -> str:
+        return "\n".join(self.output)
+
+
+def wait_until(predicate, timeout: float = 20.0, interval: float = 0.05, message: str = "condition"):
+    """Poll `predicate` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)

@@ -1,0 +1,5 @@
+import sys
+
+from kshim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""ListOffsets: offsets by timestamp, and the earliest / latest / max-timestamp specials.
+
+- -2 (earliest) and -4 (earliest local, KIP-405) answer the log start offset; -5 (earliest
+  pending upload) answers -1 as there is no tiered storage.
+- -1 (latest) answers the bound of the request's isolation level: the last stable offset for
+  read_committed, the log end offset for read_uncommitted (same bounds as Fetch).
+- -3 (max timestamp, v7+, KIP-734) answers the offset and timestamp of the record with the
+  largest timestamp.
+- A timestamp >= 0 answers the first offset whose record timestamp is >= it (found through the
+  time index, then by decoding that one batch), or offset -1 when there is none.
+"""
+from __future__ import annotations
+
+from wire.errors import ErrorCode
+
+API_KEY = 2
+VERSIONS = (1, 9)
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+
+
+def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition."""
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return partition.log_start_offset, -1
+    if timestamp == LATEST:
+        return partition.read_bound(isolation_level), -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp()
+        return (found[1], found[0]) if found else (-1, -1)
+    found = partition.log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.read_bound(isolation_level):
+        return -1, -1
+    return found
+
+
+async def handle(ctx, req):
+    isolation = req.get("isolation_level", 0)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
+                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            partition = ctx.broker.partition(t.name, p.partition_index)
+            epoch = p.get("current_leader_epoch", -1)
+            if partition is None:
+                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif epoch >= 0 and epoch != partition.leader_epoch:
+                entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if epoch > partition.leader_epoch
+                                       else ErrorCode.FENCED_LEADER_EPOCH)
+            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+            else:
+                entry["offset"], entry["timestamp"] = _lookup(partition, p.timestamp, isolation)
+                entry["leader_epoch"] = partition.leader_epoch
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

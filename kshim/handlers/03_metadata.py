@@ -1,0 +1,76 @@
+"""Metadata: brokers, cluster id, controller, and topics with their partitions and leaders.
+
+- topics null (v1+) lists every topic; an empty list lists none (v0 empty list means all).
+- Unknown topics are auto-created with the broker defaults when the broker allows it and the
+  request does (v4+ allow_auto_topic_creation; always for v0-3); otherwise
+  UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION.
+- v10+ topics may be asked for by topic id (name null): unknown ids get UNKNOWN_TOPIC_ID.
+- Authorized-operations fields report "not provided" (INT32_MIN) unless asked for.
+"""
+from __future__ import annotations
+
+import uuid
+
+from kshim.broker import BrokerError
+from wire.errors import ErrorCode
+
+API_KEY = 3
+VERSIONS = (0, 12)
+NO_OPERATIONS = -(1 << 31)
+
+
+def broker_list(ctx) -> list[dict]:
+    cfg = ctx.broker.config
+    return [{"node_id": cfg.node_id, "host": cfg.advertised, "port": cfg.port, "rack": None}]
+
+
+def topic_entry(ctx, topic) -> dict:
+    node = ctx.broker.config.node_id
+    return {
+        "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
+        "is_internal": topic.is_internal, "topic_authorized_operations": NO_OPERATIONS,
+        "partitions": [{
+            "error_code": ErrorCode.NONE, "partition_index": p.index, "leader_id": node,
+            "leader_epoch": p.leader_epoch, "replica_nodes": [node], "isr_nodes": [node],
+            "offline_replicas": [],
+        } for p in topic.partitions],
+    }
+
+
+def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> dict:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": [],
+            "topic_authorized_operations": NO_OPERATIONS}
+
+
+async def handle(ctx, req):
+    broker = ctx.broker
+    v = ctx.version
+    if req.topics is None or (v == 0 and not req.topics):
+        topics = [topic_entry(ctx, t) for t in broker.topics.values()]
+    else:
+        allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
+        topics = []
+        for asked in req.topics:
+            name = asked.get("name")
+            if name is None:
+                topic = broker.topics_by_id.get(asked.get("topic_id"))
+                topics.append(topic_entry(ctx, topic) if topic else
+                              _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, asked.get("topic_id")))
+                continue
+            try:
+                topic = broker.topics.get(name)
+                if topic is None and allow_create:
+                    topic = broker.auto_create(name)
+            except BrokerError as e:
+                topics.append(_error_entry(name, e.code))
+                continue
+            topics.append(topic_entry(ctx, topic) if topic else
+                          _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": broker_list(ctx),
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.config.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }

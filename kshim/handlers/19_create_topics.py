@@ -1,0 +1,120 @@
+"""CreateTopics: create topics on this broker, each one independently of the others.
+
+- Checks run in Kafka's order: topic name, already exists, partition count, replication factor,
+  manual assignments, configs. The first failure is the topic's error code and message.
+- num_partitions -1 takes the broker default; 0 or below -1 is INVALID_PARTITIONS.
+- replication_factor -1 is the default (1); 0 or below -1 is INVALID_REPLICATION_FACTOR, and so is
+  anything above the broker's `cluster_size` (1 for a single broker).
+- A non-empty `assignments` list is INVALID_REQUEST: kshim places partitions itself.
+- Config values are validated by `topic_config`; a null value is INVALID_CONFIG (there is no
+  default to fall back to at creation), as is a name given twice.
+- A name that appears more than once in one request is INVALID_REQUEST, answered once.
+- validate_only runs every check and creates nothing; the answer is what creation would give,
+  with a zero topic id.
+- v5+ successful answers carry num_partitions, replication_factor and every topic config with its
+  effective value (source DYNAMIC_TOPIC_CONFIG for overrides, DEFAULT_CONFIG otherwise); v7+ the
+  topic id. Failed topics answer -1 counts and an empty config list.
+- timeout_ms is ignored: creation on one broker completes before the response.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim import topic_config
+from kshim.broker import BrokerError, check_topic_name
+from kshim.handlers import RequestContext
+from wire.errors import ErrorCode
+from wire.primitives import ZERO_UUID
+
+log = logging.getLogger("kshim.handlers.create_topics")
+
+API_KEY = 19
+VERSIONS = (2, 7)
+
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5
+
+
+def _config_entries(overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "value": value, "read_only": False,
+         "config_source": DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
+         "is_sensitive": False}
+        for name, value in topic_config.effective(dict(overrides)).items()
+    ]
+
+
+def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
+    broker = ctx.broker
+    name = topic.name
+    check_topic_name(name)
+    if name in broker.topics:
+        raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    count = broker.config.default_partitions if topic.num_partitions == -1 else topic.num_partitions
+    if count < 1:
+        raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                          f"number of partitions must be at least 1 (or -1 for the broker default), "
+                          f"got {topic.num_partitions}")
+    replication = topic.replication_factor
+    if replication == 0 or replication < -1:
+        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                          f"replication factor must be at least 1 (or -1 for the default), got {replication}")
+    if replication > broker.cluster_size:
+        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                          f"replication factor {replication} is larger than the number of brokers "
+                          f"in the cluster ({broker.cluster_size})")
+    if topic.assignments:
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          "manual partition assignments are not supported; give num_partitions instead")
+    configs: dict[str, str] = {}
+    for entry in topic.configs or ():
+        if entry.name in configs:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"config {entry.name!r} is given more than once")
+        if entry.value is None:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"config {entry.name!r} has a null value")
+        configs[entry.name] = entry.value
+    try:
+        clean = topic_config.validate(configs)
+    except topic_config.InvalidConfig as e:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
+    created = broker.create_topic(name, count, clean, validate_only=validate_only)
+    return {
+        "name": name,
+        "topic_id": created.topic_id if created is not None else ZERO_UUID,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "num_partitions": len(created.partitions) if created is not None else count,
+        "replication_factor": 1 if replication == -1 else replication,
+        "configs": _config_entries(created.configs if created is not None else clean),
+    }
+
+
+def _failed(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": ZERO_UUID, "error_code": code, "error_message": message,
+            "num_partitions": -1, "replication_factor": -1, "configs": []}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    topics = list(req.topics or ())
+    counts = Counter(t.name for t in topics)
+    results: list[dict[str, Any]] = []
+    reported_duplicates: set[str] = set()
+    for topic in topics:
+        if counts[topic.name] > 1:
+            if topic.name not in reported_duplicates:
+                reported_duplicates.add(topic.name)
+                results.append(_failed(topic.name, ErrorCode.INVALID_REQUEST,
+                                       f"topic {topic.name!r} appears more than once in the request"))
+            continue
+        try:
+            results.append(_create(ctx, topic, bool(req.validate_only)))
+        except BrokerError as e:
+            results.append(_failed(topic.name, e.code, e.message))
+        except OSError as e:
+            log.exception("creating topic %r failed", topic.name)
+            results.append(_failed(topic.name, ErrorCode.KAFKA_STORAGE_ERROR, f"creating the topic failed: {e}"))
+    return {"throttle_time_ms": 0, "topics": results}

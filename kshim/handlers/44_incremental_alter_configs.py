@@ -1,0 +1,116 @@
+"""IncrementalAlterConfigs: edit a topic's config overrides, each resource independently of the others.
+
+- TOPIC (2): the operations apply in order to the topic's current overrides, then the result is
+  validated as a whole (INVALID_CONFIG with the reason) and stored; a failure changes nothing.
+  - SET (0) overrides a config; DELETE (1) drops the override (back to the default);
+  - APPEND (2) / SUBTRACT (3) only for list configs (INVALID_CONFIG otherwise): the comma-separated
+    items are added (skipping ones present) to / removed from the current value, the override or
+    else the default. cleanup.policy is kshim's only list config and only 'delete' is valid, so a
+    SUBTRACT that empties it fails validation.
+- A null value for SET/APPEND/SUBTRACT, an unknown operation, or a config named twice in one
+  resource is INVALID_REQUEST. Unknown config names are INVALID_CONFIG (DELETE included).
+- An unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+- BROKER (4) is INVALID_REQUEST: broker settings come from the command line. Other resource types
+  are INVALID_REQUEST too. A resource named twice in one request is INVALID_REQUEST for each entry.
+- validate_only runs every check and changes nothing.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim import topic_config
+from kshim.broker import BrokerError, check_topic_name
+from kshim.handlers import RequestContext
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.handlers.incremental_alter_configs")
+
+API_KEY = 44
+VERSIONS = (0, 1)
+
+TOPIC = 2
+BROKER = 4
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _apply(current: dict[str, str], entry: Container, result: dict[str, str | None]) -> None:
+    """Apply one operation to `result` (the overrides, None meaning deleted)."""
+    name, op, value = entry.name, entry.config_operation, entry.value
+    if op not in _OP_NAMES:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op} for {name!r}")
+    if op != DELETE and value is None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"{_OP_NAMES[op]} of config {name!r} needs a value")
+    definition = topic_config.DEFINITIONS.get(name)
+    if definition is None:
+        raise BrokerError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
+    if op == SET:
+        result[name] = value
+    elif op == DELETE:
+        result[name] = None
+    else:
+        if definition.type != "list":
+            raise BrokerError(ErrorCode.INVALID_CONFIG,
+                              f"{_OP_NAMES[op]} is only allowed for list configs; {name!r} is a {definition.type}")
+        base = current.get(name, definition.default)
+        old = _items(base)
+        new = _items(value)
+        if op == APPEND:
+            merged = old + [item for item in new if item not in old]
+        else:
+            merged = [item for item in old if item not in new]
+        result[name] = ",".join(merged)
+
+
+def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    if resource.resource_type == BROKER:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are static in kshim")
+    if resource.resource_type != TOPIC:
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          f"resource type {resource.resource_type} is not supported by kshim")
+    name = resource.resource_name
+    check_topic_name(name)
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    entries = list(resource.configs or ())
+    seen = Counter(e.name for e in entries)
+    duplicated = sorted(n for n, count in seen.items() if count > 1)
+    if duplicated:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, f"config(s) given more than once: {', '.join(duplicated)}")
+    current = dict(topic.configs)
+    result: dict[str, str | None] = dict(current)
+    for entry in entries:
+        _apply(current, entry, result)
+    ctx.broker.set_topic_configs(name, result, validate_only=validate_only)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    resources = list(req.resources or ())
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    responses = []
+    for resource in resources:
+        answer: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                  "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"resource {resource.resource_name!r} appears more than once in the request")
+            _alter(ctx, resource, bool(req.validate_only))
+        except BrokerError as e:
+            answer["error_code"], answer["error_message"] = e.code, e.message
+        except OSError as e:
+            log.exception("altering configs of %r failed", resource.resource_name)
+            answer["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            answer["error_message"] = f"storing the configs failed: {e}"
+        responses.append(answer)
+    return {"throttle_time_ms": 0, "responses": responses}

@@ -1,0 +1,526 @@
+"""A partition's log: a directory of segments holding RecordBatch v2 bytes as stored.
+
+Layout (Kafka's): ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment, plus
+``log-start-offset`` (checkpoint, written atomically on change) and ``.kshim-clean-shutdown``
+(written by :meth:`Log.close`, removed on open, so its absence means a crash).
+
+Durability: appends go to the kernel with ``os.write`` right away (no user-space buffering), so a
+killed broker loses nothing; fsync happens only per the flush policy (flush.messages / flush.ms),
+on :meth:`Log.flush` and on :meth:`Log.close`.
+
+Offsets are contiguous: every batch starts right after the previous one (no compaction here), and
+recovery treats a batch that does not follow on as the end of valid data.
+
+All public methods take the log's lock, so a Log may be shared with worker threads.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from crc32c import crc32c
+
+from wire.records import (
+    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, decode_records,
+    read_header, set_base_offset,
+)
+
+from .segment import (
+    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
+)
+
+CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
+START_OFFSET_FILE = "log-start-offset"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+_INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex)$")
+_DAY_MS = 24 * 3600 * 1000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class OffsetOutOfRange(Exception):
+    """A read at an offset below the log start or above the log end."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 1 << 30              # segment.bytes
+    segment_ms: int = 7 * _DAY_MS             # segment.ms
+    retention_ms: int = 7 * _DAY_MS           # retention.ms, -1 = unlimited
+    retention_bytes: int = -1                 # retention.bytes, -1 = unlimited
+    index_interval_bytes: int = 4096          # index.interval.bytes
+    flush_messages: int | None = None         # flush.messages: fsync after this many records; None = never
+    flush_ms: int | None = None               # flush.ms: fsync once the last flush is this old; None = never
+
+
+class Log:
+    config: LogConfig
+    log_start_offset: int   # first offset readable
+    log_end_offset: int     # next offset to assign
+    size_bytes: int         # total bytes over segments
+
+    def __init__(self, directory: Path, config: LogConfig, *,
+                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self._clock = clock_ms
+        self._lock = threading.RLock()
+        self._dir = str(self.directory)
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []      # segment base offsets, for bisect
+        self._unflushed_records = 0
+        self._dir_dirty = False          # segment files created/deleted since the last flush
+        self._closed = False
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._open()
+        self._last_flush_ms = self._clock()
+
+    # ================================================================== open / recovery
+    def _open(self) -> None:
+        marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        if clean:
+            os.unlink(marker)  # from here on, a crash must be detectable
+        names = os.listdir(self._dir)
+        bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
+        have = set(bases)
+        for name in names:  # leftovers: interrupted index rewrites, index files of deleted segments
+            m = _INDEX_NAME.match(name)
+            if name.endswith(TMP_SUFFIX) or name.endswith(".deleted") or (m and int(m.group(1)) not in have):
+                os.unlink(os.path.join(self._dir, name))
+        interval = self.config.index_interval_bytes
+        for i, base in enumerate(bases):
+            seg = Segment.open(self._dir, base, interval)
+            self._segments.append(seg)
+            self._bases.append(base)
+            if i + 1 < len(bases):
+                seg.next_offset = bases[i + 1]
+                seg.open_inactive()
+            else:
+                seg.open_active(clean)
+                if seg.first_append_ms is None and seg.size:
+                    seg.first_append_ms = self._clock()
+        checkpoint = self._read_start_offset()
+        if not self._segments:
+            start = checkpoint or 0
+            self._segments.append(Segment.create(self._dir, start, interval))
+            self._bases.append(start)
+            self._dir_dirty = True
+        active = self._segments[-1]
+        self.log_end_offset = active.next_offset
+        self.size_bytes = sum(s.size for s in self._segments)
+        first = self._segments[0].base_offset
+        self.log_start_offset = max(first, checkpoint if checkpoint is not None else first)
+        if self.log_start_offset > self.log_end_offset:
+            # the checkpoint is ahead of the data (lost tail): nothing left is readable
+            self._reset_at(self.log_start_offset)
+        else:
+            self._delete_front(self._count_below(self.log_start_offset))
+        if checkpoint != self.log_start_offset:
+            self._write_start_offset()
+
+    def _read_start_offset(self) -> int | None:
+        try:
+            with open(os.path.join(self._dir, START_OFFSET_FILE)) as f:
+                return int(f.read().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_start_offset(self) -> None:
+        path = os.path.join(self._dir, START_OFFSET_FILE)
+        with open(path + TMP_SUFFIX, "w") as f:
+            f.write(f"{self.log_start_offset}\n")
+        os.replace(path + TMP_SUFFIX, path)  # atomic: a crash leaves the old or the new value
+        self._dir_dirty = True
+
+    # ================================================================== appends
+    def append(self, batch: bytearray, pos: int = 0, length: int | None = None) -> tuple[int, int]:
+        """Leader append of the whole batches in ``batch[pos:pos+length]``: each batch's base offset
+        is patched in place to the next offset (the caller already checked the CRC and set the
+        leader epoch; the base offset is outside the CRC). Rolls first if the active segment would
+        exceed segment.bytes or is older than segment.ms, writes, indexes, applies the flush
+        policy. Returns (base offset of the first batch, last offset of the last)."""
+        end = len(batch) if length is None else pos + length
+        with self._lock:
+            if self._closed:
+                raise ValueError("log is closed")
+            base = next_offset = self.log_end_offset
+            metas = []
+            records = 0
+            p = pos
+            while p < end:
+                h = read_header(batch, p)
+                size = h[1] + LOG_OVERHEAD
+                if p + size > end or h[6] < 0:
+                    raise CorruptRecordError(f"malformed batch at {p}")
+                set_base_offset(batch, p, next_offset)
+                last = next_offset + h[6]
+                metas.append((p - pos, size, last, h[8]))
+                records += h[12]
+                next_offset = last + 1
+                p += size
+            if not metas:
+                raise ValueError("no record batch to append")
+            self._append(memoryview(batch)[pos:end], metas, next_offset - 1, records)
+            return base, next_offset - 1
+
+    def append_with_offsets(self, data: bytes) -> int:
+        """Follower append: whole batches that already carry their offsets, the first starting at
+        log_end_offset and each following on (ValueError otherwise); CRCs are checked since the
+        bytes came over the network (CorruptRecordError). Returns the new log end offset."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("log is closed")
+            expected = self.log_end_offset
+            metas = []
+            records = 0
+            p, end = 0, len(data)
+            mv = memoryview(data)
+            while p < end:
+                h = read_header(data, p)
+                size = h[1] + LOG_OVERHEAD
+                if p + size > end or h[6] < 0:
+                    raise CorruptRecordError(f"malformed batch at {p}")
+                if h[0] != expected:
+                    raise ValueError(f"batch at offset {h[0]} does not follow on at {expected}")
+                if crc32c(mv[p + ATTRIBUTES_OFFSET:p + size]) != h[4]:
+                    raise CorruptRecordError(f"CRC mismatch in batch at offset {h[0]}")
+                last = h[0] + h[6]
+                metas.append((p, size, last, h[8]))
+                records += h[12]
+                expected = last + 1
+                p += size
+            if metas:
+                self._append(mv, metas, expected - 1, records)
+            return self.log_end_offset
+
+    def _append(self, data: memoryview, metas: list, last_offset: int, records: int) -> None:
+        now = self._clock()
+        cfg = self.config
+        seg = self._segments[-1]
+        if seg.size and (seg.size + len(data) > min(cfg.segment_bytes, INT32_MAX)  # positions are int32
+                         or now - seg.first_append_ms > cfg.segment_ms
+                         or last_offset - seg.base_offset > INT32_MAX):        # relative offsets too
+            seg = self._roll()
+        seg.append(data, metas, now)
+        self.log_end_offset = last_offset + 1
+        self.size_bytes += len(data)
+        self._unflushed_records += records
+        if cfg.flush_messages is not None and self._unflushed_records >= cfg.flush_messages:
+            self._flush(now)
+        elif cfg.flush_ms is not None and now - self._last_flush_ms >= cfg.flush_ms:
+            self._flush(now)
+
+    def _roll(self) -> Segment:
+        """Start a new active segment at the log end offset; the old one keeps serving reads."""
+        self._segments[-1].finish()
+        seg = Segment.create(self._dir, self.log_end_offset, self.config.index_interval_bytes)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    # ================================================================== reads
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing ``offset``, across segments: stops before a batch
+        that would exceed ``max_bytes`` (but the first batch is returned whole even if larger,
+        KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
+        watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end]."""
+        with self._lock:
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise OffsetOutOfRange(offset, self.log_start_offset, leo)
+            bound = leo if max_offset is None or max_offset > leo else max_offset
+            if offset >= bound:
+                return b""
+            segs = self._segments
+            i = bisect_right(self._bases, offset) - 1
+            out: list[bytes] = []
+            budget = max_bytes
+            while i < len(segs):
+                seg = segs[i]
+                i += 1
+                pos = 0 if out else seg.position_of(offset)
+                if pos is None:
+                    continue
+                more = bound >= seg.next_offset  # the bound lies beyond this segment
+                stop = seg.size if more else seg.position_of(bound)
+                if stop is None:
+                    stop, more = seg.size, False
+                if stop <= pos:
+                    break
+                if stop - pos <= budget:
+                    out.append(os.pread(seg.fd, stop - pos, pos))
+                    budget -= stop - pos
+                    if more and budget > 0:
+                        continue
+                    break
+                cut = seg.last_boundary(pos, pos + max(budget, 0))
+                if cut > pos:
+                    out.append(os.pread(seg.fd, cut - pos, pos))
+                elif not out:  # KIP-74: the first batch whole, so consumers always progress
+                    h = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)
+                    out.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
+                break
+            if len(out) == 1:
+                return out[0]
+            return b"".join(out)
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after the log start whose timestamp is
+        >= ts; None if there is none. Segments are skipped by their max timestamp, the time index
+        narrows the start, then batch headers, then one batch's records are decoded."""
+        with self._lock:
+            lso = self.log_start_offset
+            for seg in self._segments:
+                if not seg.size or seg.max_ts < ts or seg.next_offset <= lso:
+                    continue
+                pos = seg.position_of(max(seg.time_scan_start(ts), lso))
+                if pos is None:
+                    continue
+                for p, h, _ in scan(seg.fd, pos, seg.size):
+                    if h[8] >= ts and h[0] + h[6] >= lso:
+                        for r in decode_records(os.pread(seg.fd, h[1] + LOG_OVERHEAD, p)):
+                            if r.timestamp >= ts and r.offset >= lso:
+                                return r.offset, r.timestamp
+            return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp, the earliest on ties
+        (ListOffsets -3, KIP-734); None if the log holds no timestamped batch."""
+        with self._lock:
+            best: Segment | None = None
+            for seg in self._segments:
+                if seg.size and seg.next_offset > self.log_start_offset and (
+                        best is None or seg.max_ts > best.max_ts):
+                    best = seg
+            if best is None or best.max_ts < 0:
+                return None
+            pos = best.position_of(best.max_ts_offset)
+            if pos is None:
+                return None
+            h, data = best.batch_at(pos)
+            for r in decode_records(data):
+                if r.timestamp == h[8]:
+                    return r.timestamp, r.offset
+            return h[8], h[0] + h[6]  # records disagree with the header: name the batch
+
+    def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
+        """Headers of the stored batches from the one containing ``from_offset`` (rebuilding
+        producer state). Iterates a snapshot of the segments: do not truncate or delete
+        segments while iterating."""
+        with self._lock:
+            i = max(bisect_right(self._bases, from_offset) - 1, 0)
+            segs = self._segments[i:]
+            starts = []
+            for seg in segs:  # position of the first batch to report in each segment
+                pos = seg.position_of(from_offset) if not starts or starts[-1][1] is None else 0
+                starts.append((seg, pos))
+        for seg, pos in starts:
+            if pos is not None:
+                for _, h, _ in scan(seg.fd, pos, seg.size, chunk=1 << 16):
+                    yield h
+
+    # ================================================================== truncation / deletion
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at or after ``offset`` (replication's divergence truncation). An offset
+        inside a batch truncates to that batch's base offset, since batches are kept whole; the log
+        end offset becomes that base. The log start offset follows if it ends up beyond the end."""
+        with self._lock:
+            if offset >= self.log_end_offset:
+                return
+            i = bisect_right(self._bases, offset) - 1
+            if i < 0:
+                self._reset_at(offset)
+                return
+            for seg in self._segments[i + 1:]:
+                seg.delete()
+            del self._segments[i + 1:]
+            del self._bases[i + 1:]
+            seg = self._segments[i]
+            pos = seg.position_of(offset)
+            if pos is None:
+                pos, new_next = seg.size, seg.next_offset
+            else:
+                new_next = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)[0]
+            seg.truncate(pos, new_next)
+            if seg.size and seg.first_append_ms is None:
+                seg.first_append_ms = self._clock()
+            self.log_end_offset = seg.next_offset
+            self.size_bytes = sum(s.size for s in self._segments)
+            self._dir_dirty = True
+            if self.log_start_offset > self.log_end_offset:
+                self.log_start_offset = self.log_end_offset
+                self._write_start_offset()
+
+    def _reset_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (log start = log end = offset)."""
+        for seg in self._segments:
+            seg.delete()
+        self._segments = [Segment.create(self._dir, offset, self.config.index_interval_bytes)]
+        self._bases = [offset]
+        self.log_start_offset = self.log_end_offset = offset
+        self.size_bytes = 0
+        self._dir_dirty = True
+        self._write_start_offset()
+
+    def advance_start_offset(self, offset: int) -> None:
+        """DeleteRecords: make ``offset`` the first readable offset (persisted) and delete the
+        segments entirely below it. Never moves backwards; beyond the log end is OffsetOutOfRange."""
+        with self._lock:
+            if offset > self.log_end_offset:
+                raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+            if offset <= self.log_start_offset:
+                return
+            self.log_start_offset = offset
+            self._write_start_offset()
+            self._delete_front(self._count_below(offset))
+
+    def _count_below(self, offset: int) -> int:
+        n = 0
+        for seg in self._segments:
+            if seg.next_offset > offset or not seg.size:
+                break
+            n += 1
+        return n
+
+    def _delete_front(self, n: int) -> int:
+        """Delete the n oldest segments. Taking the active one too means rolling first (as Kafka
+        does), so the log keeps an empty active segment at its end offset."""
+        if n <= 0:
+            return 0
+        if n >= len(self._segments):
+            self._roll()
+        doomed = self._segments[:n]
+        del self._segments[:n]
+        del self._bases[:n]
+        for seg in doomed:
+            self.size_bytes -= seg.size
+            seg.delete()
+        self._dir_dirty = True
+        first = self._segments[0].base_offset
+        if first > self.log_start_offset:
+            self.log_start_offset = first
+            self._write_start_offset()
+        return n
+
+    def apply_retention(self, now_ms: int | None = None, *, max_offset: int | None = None) -> int:
+        """Delete the oldest whole segments whose largest timestamp is older than retention.ms,
+        then the oldest while the log is larger than retention.bytes. Only segments entirely below
+        ``max_offset`` (the high watermark; None = log end) qualify. A fully expired log becomes
+        empty (active segment rolled first) with log start = log end. Returns segments deleted."""
+        with self._lock:
+            if self._closed:
+                return 0
+            now = self._clock() if now_ms is None else now_ms
+            cfg = self.config
+            upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+            deleted = 0
+            if cfg.retention_ms >= 0:
+                n = 0
+                for seg in self._segments:
+                    if not seg.size or seg.next_offset > upper or now - seg.largest_timestamp() <= cfg.retention_ms:
+                        break
+                    n += 1
+                deleted += self._delete_front(n)
+            if cfg.retention_bytes >= 0:
+                diff = self.size_bytes - cfg.retention_bytes
+                n = 0
+                for seg in self._segments:
+                    if not seg.size or seg.next_offset > upper or diff < seg.size:
+                        break
+                    diff -= seg.size
+                    n += 1
+                deleted += self._delete_front(n)
+            return deleted
+
+    # ================================================================== config / flush / close
+    def update_config(self, config: LogConfig) -> None:
+        """New topic configs take effect from the next append / retention run."""
+        with self._lock:
+            self.config = config
+            for seg in self._segments:
+                seg.interval = config.index_interval_bytes
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush (and the directory after file
+        creation or deletion)."""
+        with self._lock:
+            if not self._closed:
+                self._flush(self._clock())
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """For a periodic timer: flush if flush.ms is set, data is unflushed and the last flush is
+        at least flush.ms old. Returns whether it flushed."""
+        with self._lock:
+            cfg = self.config
+            if self._closed or cfg.flush_ms is None:
+                return False
+            now = self._clock() if now_ms is None else now_ms
+            if now - self._last_flush_ms < cfg.flush_ms:
+                return False
+            if not (self._unflushed_records or self._dir_dirty or any(s.dirty for s in self._segments)):
+                return False
+            self._flush(now)
+            return True
+
+    def _flush(self, now: int) -> None:
+        for seg in self._segments:
+            if seg.dirty:
+                seg.fsync()
+        if self._dir_dirty:
+            fd = os.open(self._dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._dir_dirty = False
+        self._unflushed_records = 0
+        self._last_flush_ms = now
+
+    def close(self) -> None:
+        """Write the final time index entry, fsync everything, then write the clean-shutdown
+        marker (after the data is durable, so the marker never vouches for lost bytes)."""
+        with self._lock:
+            if self._closed:
+                return
+            active = self._segments[-1]
+            if active.max_ts > (active.ts_ts[-1] if active.ts_ts else -1):
+                active.dirty = True
+            active.finish()
+            self._flush(self._clock())
+            for seg in self._segments:
+                seg.close()
+            with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
+                pass
+            self._dir_dirty = True
+            self._flush(self._clock())
+            self._closed = True
+
+    # ================================================================== introspection
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        with self._lock:
+            return list(self._bases)
+
+    def __repr__(self) -> str:
+        return (f"Log({self._dir!r}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"segments={len(self._segments)}, bytes={self.size_bytes})")
+
+
+__all__ = ["Log", "LogConfig", "OffsetOutOfRange", "CLEAN_SHUTDOWN_FILE", "START_OFFSET_FILE",
+           "INDEX_SUFFIX", "LOG_SUFFIX", "TIMEINDEX_SUFFIX"]

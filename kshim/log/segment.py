@@ -1,0 +1,492 @@
+"""One log segment: ``<base>.log`` plus its sparse ``.index`` and ``.timeindex``.
+
+File formats follow Kafka:
+
+* ``.log``: RecordBatch v2 bytes, back to back, exactly as stored.
+* ``.index``: 8-byte entries ``relative last offset (int32), file position (int32)``,
+  one every ``index_interval_bytes`` of log data (Kafka's ``offsetIndex.append(batch.lastOffset,
+  position)``). An entry points at the start of the batch whose last offset it names.
+* ``.timeindex``: 12-byte entries ``timestamp (int64), relative offset (int32)``: the max timestamp
+  seen so far and the last offset of the batch carrying it, written with each offset-index entry
+  when that max grew, and once more when the segment is rolled or closed.
+
+Entries also live in memory (``array`` columns: compact and bisectable). Index entries are written
+straight to the files with ``os.write`` (they sit in the page cache at once; no fsync here).
+
+Not thread-safe on its own: :class:`kshim.log.Log` serialises access.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
+from itertools import pairwise
+from typing import Iterator
+
+from crc32c import crc32c
+
+from wire.records import (
+    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, read_header,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+TMP_SUFFIX = ".tmp"
+
+_IDX = struct.Struct(">ii")    # relative offset, position
+_TIDX = struct.Struct(">qi")   # timestamp, relative offset
+IDX_ENTRY = _IDX.size
+TIDX_ENTRY = _TIDX.size
+INT32_MAX = 2**31 - 1
+_SWAP = sys.byteorder == "little"  # index files are big-endian
+# O_APPEND: every write lands at the end even if someone got the position wrong.
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+_RECENT_MAX = 256         # recently appended batch positions kept for tailing readers
+SCAN_CHUNK = 16 * 1024    # header walks between index entries (a few KiB apart)
+RECOVERY_CHUNK = 1 << 20  # full CRC-checking scans read big chunks
+
+
+def stem_for(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, f"{base_offset:020d}")
+
+
+def write_all(fd: int, data: memoryview | bytes) -> None:
+    n = os.write(fd, data)
+    while n < len(data):  # short writes only happen on odd filesystems / signals
+        n += os.write(fd, data[n:])
+
+
+def scan(fd: int, start: int, end: int, *, bodies: bool = False,
+         chunk: int = SCAN_CHUNK) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
+    """Yield ``(position, header, batch bytes if bodies else None)`` for each whole batch in the
+    file range [start, end), reading it in chunks with pread. Ends silently at a torn tail (header
+    or batch running past ``end``); bad magic or length raise CorruptRecordError. The caller knows
+    where valid data ends from the last batch yielded."""
+    buf = b""
+    bpos = start  # file position of buf[0]
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        off = pos - bpos
+        if off + HEADER_SIZE > len(buf):
+            buf = os.pread(fd, min(chunk, end - pos), pos)
+            bpos, off = pos, 0
+            if len(buf) < HEADER_SIZE:
+                return
+        h = read_header(buf, off)
+        size = h[1] + LOG_OVERHEAD
+        if pos + size > end:
+            return
+        if bodies:
+            if off + size > len(buf):
+                buf = os.pread(fd, min(max(chunk, size), end - pos), pos)
+                bpos, off = pos, 0
+                if len(buf) < size:
+                    return
+            yield pos, h, memoryview(buf)[off:off + size]
+        else:
+            yield pos, h, None
+        pos += size
+
+
+def _read_file(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _file_size(path: str) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
+
+
+class Segment:
+    __slots__ = ("base_offset", "stem", "fd", "size", "next_offset", "idx_off", "idx_pos",
+                 "ts_ts", "ts_off", "loaded", "idx_fd", "tidx_fd", "bytes_since_index",
+                 "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent")
+
+    def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
+        self.base_offset = base_offset
+        self.stem = stem
+        self.fd = fd
+        self.size = size
+        self.next_offset = base_offset       # one past the last offset stored here
+        self.idx_off = array("i")            # relative last offsets of indexed batches
+        self.idx_pos = array("i")            # their file positions
+        self.ts_ts = array("q")              # time index: max timestamp so far
+        self.ts_off = array("i")             # ... and the relative offset carrying it
+        self.loaded = True                   # False: index files not read yet (older segments load lazily)
+        self.idx_fd: int | None = None       # index files are open for appends only while active
+        self.tidx_fd: int | None = None
+        self.bytes_since_index = 0
+        self.max_ts = -1                     # largest batch max timestamp in the segment
+        self.max_ts_offset = -1              # last offset of the (first) batch carrying it
+        self.first_append_ms: int | None = None  # wall time of the first append: segment.ms rolls
+        self.dirty = False                   # written since the last fsync
+        self.interval = interval             # index.interval.bytes (the Log updates it on config change)
+        self._recent: dict[int, int] = {}    # base offset -> position of recently appended batches
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(cls, directory: str, base_offset: int, interval: int) -> Segment:
+        """A new, empty, active segment (any leftover files of that name are empty by
+        construction: segments are only created at the log end offset)."""
+        stem = stem_for(directory, base_offset)
+        fd = os.open(stem + LOG_SUFFIX, _OPEN_FLAGS | os.O_TRUNC, 0o644)
+        seg = cls(stem, base_offset, fd, 0, interval)
+        for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            os.close(os.open(stem + suffix, _OPEN_FLAGS | os.O_TRUNC, 0o644))
+        seg.open_index_files()
+        return seg
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, interval: int) -> Segment:
+        stem = stem_for(directory, base_offset)
+        fd = os.open(stem + LOG_SUFFIX, _OPEN_FLAGS, 0o644)
+        return cls(stem, base_offset, fd, os.fstat(fd).st_size, interval)
+
+    def open_index_files(self) -> None:
+        if self.idx_fd is None:
+            self.idx_fd = os.open(self.stem + INDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+            self.tidx_fd = os.open(self.stem + TIMEINDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+
+    def close_index_files(self) -> None:
+        for fd in (self.idx_fd, self.tidx_fd):
+            if fd is not None:
+                os.close(fd)
+        self.idx_fd = self.tidx_fd = None
+
+    def finish(self) -> None:
+        """Becoming inactive (roll) or closing: append the final time index entry, as Kafka does,
+        so the segment's max timestamp can be read back from the file's last entry."""
+        if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
+            self._add_time_entry(write=self.tidx_fd is not None)
+        self.close_index_files()
+        self._recent.clear()
+
+    def close(self) -> None:
+        self.close_index_files()
+        os.close(self.fd)
+        self.fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+            try:
+                os.unlink(self.stem + suffix)
+            except FileNotFoundError:
+                pass
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+        for fd, suffix in ((self.idx_fd, INDEX_SUFFIX), (self.tidx_fd, TIMEINDEX_SUFFIX)):
+            if fd is not None:
+                os.fsync(fd)
+            else:  # a rolled segment: its index files are closed but may still be unsynced
+                try:
+                    tmp = os.open(self.stem + suffix, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(tmp)
+                finally:
+                    os.close(tmp)
+        self.dirty = False
+
+    def largest_timestamp(self) -> int:
+        """For retention.ms: the max record timestamp, or the file's mtime when batches carry
+        none (Kafka's LogSegment.largestTimestamp)."""
+        if self.max_ts >= 0:
+            return self.max_ts
+        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+
+    # ------------------------------------------------------------------ appends
+    def append(self, data: memoryview, metas: list[tuple[int, int, int, int]], now_ms: int) -> None:
+        """Write ``data`` (whole batches, offsets already assigned) at the end of the segment.
+        ``metas`` holds ``(position in data, size, last offset, max timestamp)`` per batch."""
+        start = self.size
+        try:
+            write_all(self.fd, data)
+        except BaseException:
+            os.ftruncate(self.fd, start)  # never leave a torn batch behind a failed write
+            raise
+        if start == 0:
+            self.first_append_ms = now_ms
+        self.size = start + len(data)
+        self.dirty = True
+        recent = self._recent
+        track = self._track
+        interval = self.interval
+        for rel, size, last, max_ts in metas:
+            pos = start + rel
+            track(pos, size, last, max_ts, interval, True)
+            recent[self.next_offset] = pos  # this batch's base offset
+            self.next_offset = last + 1
+        while len(recent) > _RECENT_MAX:
+            del recent[next(iter(recent))]
+
+    def _track(self, pos: int, size: int, last: int, max_ts: int, interval: int, write: bool) -> None:
+        """Account one batch as Kafka's LogSegment.append does: max timestamp first, then an index
+        entry for this batch if more than ``interval`` bytes went by since the last one."""
+        if max_ts > self.max_ts:
+            self.max_ts = max_ts
+            self.max_ts_offset = last
+        if self.bytes_since_index > interval:
+            rel = last - self.base_offset
+            self.idx_off.append(rel)
+            self.idx_pos.append(pos)
+            if write and self.idx_fd is not None:
+                write_all(self.idx_fd, _IDX.pack(rel, pos))
+            if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
+                self._add_time_entry(write)
+            self.bytes_since_index = 0
+        self.bytes_since_index += size
+
+    def _add_time_entry(self, write: bool) -> None:
+        rel = self.max_ts_offset - self.base_offset
+        self.ts_ts.append(self.max_ts)
+        self.ts_off.append(rel)
+        if write and self.tidx_fd is not None:
+            write_all(self.tidx_fd, _TIDX.pack(self.max_ts, rel))
+
+    # ------------------------------------------------------------------ lookups
+    def position_of(self, offset: int) -> int | None:
+        """File position of the batch containing ``offset`` (the first whose last offset is
+        >= offset), or None if the segment ends before it."""
+        if offset >= self.next_offset:
+            return None
+        pos = self._recent.get(offset)
+        if pos is not None:
+            return pos
+        if not self.loaded:
+            self.ensure_loaded()
+        rel = offset - self.base_offset
+        j = bisect_right(self.idx_off, rel) - 1  # last indexed batch ending at or before offset
+        if j >= 0:
+            pos = self.idx_pos[j]
+            if self.idx_off[j] == rel:
+                return pos
+        else:
+            pos = 0
+        for p, h, _ in scan(self.fd, pos, self.size):
+            if h[0] + h[6] >= offset:
+                return p
+        return None
+
+    def last_boundary(self, start: int, limit: int) -> int:
+        """The last batch boundary in [start, limit], walking headers from the closest index entry
+        at or before ``limit``: batches from ``start`` up to it fit within ``limit``."""
+        limit = min(limit, self.size)
+        if not self.loaded:
+            self.ensure_loaded()
+        j = bisect_right(self.idx_pos, limit) - 1
+        cut = self.idx_pos[j] if j >= 0 and self.idx_pos[j] > start else start
+        for p, h, _ in scan(self.fd, cut, limit, chunk=min(SCAN_CHUNK, max(limit - cut, 1))):
+            cut = p + h[1] + LOG_OVERHEAD
+        return cut
+
+    def time_scan_start(self, ts: int) -> int:
+        """An offset to start looking for the first timestamp >= ts: every batch up to the last
+        time index entry below ts has smaller timestamps."""
+        if not self.loaded:
+            self.ensure_loaded()
+        j = bisect_left(self.ts_ts, ts) - 1
+        return self.base_offset + self.ts_off[j] if j >= 0 else self.base_offset
+
+    def batch_at(self, pos: int) -> tuple[BatchHeader, bytes]:
+        head = os.pread(self.fd, HEADER_SIZE, pos)
+        h = read_header(head, 0)
+        return h, os.pread(self.fd, h[1] + LOG_OVERHEAD, pos)
+
+    # ------------------------------------------------------------------ indexes on open
+    def index_sizes_sane(self) -> bool:
+        isz = _file_size(self.stem + INDEX_SUFFIX)
+        tsz = _file_size(self.stem + TIMEINDEX_SUFFIX)
+        if isz is None or tsz is None or isz % IDX_ENTRY or tsz % TIDX_ENTRY:
+            return False
+        # an entry per index interval at most, so never more entries than batches
+        return isz // IDX_ENTRY <= self.size // HEADER_SIZE
+
+    def open_inactive(self) -> None:
+        """An older segment (``next_offset`` already set): trust index files of sane sizes and load
+        them lazily; only the time index's last entry is read now (max timestamp for retention)."""
+        if not self.index_sizes_sane():
+            self.rebuild(validate=False)
+            return
+        self.loaded = False
+        tsz = os.stat(self.stem + TIMEINDEX_SUFFIX).st_size
+        if tsz:
+            with open(self.stem + TIMEINDEX_SUFFIX, "rb") as f:
+                f.seek(tsz - TIDX_ENTRY)
+                ts, rel = _TIDX.unpack(f.read(TIDX_ENTRY))
+            if 0 <= rel < self.next_offset - self.base_offset:
+                self.max_ts, self.max_ts_offset = ts, self.base_offset + rel
+            else:
+                self.rebuild(validate=False)
+
+    def ensure_loaded(self) -> None:
+        if not self.loaded and not self._load_indexes(complete=True):
+            self.rebuild(validate=False)
+
+    def _load_indexes(self, complete: bool) -> bool:
+        """Read both index files into memory; False if missing or inconsistent. ``complete``: the
+        segment's ``next_offset`` is known (older segments), so offsets can be range-checked."""
+        idata = _read_file(self.stem + INDEX_SUFFIX)
+        tdata = _read_file(self.stem + TIMEINDEX_SUFFIX)
+        if idata is None or tdata is None or len(idata) % IDX_ENTRY or len(tdata) % TIDX_ENTRY:
+            return False
+        both = array("i")
+        both.frombytes(idata)
+        if _SWAP:
+            both.byteswap()
+        offs, poss = both[0::2], both[1::2]
+        tss = array("q")
+        toffs = array("i")
+        for ts, rel in _TIDX.iter_unpack(tdata):
+            tss.append(ts)
+            toffs.append(rel)
+        limit = self.next_offset - self.base_offset if complete else INT32_MAX
+        if offs and not (0 <= offs[0] and offs[-1] < limit and 0 <= poss[0] and poss[-1] < self.size
+                         and all(a < b for a, b in pairwise(offs))
+                         and all(a < b for a, b in pairwise(poss))):
+            return False
+        if toffs and not (0 <= toffs[0] and toffs[-1] < limit
+                          and all(a <= b for a, b in pairwise(toffs))
+                          and all(a <= b for a, b in pairwise(tss))):
+            return False
+        self.idx_off, self.idx_pos, self.ts_ts, self.ts_off = offs, poss, tss, toffs
+        self.loaded = True
+        return True
+
+    def _reset_tail_state(self) -> None:
+        """Tail state as implied by the kept index entries (replay continues from the last one)."""
+        self.bytes_since_index = 0
+        if self.ts_ts:
+            self.max_ts, self.max_ts_offset = self.ts_ts[-1], self.base_offset + self.ts_off[-1]
+        else:
+            self.max_ts, self.max_ts_offset = -1, -1
+        self.next_offset = self.base_offset
+        self._recent.clear()
+
+    def _replay(self, from_pos: int, *, validate: bool, write: bool) -> int:
+        """Re-derive indexes and tail state from the batches at [from_pos, size), as appending them
+        would. ``from_pos`` is 0 or the position of the last kept index entry. Stops at the first
+        torn or malformed batch, offsets that do not follow on, or (validate) a CRC mismatch.
+        Returns where valid data ends."""
+        expected = self.base_offset if from_pos == 0 else None
+        end = from_pos
+        interval = self.interval
+        try:
+            for pos, h, body in scan(self.fd, from_pos, self.size, bodies=validate,
+                                     chunk=RECOVERY_CHUNK if validate else SCAN_CHUNK):
+                last = h[0] + h[6]
+                if h[6] < 0 or (expected is not None and h[0] != expected):
+                    break
+                if expected is None and last - self.base_offset != self.idx_off[-1]:
+                    break  # the last index entry does not name this batch: index is stale
+                if validate and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
+                    break
+                self._track(pos, h[1] + LOG_OVERHEAD, last, h[8], interval, write)
+                expected = last + 1
+                end = pos + h[1] + LOG_OVERHEAD
+        except CorruptRecordError:
+            pass
+        if expected is not None:
+            self.next_offset = expected
+        return end
+
+    def _write_index_files(self) -> None:
+        """Replace both index files atomically with the in-memory entries."""
+        both = array("i", bytes(8 * len(self.idx_off)))
+        both[0::2] = self.idx_off
+        both[1::2] = self.idx_pos
+        if _SWAP:
+            both.byteswap()
+        for suffix, data in ((INDEX_SUFFIX, both.tobytes()),
+                             (TIMEINDEX_SUFFIX, b"".join(map(_TIDX.pack, self.ts_ts, self.ts_off)))):
+            tmp = self.stem + suffix + TMP_SUFFIX
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                write_all(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.stem + suffix)
+
+    def rebuild(self, *, validate: bool) -> None:
+        """Rebuild both indexes from the log file. With ``validate`` (recovery of the active
+        segment) CRCs are checked and the file is truncated after the last good batch."""
+        was_active = self.idx_fd is not None
+        self.close_index_files()
+        self.idx_off, self.idx_pos, self.ts_ts, self.ts_off = array("i"), array("i"), array("q"), array("i")
+        self.loaded = True
+        keep_next = self.next_offset
+        self._reset_tail_state()
+        end = self._replay(0, validate=validate, write=False)
+        if validate:
+            if end < self.size:
+                os.ftruncate(self.fd, end)
+                self.size = end
+        else:
+            self.next_offset = max(keep_next, self.next_offset)  # older segment: next base is authoritative
+            if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
+                self._add_time_entry(write=False)  # the final entry a roll writes
+        self._write_index_files()
+        if was_active:
+            self.open_index_files()
+
+    def open_active(self, clean: bool) -> None:
+        """Open the last segment. After a clean shutdown load its indexes and replay only the tail
+        after the last index entry (CRC-checked, cheap); otherwise, or if anything is off, scan the
+        whole segment, truncate at the first bad batch and rebuild the indexes."""
+        if clean and self.index_sizes_sane() and self._load_indexes(complete=False):
+            self._reset_tail_state()
+            from_pos = self.idx_pos[-1] if self.idx_pos else 0
+            self.open_index_files()
+            end = self._replay(from_pos, validate=True, write=True)
+            if end == self.size and (not self.ts_off or self.ts_off[-1] < self.next_offset - self.base_offset):
+                self._init_first_append()
+                return
+            self.close_index_files()
+        self.rebuild(validate=True)
+        self.open_index_files()
+        self._init_first_append()
+
+    def _init_first_append(self) -> None:
+        # The first append's wall time is not stored; like Kafka on reload, use the first batch's
+        # max timestamp (None: the Log substitutes its clock).
+        self.first_append_ms = None
+        if self.size >= HEADER_SIZE:
+            ts = read_header(os.pread(self.fd, HEADER_SIZE, 0), 0)[8]
+            if ts >= 0:
+                self.first_append_ms = ts
+
+    # ------------------------------------------------------------------ truncation
+    def truncate(self, pos: int, new_next: int) -> None:
+        """Drop the batches at ``pos`` and after (``new_next``: the base offset of the batch at
+        ``pos``); trims the indexes and re-derives the tail state. Leaves the segment active."""
+        if not self.loaded:
+            self.ensure_loaded()
+        self.open_index_files()
+        os.ftruncate(self.fd, pos)
+        self.size = pos
+        self.dirty = True
+        k = bisect_left(self.idx_pos, pos)
+        del self.idx_off[k:]
+        del self.idx_pos[k:]
+        # Time entries naming a kept batch stay valid even if written later: their max is carried
+        # by a kept batch, so it is still the max of what is left (Kafka's TimeIndex.truncateTo).
+        kt = bisect_left(self.ts_off, new_next - self.base_offset)
+        del self.ts_ts[kt:]
+        del self.ts_off[kt:]
+        os.ftruncate(self.idx_fd, len(self.idx_off) * IDX_ENTRY)
+        os.ftruncate(self.tidx_fd, len(self.ts_off) * TIDX_ENTRY)
+        self._reset_tail_state()
+        self._replay(self.idx_pos[-1] if self.idx_pos else 0, validate=False, write=True)
+        if pos == 0:
+            self.first_append_ms = None

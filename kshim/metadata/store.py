@@ -1,0 +1,99 @@
+"""Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
+and the producer-id counter.
+
+SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
+format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
+never goes here: it lives in the partition logs.
+"""
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY,
+    topic_id TEXT NOT NULL UNIQUE,
+    partitions INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS topic_configs (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (topic, key)
+);
+"""
+
+
+@dataclass
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    created_ms: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+class MetadataStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None)  # autocommit; explicit transactions below
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.execute("PRAGMA journal_mode = WAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def cluster_value(self, key: str, make: str) -> str:
+        """The stored value for key, storing `make` first if there is none."""
+        row = self._db.execute("SELECT value FROM cluster WHERE key = ?", (key,)).fetchone()
+        if row:
+            return row[0]
+        self._db.execute("INSERT INTO cluster (key, value) VALUES (?, ?)", (key, make))
+        return make
+
+    def allocate_producer_ids(self, count: int = 1) -> int:
+        """Reserve `count` producer ids; returns the first. Never hands out an id twice, even after a crash."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute("SELECT value FROM cluster WHERE key = 'next_producer_id'").fetchone()
+            first = int(row[0]) if row else 0
+            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES ('next_producer_id', ?)",
+                             (str(first + count),))
+        return first
+
+    def load_topics(self) -> list[TopicRecord]:
+        topics = {name: TopicRecord(name, uuid.UUID(tid), parts, created)
+                  for name, tid, parts, created in self._db.execute(
+                      "SELECT name, topic_id, partitions, created_ms FROM topics")}
+        for topic, key, value in self._db.execute("SELECT topic, key, value FROM topic_configs"):
+            topics[topic].configs[key] = value
+        return list(topics.values())
+
+    def create_topic(self, record: TopicRecord) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("INSERT INTO topics (name, topic_id, partitions, created_ms) VALUES (?, ?, ?, ?)",
+                             (record.name, str(record.topic_id), record.partitions, record.created_ms))
+            self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
+                                 [(record.name, k, v) for k, v in record.configs.items()])
+
+    def delete_topic(self, name: str) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
+
+    def set_partition_count(self, name: str, partitions: int) -> None:
+        self._db.execute("UPDATE topics SET partitions = ? WHERE name = ?", (partitions, name))
+
+    def replace_configs(self, name: str, configs: dict[str, str]) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM topic_configs WHERE topic = ?", (name,))
+            self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
+                                 [(name, k, v) for k, v in configs.items()])

@@ -1,0 +1,526 @@
+"""Unit tests of the admin handlers: topics, partitions, configs, cluster, delete records.
+
+Requests go through the codec (encode then decode) so field names are checked against the schema;
+responses go through it too, so a misspelt response field shows up as a default value.
+"""
+from __future__ import annotations
+
+import importlib
+import uuid
+
+import pytest
+
+from kshim.broker import Broker, BrokerConfig
+from kshim.handlers import RequestContext
+from wire import codec
+from wire.errors import ErrorCode
+from wire.headers import RequestHeader
+from wire.primitives import ZERO_UUID
+from wire.records import encode_batch
+
+create_topics = importlib.import_module("kshim.handlers.19_create_topics")
+delete_topics = importlib.import_module("kshim.handlers.20_delete_topics")
+delete_records = importlib.import_module("kshim.handlers.21_delete_records")
+describe_configs = importlib.import_module("kshim.handlers.32_describe_configs")
+alter_configs = importlib.import_module("kshim.handlers.33_alter_configs")
+create_partitions = importlib.import_module("kshim.handlers.37_create_partitions")
+incremental_alter = importlib.import_module("kshim.handlers.44_incremental_alter_configs")
+describe_cluster = importlib.import_module("kshim.handlers.60_describe_cluster")
+
+TOPIC, BROKER = 2, 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(BrokerConfig(data_dir=tmp_path))
+    yield b
+    if not getattr(b, "_closed_by_test", False):
+        b.close()
+
+
+def reopen(broker: Broker) -> Broker:
+    """Close the broker and open a new one on the same data dir (the caller closes it)."""
+    broker.close()
+    broker._closed_by_test = True
+    return Broker(BrokerConfig(data_dir=broker.config.data_dir))
+
+
+async def call(broker: Broker, module, version: int, body: dict):
+    """Round-trip the request through the codec, run the handler, round-trip the response."""
+    key = module.API_KEY
+    lo, hi = module.VERSIONS
+    assert lo <= version <= hi
+    req = codec.decode(key, version, "request", codec.encode(key, version, "request", body), exact=True)
+    header = RequestHeader(key, version, 1, "test", 0)
+    ctx = RequestContext(broker, header, "test:0", {})
+    resp = await module.handle(ctx, req)
+    return codec.decode(key, version, "response", codec.encode(key, version, "response", resp), exact=True)
+
+
+def new_topic(name, partitions=1, replication=1, configs=None, assignments=()):
+    return {"name": name, "num_partitions": partitions, "replication_factor": replication,
+            "assignments": list(assignments),
+            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}
+
+
+async def create(broker, *topics, version=7, validate_only=False):
+    resp = await call(broker, create_topics, version, {"topics": list(topics), "timeout_ms": 1000,
+                                                       "validate_only": validate_only})
+    return {t.name: t for t in resp.topics}
+
+
+# ---------------------------------------------------------------- CreateTopics
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(2, 8))
+async def test_create_topics_versions(broker, version):
+    out = await create(broker, new_topic("a", 3), new_topic("b", -1, -1, {"retention.ms": "1000"}), version=version)
+    assert out["a"].error_code == 0 and out["b"].error_code == 0
+    assert out["a"].error_message is None
+    assert len(broker.topics["a"].partitions) == 3
+    assert len(broker.topics["b"].partitions) == broker.config.default_partitions
+    assert broker.topics["b"].configs == {"retention.ms": "1000"}
+    if version >= 5:
+        assert (out["a"].num_partitions, out["a"].replication_factor) == (3, 1)
+        assert (out["b"].num_partitions, out["b"].replication_factor) == (1, 1)
+        configs = {c.name: c for c in out["b"].configs}
+        assert set(configs) == set(broker.topics["b"].configs) | set(configs)
+        assert configs["retention.ms"].value == "1000" and configs["retention.ms"].config_source == 1
+        assert configs["segment.bytes"].config_source == 5
+        assert not configs["segment.bytes"].read_only and not configs["segment.bytes"].is_sensitive
+    if version >= 7:
+        assert out["a"].topic_id == broker.topics["a"].topic_id != ZERO_UUID
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", [2, 4, 5, 7])
+async def test_create_topics_errors_are_independent(broker, version):
+    await create(broker, new_topic("exists"))
+    out = await create(
+        broker,
+        new_topic("ok", 2),
+        new_topic("bad name!"),
+        new_topic("exists"),
+        new_topic("rf3", 1, 3),
+        new_topic("rf0", 1, 0),
+        new_topic("p0", 0),
+        new_topic("manual", -1, -1, assignments=[{"partition_index": 0, "broker_ids": [0]}]),
+        new_topic("badvalue", 1, 1, {"retention.ms": "soon"}),
+        new_topic("unknowncfg", 1, 1, {"no.such.config": "1"}),
+        new_topic("policy", 1, 1, {"cleanup.policy": "compact"}),
+        version=version,
+    )
+    assert out["ok"].error_code == 0
+    assert out["bad name!"].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert out["exists"].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert out["rf3"].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert out["rf0"].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert out["p0"].error_code == ErrorCode.INVALID_PARTITIONS
+    assert out["manual"].error_code == ErrorCode.INVALID_REQUEST
+    for name in ("badvalue", "unknowncfg", "policy"):
+        assert out[name].error_code == ErrorCode.INVALID_CONFIG
+    assert "(1)" in out["rf3"].error_message and "brokers" in out["rf3"].error_message
+    assert "retention.ms" in out["badvalue"].error_message
+    assert "no.such.config" in out["unknowncfg"].error_message
+    if version >= 5:
+        assert out["rf3"].num_partitions == -1 and out["rf3"].replication_factor == -1
+    assert set(broker.topics) == {"exists", "ok"}
+
+
+@pytest.mark.anyio
+async def test_create_topics_null_config_and_duplicates(broker):
+    topic = new_topic("nullcfg")
+    topic["configs"] = [{"name": "retention.ms", "value": None}]
+    out = await create(broker, topic)
+    assert out["nullcfg"].error_code == ErrorCode.INVALID_CONFIG
+    resp = await call(broker, create_topics, 7, {"topics": [new_topic("dup"), new_topic("dup", 2), new_topic("solo")]})
+    assert [(t.name, t.error_code) for t in resp.topics] == [("dup", ErrorCode.INVALID_REQUEST), ("solo", 0)]
+    assert set(broker.topics) == {"solo"}
+
+
+@pytest.mark.anyio
+async def test_create_topics_validate_only(broker):
+    out = await create(broker, new_topic("v", 4, -1, {"max.message.bytes": "2000"}), new_topic("v2", 1, 2),
+                       version=5, validate_only=True)
+    assert out["v"].error_code == 0 and out["v"].num_partitions == 4
+    assert {c.name: c.value for c in out["v"].configs}["max.message.bytes"] == "2000"
+    assert out["v2"].error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert broker.topics == {}
+    assert not (broker.config.data_dir / "v-0").exists()
+
+
+@pytest.mark.anyio
+async def test_create_topics_replication_limit_follows_cluster_size(broker):
+    broker.cluster_size = 3
+    out = await create(broker, new_topic("r3", 1, 3), new_topic("r4", 1, 4))
+    assert out["r3"].error_code == 0 and out["r3"].replication_factor == 3
+    assert out["r4"].error_code == ErrorCode.INVALID_REPLICATION_FACTOR and "(3)" in out["r4"].error_message
+
+
+@pytest.mark.anyio
+async def test_create_topics_persist(broker):
+    await create(broker, new_topic("keep", 3, 1, {"retention.bytes": "4096", "cleanup.policy": "delete"}))
+    topic_id = broker.topics["keep"].topic_id
+    again = reopen(broker)
+    try:
+        topic = again.topics["keep"]
+        assert topic.topic_id == topic_id and len(topic.partitions) == 3
+        assert topic.configs == {"retention.bytes": "4096", "cleanup.policy": "delete"}
+        out = await create(again, new_topic("keep"))
+        assert out["keep"].error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    finally:
+        again.close()
+
+
+# ---------------------------------------------------------------- DeleteTopics
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(1, 6))
+async def test_delete_topics_by_name(broker, version):
+    await create(broker, new_topic("x", 2), new_topic("y"))
+    resp = await call(broker, delete_topics, version, {"topic_names": ["x", "nope"], "timeout_ms": 1000})
+    out = {r.name: r for r in resp.responses}
+    assert out["x"].error_code == 0
+    assert out["nope"].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if version >= 5:
+        assert "nope" in out["nope"].error_message
+    assert set(broker.topics) == {"y"}
+    assert not (broker.config.data_dir / "x-0").exists()
+
+
+@pytest.mark.anyio
+async def test_delete_topics_v6_by_name_and_id(broker):
+    await create(broker, new_topic("byname"), new_topic("byid"), new_topic("both"))
+    ids = {name: t.topic_id for name, t in broker.topics.items()}
+    unknown = uuid.uuid4()
+    resp = await call(broker, delete_topics, 6, {"topics": [
+        {"name": "byname"},
+        {"name": None, "topic_id": ids["byid"]},
+        {"name": None, "topic_id": unknown},
+        {"name": "both", "topic_id": ids["both"]},
+        {"name": "missing"},
+    ], "timeout_ms": 1000})
+    r = resp.responses
+    assert (r[0].name, r[0].topic_id, r[0].error_code) == ("byname", ids["byname"], 0)
+    assert (r[1].name, r[1].topic_id, r[1].error_code) == ("byid", ids["byid"], 0)
+    assert (r[2].name, r[2].topic_id, r[2].error_code) == (None, unknown, ErrorCode.UNKNOWN_TOPIC_ID)
+    assert r[3].error_code == ErrorCode.INVALID_REQUEST
+    assert (r[4].name, r[4].error_code) == ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    assert set(broker.topics) == {"both"}
+
+
+@pytest.mark.anyio
+async def test_delete_topics_persist_and_recreate(broker):
+    await create(broker, new_topic("gone", 2, 1, {"retention.ms": "5"}))
+    await call(broker, delete_topics, 4, {"topic_names": ["gone"], "timeout_ms": 1000})
+    again = reopen(broker)
+    try:
+        assert "gone" not in again.topics
+        out = await create(again, new_topic("gone", 1))
+        assert out["gone"].error_code == 0
+        assert again.topics["gone"].configs == {} and len(again.topics["gone"].partitions) == 1
+    finally:
+        again.close()
+
+
+# ---------------------------------------------------------------- CreatePartitions
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 4))
+async def test_create_partitions(broker, version):
+    await create(broker, new_topic("t", 2), new_topic("u", 3), new_topic("w", 1), new_topic("d"))
+    resp = await call(broker, create_partitions, version, {"topics": [
+        {"name": "t", "count": 5, "assignments": None},
+        {"name": "u", "count": 3, "assignments": None},
+        {"name": "w", "count": 2, "assignments": [{"broker_ids": [0]}]},
+        {"name": "missing", "count": 2, "assignments": None},
+        {"name": "d", "count": 2, "assignments": None},
+        {"name": "d", "count": 3, "assignments": None},
+    ], "timeout_ms": 1000, "validate_only": False})
+    out = [(r.name, r.error_code) for r in resp.results]
+    assert out == [("t", 0), ("u", ErrorCode.INVALID_PARTITIONS), ("w", ErrorCode.INVALID_REQUEST),
+                   ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("d", ErrorCode.INVALID_REQUEST)]
+    assert resp.results[0].error_message is None and "3" in resp.results[1].error_message
+    assert [len(broker.topics[n].partitions) for n in "tuwd"] == [5, 3, 1, 1]
+
+
+@pytest.mark.anyio
+async def test_create_partitions_validate_only_and_persist(broker):
+    await create(broker, new_topic("t", 1))
+    resp = await call(broker, create_partitions, 3, {"topics": [{"name": "t", "count": 4, "assignments": None}],
+                                                     "timeout_ms": 1000, "validate_only": True})
+    assert resp.results[0].error_code == 0 and len(broker.topics["t"].partitions) == 1
+    await call(broker, create_partitions, 3, {"topics": [{"name": "t", "count": 4, "assignments": None}],
+                                              "timeout_ms": 1000, "validate_only": False})
+    assert broker.partition("t", 3) is not None
+    again = reopen(broker)
+    try:
+        assert len(again.topics["t"].partitions) == 4
+    finally:
+        again.close()
+
+
+# ---------------------------------------------------------------- DescribeConfigs
+
+def resource(rtype, name, keys=None):
+    return {"resource_type": rtype, "resource_name": name, "configuration_keys": keys}
+
+
+async def describe(broker, *resources, version=4, synonyms=False, docs=False):
+    resp = await call(broker, describe_configs, version, {"resources": list(resources),
+                                                          "include_synonyms": synonyms,
+                                                          "include_documentation": docs})
+    return resp.results
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(1, 5))
+async def test_describe_topic_configs(broker, version):
+    from kshim import topic_config
+    await create(broker, new_topic("t", 1, 1, {"retention.ms": "60000"}))
+    [result] = await describe(broker, resource(TOPIC, "t"), version=version, synonyms=True, docs=True)
+    assert result.error_code == 0 and result.error_message is None
+    assert (result.resource_type, result.resource_name) == (TOPIC, "t")
+    configs = {c.name: c for c in result.configs}
+    assert set(configs) == set(topic_config.DEFINITIONS)
+    retention = configs["retention.ms"]
+    assert (retention.value, retention.config_source, retention.read_only, retention.is_sensitive) == \
+        ("60000", 1, False, False)
+    assert [(s.value, s.source) for s in retention.synonyms] == [("60000", 1),
+                                                                  (topic_config.DEFINITIONS["retention.ms"].default, 5)]
+    segment = configs["segment.bytes"]
+    assert segment.value == topic_config.DEFINITIONS["segment.bytes"].default and segment.config_source == 5
+    assert [(s.name, s.source) for s in segment.synonyms] == [("segment.bytes", 5)]
+    if version >= 3:
+        assert retention.config_type == 5 and segment.config_type == 3
+        assert configs["cleanup.policy"].config_type == 7
+        assert configs["message.timestamp.type"].config_type == 2
+        assert retention.documentation
+
+
+@pytest.mark.anyio
+async def test_describe_configs_filters_and_options(broker):
+    await create(broker, new_topic("t"))
+    [result] = await describe(broker, resource(TOPIC, "t", ["cleanup.policy", "max.message.bytes", "nope"]))
+    assert sorted(c.name for c in result.configs) == ["cleanup.policy", "max.message.bytes"]
+    assert all(c.synonyms == [] and c.documentation is None for c in result.configs)
+    [result] = await describe(broker, resource(TOPIC, "t", []), version=1)
+    assert len(result.configs) > 2
+
+
+@pytest.mark.anyio
+async def test_describe_configs_errors_are_per_resource(broker):
+    await create(broker, new_topic("t"))
+    results = await describe(broker, resource(TOPIC, "missing"), resource(TOPIC, "t"), resource(8, "0"),
+                             resource(BROKER, "7"), resource(TOPIC, ""))
+    codes = [r.error_code for r in results]
+    assert codes == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0, ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST,
+                     ErrorCode.INVALID_TOPIC_EXCEPTION]
+    assert "missing" in results[0].error_message
+    assert results[0].configs == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["", "0"])
+async def test_describe_broker_configs(broker, name):
+    [result] = await describe(broker, resource(BROKER, name), synonyms=True)
+    assert result.error_code == 0
+    configs = {c.name: c for c in result.configs}
+    assert configs["num.partitions"].value == str(broker.config.default_partitions)
+    assert configs["auto.create.topics.enable"].value == "true"
+    assert configs["broker.id"].value == "0"
+    assert configs["socket.request.max.bytes"].value == str(broker.config.max_request_bytes)
+    assert configs["log.dirs"].value == str(broker.config.data_dir)
+    assert "message.max.bytes" in configs
+    assert all(c.read_only and c.config_source == 4 and not c.is_sensitive for c in configs.values())
+    assert configs["broker.id"].config_type == 3 and configs["auto.create.topics.enable"].config_type == 1
+    [result] = await describe(broker, resource(BROKER, name, ["num.partitions"]), version=2)
+    assert [c.name for c in result.configs] == ["num.partitions"]
+
+
+# ---------------------------------------------------------------- AlterConfigs
+
+def alter_resource(rtype, name, configs):
+    return {"resource_type": rtype, "resource_name": name,
+            "configs": [{"name": k, "value": v} for k, v in configs.items()]}
+
+
+async def alter(broker, *resources, version=2, validate_only=False):
+    resp = await call(broker, alter_configs, version, {"resources": list(resources), "validate_only": validate_only})
+    return resp.responses
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_alter_configs_replaces_overrides(broker, version):
+    await create(broker, new_topic("t", 2, 1, {"retention.ms": "1000", "segment.bytes": "100000"}))
+    [r] = await alter(broker, alter_resource(TOPIC, "t", {"retention.bytes": "2048", "max.message.bytes": "5000"}),
+                      version=version)
+    assert (r.error_code, r.error_message, r.resource_type, r.resource_name) == (0, None, TOPIC, "t")
+    assert broker.topics["t"].configs == {"retention.bytes": "2048", "max.message.bytes": "5000"}
+    assert all(p.max_message_bytes == 5000 for p in broker.topics["t"].partitions)
+    [result] = await describe(broker, resource(TOPIC, "t", ["retention.ms", "retention.bytes"]))
+    sources = {c.name: c.config_source for c in result.configs}
+    assert sources == {"retention.ms": 5, "retention.bytes": 1}
+    again = reopen(broker)
+    try:
+        assert again.topics["t"].configs == {"retention.bytes": "2048", "max.message.bytes": "5000"}
+        assert again.topics["t"].partitions[1].max_message_bytes == 5000
+    finally:
+        again.close()
+
+
+@pytest.mark.anyio
+async def test_alter_configs_errors_and_validate_only(broker):
+    await create(broker, new_topic("t", 1, 1, {"retention.ms": "1000"}), new_topic("u"))
+    null_value = alter_resource(TOPIC, "u", {})
+    null_value["configs"] = [{"name": "retention.ms", "value": None}]
+    responses = await alter(
+        broker,
+        alter_resource(TOPIC, "t", {"retention.ms": "-5"}),
+        alter_resource(TOPIC, "missing", {}),
+        alter_resource(BROKER, "0", {"num.partitions": "3"}),
+        alter_resource(8, "0", {}),
+        null_value,
+    )
+    codes = [r.error_code for r in responses]
+    assert codes == [ErrorCode.INVALID_CONFIG, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+                     ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
+    assert "retention.ms" in responses[0].error_message
+    assert responses[2].error_message == "broker configs are static in kshim"
+    assert broker.topics["t"].configs == {"retention.ms": "1000"}
+    [r] = await alter(broker, alter_resource(TOPIC, "t", {"retention.ms": "5"}), validate_only=True)
+    assert r.error_code == 0 and broker.topics["t"].configs == {"retention.ms": "1000"}
+    responses = await alter(broker, alter_resource(TOPIC, "u", {"retention.ms": "5"}),
+                            alter_resource(TOPIC, "t", {"retention.ms": "5"}),
+                            alter_resource(TOPIC, "u", {}))
+    assert [r.error_code for r in responses] == [ErrorCode.INVALID_REQUEST, 0, ErrorCode.INVALID_REQUEST]
+    assert broker.topics["t"].configs == {"retention.ms": "5"} and broker.topics["u"].configs == {}
+
+
+# ---------------------------------------------------------------- IncrementalAlterConfigs
+
+def incr_resource(rtype, name, *ops):
+    return {"resource_type": rtype, "resource_name": name,
+            "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in ops]}
+
+
+async def incr(broker, *resources, version=1, validate_only=False):
+    resp = await call(broker, incremental_alter, version, {"resources": list(resources),
+                                                           "validate_only": validate_only})
+    return resp.responses
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", [0, 1])
+async def test_incremental_alter_configs(broker, version):
+    await create(broker, new_topic("t", 1, 1, {"retention.ms": "1000", "segment.bytes": "100000"}))
+    [r] = await incr(broker, incr_resource(TOPIC, "t", ("retention.bytes", SET, "999"),
+                                           ("segment.bytes", DELETE, None),
+                                           ("cleanup.policy", APPEND, "delete")), version=version)
+    assert (r.error_code, r.error_message, r.resource_name) == (0, None, "t")
+    assert broker.topics["t"].configs == {"retention.ms": "1000", "retention.bytes": "999",
+                                          "cleanup.policy": "delete"}
+    again = reopen(broker)
+    try:
+        assert again.topics["t"].configs == {"retention.ms": "1000", "retention.bytes": "999",
+                                             "cleanup.policy": "delete"}
+    finally:
+        again.close()
+
+
+@pytest.mark.anyio
+async def test_incremental_alter_configs_errors(broker):
+    await create(broker, new_topic("t", 1, 1, {"retention.ms": "1000"}))
+    before = {"retention.ms": "1000"}
+    cases = [
+        (incr_resource(TOPIC, "t", ("retention.ms", APPEND, "5")), ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("cleanup.policy", SUBTRACT, "delete")), ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("cleanup.policy", APPEND, "compact")), ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("retention.bytes", SET, "3"), ("retention.ms", SET, "x")),
+         ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("no.such", DELETE, None)), ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("retention.ms", SET, None)), ErrorCode.INVALID_REQUEST),
+        (incr_resource(TOPIC, "t", ("retention.ms", 9, "1")), ErrorCode.INVALID_REQUEST),
+        (incr_resource(TOPIC, "t", ("retention.ms", SET, "1"), ("retention.ms", DELETE, None)),
+         ErrorCode.INVALID_REQUEST),
+        (incr_resource(TOPIC, "missing", ("retention.ms", SET, "1")), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (incr_resource(BROKER, "0", ("num.partitions", SET, "3")), ErrorCode.INVALID_REQUEST),
+    ]
+    for case, code in cases:  # one resource per request: a resource named twice is itself an error
+        [r] = await incr(broker, case)
+        assert r.error_code == code, case
+        assert r.error_message
+    responses = await incr(broker, cases[0][0], cases[-2][0], incr_resource(TOPIC, "t", ("retention.ms", SET, "7")),
+                           incr_resource(TOPIC, "t"))
+    assert [r.error_code for r in responses] == [ErrorCode.INVALID_REQUEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
+    assert broker.topics["t"].configs == before
+    [r] = await incr(broker, incr_resource(TOPIC, "t", ("retention.ms", DELETE, None)), validate_only=True)
+    assert r.error_code == 0 and broker.topics["t"].configs == before
+    [r] = await incr(broker, incr_resource(TOPIC, "t", ("retention.ms", DELETE, None),
+                                           ("cleanup.policy", SUBTRACT, "compact")))
+    assert r.error_code == 0 and broker.topics["t"].configs == {"cleanup.policy": "delete"}
+
+
+# ---------------------------------------------------------------- DescribeCluster
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", [0, 1])
+async def test_describe_cluster(broker, version):
+    body = {"include_cluster_authorized_operations": True}
+    if version >= 1:
+        body["endpoint_type"] = 1
+    resp = await call(broker, describe_cluster, version, body)
+    assert resp.error_code == 0 and resp.cluster_id == broker.cluster_id and resp.controller_id == 0
+    assert [(b.broker_id, b.host, b.port, b.rack) for b in resp.brokers] == [(0, "127.0.0.1", 9092, None)]
+    assert resp.cluster_authorized_operations == -2147483648
+    if version >= 1:
+        assert resp.endpoint_type == 1
+        resp = await call(broker, describe_cluster, 1, {"endpoint_type": 2})
+        assert resp.error_code == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+
+
+# ---------------------------------------------------------------- DeleteRecords
+
+def produce(broker, topic, index, count):
+    result = broker.partition(topic, index).append(encode_batch([(b"k", b"v%d" % i) for i in range(count)]))
+    assert result.error == 0
+
+
+async def delete_recs(broker, version, *topics):
+    resp = await call(broker, delete_records, version, {"topics": [
+        {"name": name, "partitions": [{"partition_index": i, "offset": o} for i, o in parts]}
+        for name, parts in topics], "timeout_ms": 1000})
+    return {(t.name, p.partition_index): (p.error_code, p.low_watermark) for t in resp.topics for p in t.partitions}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_delete_records(broker, version):
+    await create(broker, new_topic("t", 3))
+    for index in range(3):
+        for _ in range(3):
+            produce(broker, "t", index, 4)  # 12 records per partition
+    out = await delete_recs(broker, version, ("t", [(0, 5), (1, -1), (2, 13), (3, 0)]), ("missing", [(0, 0)]))
+    assert out == {("t", 0): (0, 5), ("t", 1): (0, 12), ("t", 2): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),
+                   ("t", 3): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+                   ("missing", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+    assert broker.partition("t", 0).log_start_offset == 5
+    assert broker.partition("t", 1).log_start_offset == 12
+    assert broker.partition("t", 2).log_start_offset == 0
+    # below the current start: nothing changes, not an error
+    out = await delete_recs(broker, version, ("t", [(0, 2), (2, -2)]))
+    assert out == {("t", 0): (0, 5), ("t", 2): (ErrorCode.OFFSET_OUT_OF_RANGE, -1)}
+    again = reopen(broker)
+    try:
+        assert again.partition("t", 0).log_start_offset == 5
+        assert again.partition("t", 1).log_start_offset == 12
+    finally:
+        again.close()
