@@ -1,0 +1,22 @@
+"""The docs state what the code does: the protocol table matches the handler registry."""
+from pathlib import Path
+
+from kshim import protocol_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_protocol_table_matches_registry():
+    doc = (ROOT / "docs" / "protocol.md").read_text()
+    start, end = doc.index(protocol_table.BEGIN), doc.index(protocol_table.END) + len(protocol_table.END)
+    assert doc[start:end] == protocol_table.render(), "regenerate with `python -m kshim.protocol_table`"
+
+
+def test_every_served_version_exists_in_kafka_specs():
+    from kshim.handlers import load_handlers
+    from wire.codec import message
+
+    for key, handler in load_handlers().items():
+        for kind in ("request", "response"):
+            lo, hi = message(key, kind).versions
+            assert lo <= handler.min_version <= handler.max_version <= hi, (key, kind)
