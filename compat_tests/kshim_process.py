@@ -38,7 +38,8 @@ class KshimProcess:
                     ready.set()
             ready.set()  # process ended
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
         if not ready.wait(READY_TIMEOUT_S) or not self.bootstrap:
             self.kill()
             raise RuntimeError("kshim did not become ready:\n" + "\n".join(self.output[-50:]))
@@ -55,13 +56,22 @@ class KshimProcess:
         assert self.proc
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        code = self.proc.wait(timeout)
+        self._close_pipe()
+        return code
 
     def kill(self) -> None:
         """SIGKILL: a crash, as far as the data on disk is concerned."""
         if self.proc and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        # the pump thread ends at EOF once the process is gone; then the pipe can be closed
+        if self.proc and self.proc.stdout and not self.proc.stdout.closed:
+            self._pump.join(5)
+            self.proc.stdout.close()
 
     def restart(self) -> "KshimProcess":
         return self.start()
