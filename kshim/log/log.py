@@ -11,12 +11,14 @@ on :meth:`Log.flush` and on :meth:`Log.close`.
 Offsets are contiguous: every batch starts right after the previous one (no compaction here), and
 recovery treats a batch that does not follow on as the end of valid data.
 
-All public methods take the log's lock, so a Log may be shared with worker threads.
+All public methods take the log's lock, so a Log may be shared with worker threads
+(batch_headers() reads outside it: do not truncate or delete while iterating).
 """
 from __future__ import annotations
 
 import os
 import re
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -27,8 +29,8 @@ from typing import Callable, Iterator
 from crc32c import crc32c
 
 from wire.records import (
-    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, decode_records,
-    read_header, set_base_offset,
+    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader,
+    CorruptRecordError, decode_records, read_header,
 )
 
 from .segment import (
@@ -40,6 +42,12 @@ START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex)$")
 _DAY_MS = 24 * 3600 * 1000
+# The append hot path unpacks the 61-byte batch header with one precompiled struct (the layout of
+# wire.records.BatchHeader) and patches the base offset itself: a few hundred ns cheaper per batch
+# than read_header() + set_base_offset().
+_unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
+_pack_q = struct.Struct(">q").pack_into
+_SMALL_READ = 64 * 1024  # reads up to this size are cut in memory; larger ones are read exactly
 
 
 def wall_clock_ms() -> int:
@@ -78,7 +86,7 @@ class Log:
         self.directory = Path(directory)
         self.config = config
         self._clock = clock_ms
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # not reentrant: public methods never call each other under it
         self._dir = str(self.directory)
         self._segments: list[Segment] = []
         self._bases: list[int] = []      # segment base offsets, for bisect
@@ -158,7 +166,18 @@ class Log:
         with self._lock:
             if self._closed:
                 raise ValueError("log is closed")
-            base = next_offset = self.log_end_offset
+            base = self.log_end_offset
+            if end - pos >= HEADER_SIZE:
+                h = _unpack_header(batch, pos)
+                size = h[1] + LOG_OVERHEAD
+                if size == end - pos and h[3] == MAGIC and h[1] >= MIN_BATCH_LENGTH and h[6] >= 0:
+                    # the hot path: exactly one batch
+                    _pack_q(batch, pos, base)
+                    last = base + h[6]
+                    data = batch if pos == 0 and end == len(batch) else memoryview(batch)[pos:end]
+                    self._append(data, [(0, size, last, h[8])], last, h[12])
+                    return base, last
+            next_offset = base
             metas = []
             records = 0
             p = pos
@@ -167,7 +186,7 @@ class Log:
                 size = h[1] + LOG_OVERHEAD
                 if p + size > end or h[6] < 0:
                     raise CorruptRecordError(f"malformed batch at {p}")
-                set_base_offset(batch, p, next_offset)
+                _pack_q(batch, p, next_offset)
                 last = next_offset + h[6]
                 metas.append((p - pos, size, last, h[8]))
                 records += h[12]
@@ -208,22 +227,52 @@ class Log:
                 self._append(mv, metas, expected - 1, records)
             return self.log_end_offset
 
-    def _append(self, data: memoryview, metas: list, last_offset: int, records: int) -> None:
+    def _append(self, data, metas: list, last_offset: int, records: int) -> None:
+        """Write batches (``metas``: position in data, size, last offset, max timestamp), rolling
+        first when segment.ms has passed or the data would overflow the active segment; batches
+        that do not all fit are split between segments (an empty segment takes a batch even if
+        it alone is larger than segment.bytes)."""
         now = self._clock()
         cfg = self.config
+        limit = min(cfg.segment_bytes, INT32_MAX)  # positions in the index are int32
         seg = self._segments[-1]
-        if seg.size and (seg.size + len(data) > min(cfg.segment_bytes, INT32_MAX)  # positions are int32
-                         or now - seg.first_append_ms > cfg.segment_ms
-                         or last_offset - seg.base_offset > INT32_MAX):        # relative offsets too
+        if seg.size and now - seg.first_append_ms > cfg.segment_ms:
             seg = self._roll()
-        seg.append(data, metas, now)
-        self.log_end_offset = last_offset + 1
-        self.size_bytes += len(data)
+        nbytes = len(data)
+        if ((seg.size + nbytes <= limit or (not seg.size and len(metas) == 1))
+                and last_offset - seg.base_offset <= INT32_MAX):
+            seg.append(data, metas, 0, now)  # all fits (or an empty segment takes one big batch)
+            self.log_end_offset = last_offset + 1
+            self.size_bytes += nbytes
+        else:
+            self._append_split(data, metas, now, limit)
         self._unflushed_records += records
         if cfg.flush_messages is not None and self._unflushed_records >= cfg.flush_messages:
             self._flush(now)
         elif cfg.flush_ms is not None and now - self._last_flush_ms >= cfg.flush_ms:
             self._flush(now)
+
+    def _append_split(self, data: memoryview, metas: list, now: int, limit: int) -> None:
+        """Several batches that do not all fit: fill the active segment batch by batch, rolling
+        whenever the next one would overflow it (size or int32 relative offsets)."""
+        seg = self._segments[-1]
+        i, n = 0, len(metas)
+        while i < n:
+            g0 = metas[i][0]
+            room = limit - seg.size + g0
+            j = i
+            while j < n and metas[j][0] + metas[j][1] <= room and metas[j][2] - seg.base_offset <= INT32_MAX:
+                j += 1
+            if j == i:
+                if seg.size:
+                    seg = self._roll()
+                    continue
+                j = i + 1  # an empty segment takes a batch even if it alone is too large
+            g1 = metas[j - 1][0] + metas[j - 1][1]
+            seg.append(data[g0:g1], metas[i:j], g0, now)
+            self.log_end_offset = metas[j - 1][2] + 1
+            self.size_bytes += g1 - g0
+            i = j
 
     def _roll(self) -> Segment:
         """Start a new active segment at the log end offset; the old one keeps serving reads."""
@@ -269,10 +318,16 @@ class Log:
                     if more and budget > 0:
                         continue
                     break
-                cut = seg.last_boundary(pos, pos + max(budget, 0))
-                if cut > pos:
-                    out.append(os.pread(seg.fd, cut - pos, pos))
-                elif not out:  # KIP-74: the first batch whole, so consumers always progress
+                if 0 < budget <= _SMALL_READ:  # one pread, find the cut in memory, slice
+                    data = os.pread(seg.fd, budget, pos)
+                    cut = seg.last_boundary(pos, pos + budget, data)
+                    if cut > pos:
+                        out.append(data[:cut - pos])
+                else:  # find the cut with small header preads, then read exactly that
+                    cut = seg.last_boundary(pos, pos + max(budget, 0))
+                    if cut > pos:
+                        out.append(os.pread(seg.fd, cut - pos, pos))
+                if cut == pos and not out:  # KIP-74: the first batch whole, so consumers always progress
                     h = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)
                     out.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
                 break
@@ -393,7 +448,7 @@ class Log:
     def _count_below(self, offset: int) -> int:
         n = 0
         for seg in self._segments:
-            if seg.next_offset > offset or not seg.size:
+            if seg.next_offset > offset:
                 break
             n += 1
         return n
@@ -401,10 +456,13 @@ class Log:
     def _delete_front(self, n: int) -> int:
         """Delete the n oldest segments. Taking the active one too means rolling first (as Kafka
         does), so the log keeps an empty active segment at its end offset."""
+        if n >= len(self._segments):
+            if self._segments[-1].size:
+                self._roll()
+            else:
+                n = len(self._segments) - 1  # keep the empty active segment (it is the log end)
         if n <= 0:
             return 0
-        if n >= len(self._segments):
-            self._roll()
         doomed = self._segments[:n]
         del self._segments[:n]
         del self._bases[:n]
@@ -498,10 +556,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            active = self._segments[-1]
-            if active.max_ts > (active.ts_ts[-1] if active.ts_ts else -1):
-                active.dirty = True
-            active.finish()
+            self._segments[-1].finish()
             self._flush(self._clock())
             for seg in self._segments:
                 seg.close()

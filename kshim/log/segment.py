@@ -28,7 +28,8 @@ from typing import Iterator
 from crc32c import crc32c
 
 from wire.records import (
-    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, read_header,
+    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
+    read_header,
 )
 
 LOG_SUFFIX = ".log"
@@ -37,6 +38,9 @@ TIMEINDEX_SUFFIX = ".timeindex"
 TMP_SUFFIX = ".tmp"
 
 _IDX = struct.Struct(">ii")    # relative offset, position
+_BASE_LEN = struct.Struct(">qi").unpack_from  # baseOffset, batchLength
+_INT = struct.Struct(">i").unpack_from
+LAST_OFFSET_DELTA_OFFSET = 23
 _TIDX = struct.Struct(">qi")   # timestamp, relative offset
 IDX_ENTRY = _IDX.size
 TIDX_ENTRY = _TIDX.size
@@ -167,6 +171,7 @@ class Segment:
         so the segment's max timestamp can be read back from the file's last entry."""
         if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
             self._add_time_entry(write=self.tidx_fd is not None)
+            self.dirty = True  # the next flush must sync that entry
         self.close_index_files()
         self._recent.clear()
 
@@ -207,29 +212,38 @@ class Segment:
         return os.fstat(self.fd).st_mtime_ns // 1_000_000
 
     # ------------------------------------------------------------------ appends
-    def append(self, data: memoryview, metas: list[tuple[int, int, int, int]], now_ms: int) -> None:
+    def append(self, data: bytes | bytearray | memoryview, metas: list[tuple[int, int, int, int]], rel0: int,
+               now_ms: int) -> None:
         """Write ``data`` (whole batches, offsets already assigned) at the end of the segment.
-        ``metas`` holds ``(position in data, size, last offset, max timestamp)`` per batch."""
+        ``metas`` holds ``(position, size, last offset, max timestamp)`` per batch, positions
+        counted from ``rel0`` (data[0])."""
         start = self.size
+        nbytes = len(data)
         try:
-            write_all(self.fd, data)
+            n = os.write(self.fd, data)
+            if n < nbytes:  # short writes only happen on odd filesystems / signals
+                write_all(self.fd, memoryview(data)[n:])
         except BaseException:
             os.ftruncate(self.fd, start)  # never leave a torn batch behind a failed write
             raise
         if start == 0:
             self.first_append_ms = now_ms
-        self.size = start + len(data)
+        self.size = start + nbytes
         self.dirty = True
         recent = self._recent
-        track = self._track
-        interval = self.interval
+        start -= rel0
         for rel, size, last, max_ts in metas:
-            pos = start + rel
-            track(pos, size, last, max_ts, interval, True)
-            recent[self.next_offset] = pos  # this batch's base offset
+            # _track() inlined: this runs once per appended batch
+            if max_ts > self.max_ts:
+                self.max_ts = max_ts
+                self.max_ts_offset = last
+            if self.bytes_since_index > self.interval:
+                self._index_entry(start + rel, last, True)
+            self.bytes_since_index += size
+            recent[self.next_offset] = start + rel  # this batch's base offset -> its position
             self.next_offset = last + 1
-        while len(recent) > _RECENT_MAX:
-            del recent[next(iter(recent))]
+        if len(recent) > 2 * _RECENT_MAX:  # amortised eviction: keep the newest half
+            self._recent = dict(list(recent.items())[-_RECENT_MAX:])
 
     def _track(self, pos: int, size: int, last: int, max_ts: int, interval: int, write: bool) -> None:
         """Account one batch as Kafka's LogSegment.append does: max timestamp first, then an index
@@ -238,15 +252,20 @@ class Segment:
             self.max_ts = max_ts
             self.max_ts_offset = last
         if self.bytes_since_index > interval:
-            rel = last - self.base_offset
-            self.idx_off.append(rel)
-            self.idx_pos.append(pos)
-            if write and self.idx_fd is not None:
-                write_all(self.idx_fd, _IDX.pack(rel, pos))
-            if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
-                self._add_time_entry(write)
-            self.bytes_since_index = 0
+            self._index_entry(pos, last, write)
         self.bytes_since_index += size
+
+    def _index_entry(self, pos: int, last: int, write: bool) -> None:
+        """Offset index entry for the batch at ``pos``, plus a time index entry if the max
+        timestamp grew since the last one."""
+        rel = last - self.base_offset
+        self.idx_off.append(rel)
+        self.idx_pos.append(pos)
+        if write and self.idx_fd is not None:
+            write_all(self.idx_fd, _IDX.pack(rel, pos))
+        if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
+            self._add_time_entry(write)
+        self.bytes_since_index = 0
 
     def _add_time_entry(self, write: bool) -> None:
         rel = self.max_ts_offset - self.base_offset
@@ -274,19 +293,43 @@ class Segment:
                 return pos
         else:
             pos = 0
-        for p, h, _ in scan(self.fd, pos, self.size):
-            if h[0] + h[6] >= offset:
-                return p
+        # walk the headers between index entries (a few KiB): only base offset, length and
+        # lastOffsetDelta are needed, so no full header parse
+        fd, end = self.fd, self.size
+        buf = b""
+        bpos = pos
+        while end - pos >= HEADER_SIZE:
+            off = pos - bpos
+            if off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, min(SCAN_CHUNK, end - pos), pos)
+                bpos, off = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    break
+            base, length = _BASE_LEN(buf, off)
+            if base + _INT(buf, off + LAST_OFFSET_DELTA_OFFSET)[0] >= offset:
+                return pos
+            if length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(f"batch length {length} too small at {pos} in {self.stem}")
+            pos += length + LOG_OVERHEAD
         return None
 
-    def last_boundary(self, start: int, limit: int) -> int:
-        """The last batch boundary in [start, limit], walking headers from the closest index entry
-        at or before ``limit``: batches from ``start`` up to it fit within ``limit``."""
+    def last_boundary(self, start: int, limit: int, data: bytes | None = None) -> int:
+        """The last batch boundary in [start, limit]: batches from ``start`` up to it fit within
+        ``limit``. Walks headers from the closest index entry at or before ``limit``, in ``data``
+        (the file bytes from ``start``) if given, else with small preads."""
         limit = min(limit, self.size)
         if not self.loaded:
             self.ensure_loaded()
         j = bisect_right(self.idx_pos, limit) - 1
         cut = self.idx_pos[j] if j >= 0 and self.idx_pos[j] > start else start
+        if data is not None:
+            p, n = cut - start, min(limit - start, len(data))
+            while p + LOG_OVERHEAD <= n:
+                length = _BASE_LEN(data, p)[1]
+                if length < MIN_BATCH_LENGTH or p + length + LOG_OVERHEAD > n:
+                    break
+                p += length + LOG_OVERHEAD
+            return start + p
         for p, h, _ in scan(self.fd, cut, limit, chunk=min(SCAN_CHUNK, max(limit - cut, 1))):
             cut = p + h[1] + LOG_OVERHEAD
         return cut
