@@ -24,6 +24,8 @@ from kshim.protocol import ConnectionCore, ProtocolError, Request
 log = logging.getLogger("kshim.server")
 
 READ_SIZE = 1 << 20
+# the peer went away: reading or writing fails; this ends its connection, quietly
+_PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError)
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
 
 
@@ -59,20 +61,21 @@ class Server:
             peer = "?"
         core = ConnectionCore(self.supported, self.broker.config.max_request_bytes)
         send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
-        async with stream, anyio.create_task_group() as tg:
-            tg.start_soon(self._writer, stream, receive, tg)
-            try:
-                async with send:
-                    await self._reader(stream, core, send, tg, peer)
-            except ProtocolError as e:
-                log.warning("closing connection from %s: %s", peer, e)
-                tg.cancel_scope.cancel()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
-                tg.cancel_scope.cancel()
-            except Exception:
-                # a handler bug must cost this connection only, never the server
-                log.exception("closing connection from %s after an internal error", peer)
-                tg.cancel_scope.cancel()
+        try:
+            async with stream, anyio.create_task_group() as tg:
+                tg.start_soon(self._writer, stream, receive, tg)
+                try:
+                    async with send:
+                        await self._reader(stream, core, send, tg, peer)
+                except ProtocolError as e:
+                    log.warning("closing connection from %s: %s", peer, e)
+                    tg.cancel_scope.cancel()
+                except _PEER_GONE:
+                    tg.cancel_scope.cancel()
+        except Exception:
+            # a handler bug must cost this connection only, never the server: anything escaping
+            # here would end the listener's task group, and with it the broker
+            log.exception("closing connection from %s after an internal error", peer)
 
     async def _reader(self, stream: SocketStream, core: ConnectionCore, send, tg: TaskGroup, peer: str) -> None:
         while True:
@@ -107,17 +110,20 @@ class Server:
             pending.done.set()
 
     async def _writer(self, stream: SocketStream, receive: MemoryObjectReceiveStream, tg: TaskGroup) -> None:
-        async with receive:
-            async for item in receive:
-                if isinstance(item, _Pending):
-                    await item.done.wait()
-                    if item.failed:
-                        tg.cancel_scope.cancel()
-                        return
-                    item = item.data
-                await stream.send(item)
-        # the reader finished (peer closed its side): nothing more to send
-        tg.cancel_scope.cancel()
+        try:
+            async with receive:
+                async for item in receive:
+                    if isinstance(item, _Pending):
+                        await item.done.wait()
+                        if item.failed:
+                            return
+                        item = item.data
+                    await stream.send(item)
+        except _PEER_GONE:
+            pass  # the peer closed (or reset) while responses were still going out to it
+        finally:
+            # done, failed, or the reader finished (peer closed its side): end the connection
+            tg.cancel_scope.cancel()
 
 
 async def run(broker: Broker, on_ready=None) -> None:
