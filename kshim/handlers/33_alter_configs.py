@@ -14,35 +14,23 @@
 """
 from __future__ import annotations
 
-import logging
-from collections import Counter
 from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError, check_topic_name
+from kshim.broker import BrokerError
 from kshim.handlers import RequestContext
+from kshim.handlers.config_resources import alter_each, target_topic
 from wire.errors import ErrorCode
 
-log = logging.getLogger("kshim.handlers.alter_configs")
 
 API_KEY = 33
 VERSIONS = (0, 2)
 
-TOPIC = 2
-BROKER = 4
 
 
 def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
-    if resource.resource_type == BROKER:
-        raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are static in kshim")
-    if resource.resource_type != TOPIC:
-        raise BrokerError(ErrorCode.INVALID_REQUEST,
-                          f"resource type {resource.resource_type} is not supported by kshim")
-    name = resource.resource_name
-    check_topic_name(name)
-    if name not in ctx.broker.topics:
-        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    name = target_topic(ctx, resource).name
     configs: dict[str, str] = {}
     for entry in resource.configs or ():
         if entry.name in configs:
@@ -54,22 +42,4 @@ def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> Non
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    resources = list(req.resources or ())
-    counts = Counter((r.resource_type, r.resource_name) for r in resources)
-    responses = []
-    for resource in resources:
-        answer: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
-                                  "error_code": ErrorCode.NONE, "error_message": None}
-        try:
-            if counts[(resource.resource_type, resource.resource_name)] > 1:
-                raise BrokerError(ErrorCode.INVALID_REQUEST,
-                                  f"resource {resource.resource_name!r} appears more than once in the request")
-            _alter(ctx, resource, bool(req.validate_only))
-        except BrokerError as e:
-            answer["error_code"], answer["error_message"] = e.code, e.message
-        except OSError as e:
-            log.exception("altering configs of %r failed", resource.resource_name)
-            answer["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
-            answer["error_message"] = f"storing the configs failed: {e}"
-        responses.append(answer)
-    return {"throttle_time_ms": 0, "responses": responses}
+    return alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))

@@ -1,0 +1,58 @@
+"""What AlterConfigs and IncrementalAlterConfigs share: per-resource answers and topic lookup.
+
+Not a handler module (no NN_ prefix): the registry does not load it.
+"""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any, Callable, Mapping
+
+from construct import Container
+
+from kshim.broker import BrokerError, Topic, check_topic_name
+from kshim.handlers import RequestContext
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.handlers.configs")
+
+TOPIC = 2
+BROKER = 4
+
+
+def target_topic(ctx: RequestContext, resource: Container) -> Topic:
+    """The topic a config resource names, or the BrokerError to answer for it."""
+    if resource.resource_type == BROKER:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are static in kshim")
+    if resource.resource_type != TOPIC:
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          f"resource type {resource.resource_type} is not supported by kshim")
+    name = resource.resource_name
+    check_topic_name(name)
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    return topic
+
+
+def alter_each(req: Container, alter: Callable[[Container, bool], None]) -> Mapping[str, Any]:
+    """Run `alter` per resource; each fails or succeeds on its own, with Kafka's error answer."""
+    resources = list(req.resources or ())
+    counts = Counter((r.resource_type, r.resource_name) for r in resources)
+    responses = []
+    for resource in resources:
+        answer: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                  "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if counts[(resource.resource_type, resource.resource_name)] > 1:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"resource {resource.resource_name!r} appears more than once in the request")
+            alter(resource, bool(req.validate_only))
+        except BrokerError as e:
+            answer["error_code"], answer["error_message"] = e.code, e.message
+        except OSError as e:
+            log.exception("altering configs of %r failed", resource.resource_name)
+            answer["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            answer["error_message"] = f"storing the configs failed: {e}"
+        responses.append(answer)
+    return {"throttle_time_ms": 0, "responses": responses}
