@@ -13,6 +13,7 @@ from pathlib import Path
 
 import anyio
 
+from kshim import tuning
 from kshim.broker import Broker, BrokerConfig
 
 log = logging.getLogger("kshim")
@@ -46,8 +47,7 @@ async def _serve(config: BrokerConfig) -> None:
     broker = Broker(config)
     try:
         async with anyio.create_task_group() as tg:
-            listener = await tg.start(Server(broker).serve)
-            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            port = await tg.start(Server(broker).serve)
             config.port = port  # --port 0: advertise the port actually bound
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
+        tuning.keep_freed_buffers()
         config = BrokerConfig(
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,

@@ -92,12 +92,14 @@ class Partition:
         """Highest offset (exclusive) a consumer of this isolation level may read."""
         return self.last_stable_offset if isolation_level == 1 else self.log_end_offset
 
-    def append(self, data: bytes | None) -> AppendResult:
+    def append(self, data: bytes | memoryview | None) -> AppendResult:
+        """Validate and append a produce request's records for this partition. A writable view
+        (into the request frame) is patched in place; anything else is copied first."""
         result = AppendResult()
         if not data:
             result.error, result.message = ErrorCode.CORRUPT_MESSAGE, "empty or null records"
             return result
-        buf = bytearray(data)
+        buf = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
         pos, end = 0, len(buf)
         append_time = now_ms() if self.log_append_time else -1
         while pos < end:

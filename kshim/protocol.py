@@ -41,40 +41,102 @@ class Request:
 
 
 class ConnectionCore:
+    """Bytes in, requests out, without copying records more than once.
+
+    The network layer asks `receive_buffer()` where the next bytes should land, reads into it
+    (recv_into) and reports `received(n)`; tests may call `receive_data(bytes)` instead. Small
+    frames collect in a fixed receive buffer and are copied out once; a large frame (a produce of
+    megabytes) gets a bytearray of its exact size as soon as its size is known, and the rest of it
+    is read straight into place. Decoding is zero-copy over that frame, so records reach the log
+    as views into it.
+    """
+
+    LARGE_FRAME = 64 * 1024
+    BUFFER_SIZE = 256 * 1024
+    MIN_ROOM = 16 * 1024
+
     def __init__(self, supported: Mapping[int, tuple[int, int]], max_request_bytes: int) -> None:
         self.supported = supported
         self.max_request_bytes = max_request_bytes
-        self._buf = bytearray()
-        self._pos = 0  # consumed prefix of _buf, compacted lazily to avoid quadratic copying
+        self._buf = bytearray(self.BUFFER_SIZE)
+        self._pos = 0  # start of unconsumed bytes in _buf
+        self._end = 0  # end of received bytes in _buf
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._filled = 0
+        self._ready: bytearray | None = None  # a large frame complete, not yet taken
+
+    def receive_buffer(self) -> memoryview:
+        """Where the next received bytes go; release the view before calling `received`."""
+        if self._frame is not None:
+            return memoryview(self._frame)[self._filled:]
+        if len(self._buf) - self._end < self.MIN_ROOM:
+            pending = self._end - self._pos
+            self._buf[:pending] = self._buf[self._pos:self._end]  # same size: a move, no resize
+            self._pos, self._end = 0, pending
+            if len(self._buf) - self._end < self.MIN_ROOM:
+                # only when bytes are fed faster than requests are taken (receive_data in tests):
+                # the server takes every complete request after each read
+                self._buf += bytes(self.BUFFER_SIZE)
+        return memoryview(self._buf)[self._end:]
+
+    def received(self, n: int) -> None:
+        if self._frame is None:
+            self._end += n
+            return
+        self._filled += n
+        if self._filled == len(self._frame):
+            # complete: it precedes every byte that lands in _buf from now on
+            self._ready = self._frame
+            self._frame, self._filled = None, 0
 
     def receive_data(self, data: bytes) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[:self._pos]
-            self._pos = 0
-        self._buf += data
+        """Feed bytes that were read elsewhere (tests, other transports)."""
+        with memoryview(data) as rest:
+            while rest:
+                with self.receive_buffer() as target:
+                    n = min(len(target), len(rest))
+                    target[:n] = rest[:n]
+                self.received(n)
+                rest = rest[n:]
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        return self._end - self._pos + self._filled + (len(self._ready) if self._ready is not None else 0)
 
     def next_request(self) -> Request | None:
         """The next complete request, or None if more bytes are needed. Raises ProtocolError."""
-        if self.buffered < 4:
+        if self._ready is not None:
+            frame, self._ready = self._ready, None
+            return self._parse(frame, len(frame))
+        if self._frame is not None:
+            return None
+        available = self._end - self._pos
+        if available < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
         if size < 0 or size > self.max_request_bytes:
             raise ProtocolError(f"frame size {size} is outside [0, {self.max_request_bytes}]")
-        if self.buffered < 4 + size:
-            return None
         start = self._pos + 4
-        frame = memoryview(self._buf)[start:start + size]
-        try:
-            return self._parse(frame, size)
-        finally:
-            frame.release()
+        available -= 4
+        if available >= size:
+            frame = self._buf[start:start + size]  # a bytearray copy: the frame's own buffer
             self._pos = start + size
+            if self._pos == self._end:
+                self._pos = self._end = 0
+            return self._parse(frame, size)
+        if size >= self.LARGE_FRAME:
+            self._frame = bytearray(size)
+            self._frame[:available] = self._buf[start:self._end]
+            self._filled = available
+            self._pos = self._end = 0
+            return None
+        elif len(self._buf) - self._pos < 4 + size:
+            # a small frame that does not fit behind _pos: move it to the front
+            self._buf[:available + 4] = self._buf[self._pos:self._end]
+            self._pos, self._end = 0, available + 4
+        return None
 
-    def _parse(self, frame: memoryview, size: int) -> Request:
+    def _parse(self, frame: bytearray, size: int) -> Request:
         try:
             header = decode_request_header(frame)
         except DecodeError as e:
@@ -88,7 +150,7 @@ class ConnectionCore:
                 return Request(header, None, size, unsupported=True)
             raise ProtocolError(f"api key {header.api_key} v{header.api_version} is outside {served}")
         try:
-            body = codec.decode(header.api_key, header.api_version, "request", frame[header.header_size:])
+            body = codec.decode(header.api_key, header.api_version, "request", memoryview(frame)[header.header_size:])
         except DecodeError as e:
             raise ProtocolError(f"api key {header.api_key} v{header.api_version}: bad body: {e}") from None
         return Request(header, body, size)

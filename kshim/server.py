@@ -5,16 +5,22 @@ writer task sends responses in that same order. A handler may hand back an await
 waiting for commitment, a fetch waiting for data): the reader goes on with the next request while
 the writer waits for that response before sending any later one. acks=0 produce yields no
 response and takes no place in the order.
+
+Sockets are non-blocking and driven with anyio.wait_readable / wait_writable: the reader
+recv_into()s the buffer the connection core hands out (a large produce frame is read straight
+into its own buffer), which saves the copy and the 256 KiB chunking of a stream transport.
 """
 from __future__ import annotations
 
 import inspect
 import logging
 import math
+import socket
 from typing import Any, Awaitable, Mapping
 
 import anyio
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from kshim.broker import Broker
@@ -23,9 +29,41 @@ from kshim.protocol import ConnectionCore, ProtocolError, Request
 
 log = logging.getLogger("kshim.server")
 
-READ_SIZE = 1 << 20
+LISTEN_BACKLOG = 128
 # the peer went away: reading or writing fails; this ends its connection, quietly
 _PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError)
+
+
+def open_listener(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def recv_into(sock: socket.socket, view: memoryview) -> int:
+    """Read what is there (at least one byte), waiting only when nothing is; 0 at end of stream."""
+    while True:
+        try:
+            return sock.recv_into(view)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+
+
+async def send_all(sock: socket.socket, data: bytes | memoryview) -> None:
+    with memoryview(data) as view:
+        while view:
+            try:
+                view = view[sock.send(view):]
+            except BlockingIOError:
+                await anyio.wait_writable(sock)
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
 
 
@@ -48,25 +86,32 @@ class Server:
 
     async def serve(self, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         cfg = self.broker.config
-        listener = await anyio.create_tcp_listener(local_host=cfg.host, local_port=cfg.port, reuse_port=False)
-        async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(self.broker.housekeeping)
-            task_status.started(listener)
-            await listener.serve(self._connection)
-
-    async def _connection(self, stream: SocketStream) -> None:
+        listener = open_listener(cfg.host, cfg.port)
         try:
-            peer = "%s:%s" % stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
-        except Exception:
-            peer = "?"
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.broker.housekeeping)
+                task_status.started(listener.getsockname()[1])
+                while True:
+                    await anyio.wait_readable(listener)
+                    try:
+                        conn, address = listener.accept()
+                    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                        continue
+                    conn.setblocking(False)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    tg.start_soon(self._connection, conn, "%s:%s" % address[:2])
+        finally:
+            listener.close()
+
+    async def _connection(self, conn: socket.socket, peer: str) -> None:
         core = ConnectionCore(self.supported, self.broker.config.max_request_bytes)
         send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
         try:
-            async with stream, anyio.create_task_group() as tg:
-                tg.start_soon(self._writer, stream, receive, tg)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._writer, conn, receive, tg)
                 try:
                     async with send:
-                        await self._reader(stream, core, send, tg, peer)
+                        await self._reader(conn, core, send, tg, peer)
                 except ProtocolError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     tg.cancel_scope.cancel()
@@ -74,13 +119,19 @@ class Server:
                     tg.cancel_scope.cancel()
         except Exception:
             # a handler bug must cost this connection only, never the server: anything escaping
-            # here would end the listener's task group, and with it the broker
+            # here would end the accept loop's task group, and with it the broker
             log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            conn.close()
 
-    async def _reader(self, stream: SocketStream, core: ConnectionCore, send, tg: TaskGroup, peer: str) -> None:
+    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str) -> None:
         while True:
-            data = await stream.receive(READ_SIZE)
-            core.receive_data(data)
+            with core.receive_buffer() as view:
+                n = await recv_into(conn, view)
+            if n == 0:
+                raise anyio.EndOfStream
+            core.received(n)
+            await checkpoint()  # a peer that always has bytes ready must not starve the others
             while (request := core.next_request()) is not None:
                 result = await self._dispatch(request, peer)
                 if result is None:
@@ -109,7 +160,7 @@ class Server:
         finally:
             pending.done.set()
 
-    async def _writer(self, stream: SocketStream, receive: MemoryObjectReceiveStream, tg: TaskGroup) -> None:
+    async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup) -> None:
         try:
             async with receive:
                 async for item in receive:
@@ -118,7 +169,7 @@ class Server:
                         if item.failed:
                             return
                         item = item.data
-                    await stream.send(item)
+                    await send_all(conn, item)
         except _PEER_GONE:
             pass  # the peer closed (or reset) while responses were still going out to it
         finally:
@@ -129,7 +180,7 @@ class Server:
 async def run(broker: Broker, on_ready=None) -> None:
     server = Server(broker)
     async with anyio.create_task_group() as tg:
-        listener = await tg.start(server.serve)
+        port = await tg.start(server.serve)
         if on_ready:
-            on_ready(listener)
+            on_ready(port)
         await anyio.sleep(math.inf)

@@ -19,7 +19,7 @@ from construct import Container, stream_read, stream_write
 
 from wire.primitives import (
     ZERO_UUID, Array, Bool, Bytes, DecodeError, Float64, Int8, Int16, Int32, Int64, String, UInt16,
-    Uuid, encode_uvarint, read_uvarint,
+    Uuid, ViewStream, encode_uvarint, read_uvarint,
 )
 from wire.schema.messages import MESSAGES
 from wire.schema.model import MISSING, Field, Message, in_range
@@ -39,7 +39,7 @@ def _scalar(ftype: str, flexible: bool, nullable: bool) -> c.Construct:
         return _FIXED[ftype]
     if ftype == "string":
         return String(flexible, nullable)
-    return Bytes(flexible, nullable)  # bytes, records
+    return Bytes(flexible, nullable, view=ftype == "records")
 
 
 def _default(f: Field, version: int) -> Any:
@@ -87,7 +87,7 @@ class KStruct(c.Construct):
                 raw = stream_read(stream, size, path)
                 known = self.tagged.get(tag)
                 if known is not None:
-                    obj[known[0]] = known[1]._parse(io.BytesIO(raw), context, path)
+                    obj[known[0]] = known[1]._parse(ViewStream(raw), context, path)
         return obj
 
     def _build(self, obj, stream, context, path):
@@ -176,8 +176,12 @@ def codec(api_key: int, version: int, kind: str) -> KStruct:
 
 
 def decode(api_key: int, version: int, kind: str, data: bytes | memoryview, *, exact: bool = False) -> Container:
-    """Parse a body. With exact=True, trailing bytes are an error."""
-    stream = io.BytesIO(data)
+    """Parse a body. With exact=True, trailing bytes are an error.
+
+    No bytes are copied for records fields: they come back as memoryviews into `data`
+    (writable when `data` is a bytearray), so the caller keeps `data` alive while it uses them.
+    """
+    stream = ViewStream(data)
     try:
         obj = codec(api_key, version, kind)._parse(stream, None, "(body)")
     except DecodeError:

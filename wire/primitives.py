@@ -20,6 +20,34 @@ class DecodeError(c.ConstructError):
     """The bytes do not form a valid message of the expected schema."""
 
 
+class ViewStream:
+    """A read-only stream over a buffer whose reads are memoryview slices: no copies.
+
+    Decoding a produce request this way leaves each partition's records as a view into the
+    request frame, so a writable frame (bytearray) lets the broker patch batches in place.
+    """
+
+    __slots__ = ("_view", "_pos")
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self._view = data if isinstance(data, memoryview) else memoryview(data)
+        self._pos = 0
+
+    def read(self, n: int = -1) -> memoryview:
+        start = self._pos
+        end = len(self._view) if n < 0 else min(start + n, len(self._view))
+        self._pos = end
+        return self._view[start:end]
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, len(self._view))[whence]
+        self._pos = max(0, min(base + offset, len(self._view)))
+        return self._pos
+
+
 def _remaining(stream: Any, path: str) -> int:
     return stream_size(stream) - stream_tell(stream, path)
 
@@ -116,7 +144,7 @@ VarInt = _VarInt()
 
 class _Uuid(c.Construct):
     def _parse(self, stream, context, path):
-        return _uuid.UUID(bytes=stream_read(stream, 16, path))
+        return _uuid.UUID(bytes=bytes(stream_read(stream, 16, path)))
 
     def _build(self, obj, stream, context, path):
         raw = (obj or ZERO_UUID).bytes
@@ -168,7 +196,7 @@ class String(c.Construct):
         if n is None:
             return None
         try:
-            return stream_read(stream, n, path).decode("utf-8")
+            return str(stream_read(stream, n, path), "utf-8")
         except UnicodeDecodeError as e:
             raise DecodeError(f"invalid UTF-8 in string: {e}", path=path) from None
 
@@ -185,16 +213,24 @@ class String(c.Construct):
 
 
 class Bytes(c.Construct):
-    """bytes and records: kept as the exact bytes that came (a records blob stays opaque)."""
+    """bytes and records: kept as the exact bytes that came (a records blob stays opaque).
 
-    def __init__(self, compact: bool, nullable: bool) -> None:
+    With `view=True` (records) a parse returns whatever the stream read, a memoryview into the
+    frame when decoding from a ViewStream; plain bytes fields are copied out as bytes.
+    """
+
+    def __init__(self, compact: bool, nullable: bool, view: bool = False) -> None:
         super().__init__()
         self.length = _Length(compact, wide=True)
         self.nullable = nullable
+        self.view = view
 
     def _parse(self, stream, context, path):
         n = self.length.read(stream, path, self.nullable)
-        return None if n is None else stream_read(stream, n, path)
+        if n is None:
+            return None
+        data = stream_read(stream, n, path)
+        return data if self.view else bytes(data)
 
     def _build(self, obj, stream, context, path):
         if obj is None:
@@ -203,7 +239,7 @@ class Bytes(c.Construct):
             self.length.write(stream, path, None)
             return obj
         self.length.write(stream, path, len(obj))
-        stream_write(stream, obj, len(obj), path)
+        stream.write(obj)  # any bytes-like: bytes, bytearray, a memoryview into a frame or log read
         return obj
 
 
