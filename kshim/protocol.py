@@ -10,7 +10,6 @@ directly. It enforces the frame rules that decide whether a connection may go on
 """
 from __future__ import annotations
 
-import io
 import struct
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -19,7 +18,7 @@ from construct import Container
 
 from wire import codec
 from wire.headers import API_VERSIONS_KEY, RequestHeader, decode_request_header, encode_response_header
-from wire.primitives import DecodeError
+from wire.primitives import DecodeError, GatherStream
 
 _SIZE = struct.Struct(">i")
 
@@ -156,15 +155,13 @@ class ConnectionCore:
         return Request(header, body, size)
 
     @staticmethod
-    def response_bytes(request: Request, body: Mapping[str, Any]) -> memoryview:
-        """A whole response frame (size prefix, header, body), written once into one buffer:
-        fetch responses carry megabytes of records, so avoid concatenating copies."""
+    def response_bytes(request: Request, body: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
+        """A whole response frame (size prefix, header, body) as buffers to send in order.
+        Records (megabytes in a fetch response) stay their own chunks, never copied here."""
         h = request.header
         version = request.response_version
-        stream = io.BytesIO()
-        stream.write(b"\0\0\0\0")
-        stream.write(encode_response_header(h.api_key, version, h.correlation_id))
+        stream = GatherStream(b"\0\0\0\0" + encode_response_header(h.api_key, version, h.correlation_id))
         codec.encode_into(h.api_key, version, "response", body, stream)
-        view = stream.getbuffer()
-        _SIZE.pack_into(view, 0, len(view) - 4)
-        return view
+        chunks = stream.finish()
+        _SIZE.pack_into(chunks[0], 0, stream.size - 4)  # the first chunk holds the head: a bytearray
+        return chunks

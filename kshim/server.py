@@ -57,13 +57,27 @@ async def recv_into(sock: socket.socket, view: memoryview) -> int:
             await anyio.wait_readable(sock)
 
 
-async def send_all(sock: socket.socket, data: bytes | memoryview) -> None:
-    with memoryview(data) as view:
-        while view:
-            try:
-                view = view[sock.send(view):]
-            except BlockingIOError:
-                await anyio.wait_writable(sock)
+IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
+
+
+async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryview]) -> None:
+    """Send the buffers in order with scatter-gather writes, waiting only when the socket is full."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    i = 0
+    while i < len(views):
+        try:
+            sent = sock.sendmsg(views[i:i + IOV_MAX])
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+            continue
+        while sent and i < len(views):
+            n = len(views[i])
+            if sent >= n:
+                sent -= n
+                i += 1
+            else:
+                views[i] = views[i][sent:]
+                sent = 0
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
 
 

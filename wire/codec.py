@@ -199,5 +199,6 @@ def encode(api_key: int, version: int, kind: str, obj: Mapping[str, Any]) -> byt
     return stream.getvalue()
 
 
-def encode_into(api_key: int, version: int, kind: str, obj: Mapping[str, Any], stream: io.BytesIO) -> None:
+def encode_into(api_key: int, version: int, kind: str, obj: Mapping[str, Any], stream: Any) -> None:
+    """Encode into any writable stream (io.BytesIO, wire.primitives.GatherStream)."""
     codec(api_key, version, kind)._build(obj, stream, None, "(body)")

@@ -48,6 +48,42 @@ class ViewStream:
         return self._pos
 
 
+class GatherStream:
+    """A write-only stream that keeps large writes by reference instead of copying them.
+
+    Encoding a fetch response into it leaves each partition's records as its own chunk, so the
+    response goes to the socket with one scatter-gather send and no copy of the records.
+    """
+
+    BIG = 32 * 1024
+
+    def __init__(self, head: bytes = b"") -> None:
+        self.chunks: list[bytes | bytearray | memoryview] = []
+        self._small = bytearray(head)
+        self.size = len(head)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        n = len(data)
+        if n >= self.BIG:
+            if self._small:
+                self.chunks.append(self._small)
+                self._small = bytearray()
+            self.chunks.append(data)
+        else:
+            self._small += data
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+    def finish(self) -> list[bytes | bytearray | memoryview]:
+        if self._small:
+            self.chunks.append(self._small)
+            self._small = bytearray()
+        return self.chunks
+
+
 def _remaining(stream: Any, path: str) -> int:
     return stream_size(stream) - stream_tell(stream, path)
 
