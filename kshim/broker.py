@@ -1,36 +1,32 @@
-"""The broker's state: topics and their partitions on disk, the metadata store, and housekeeping.
+"""A broker's state: the metadata image it last applied, the partition replicas it hosts on disk,
+and the controller client through which every metadata change goes.
 
-Handlers call into this module; it never calls back into handlers or the server.
+Handlers call into this module; it never calls back into handlers or the server. Metadata
+changes (create a topic, alter configs...) are asked of the controller, which decides and
+publishes a new image; `apply_image` then opens, reconfigures or removes local replicas.
 """
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 
 from kshim import topic_config
-from kshim.metadata.store import MetadataStore, TopicRecord
+from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition, now_ms
-from wire.errors import ErrorCode
+from kshim.signal import Signal
+
+__all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
 
 log = logging.getLogger("kshim.broker")
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 HOUSEKEEPING_INTERVAL_S = 1.0
-
-
-class BrokerError(Exception):
-    """A request-level failure with the Kafka error code to answer."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass
@@ -39,169 +35,161 @@ class BrokerConfig:
     port: int = 9092
     data_dir: Path = Path("kshim-data")
     default_partitions: int = 1
+    default_replication_factor: int = 1
     auto_create_topics: bool = True
     max_request_bytes: int = 100 * 1024 * 1024
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
+    topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
 
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
 
-@dataclass(eq=False)
-class Topic:
-    name: str
-    topic_id: uuid.UUID
-    configs: dict[str, str]
-    partitions: list[Partition] = field(default_factory=list)
+class ControllerClient(Protocol):
+    """What a broker asks of the controller. Each mutating call returns once this broker has
+    applied an image that includes its effect, so a handler can answer with the new state."""
 
-    @property
-    def is_internal(self) -> bool:
-        return self.name.startswith("__")
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str | None], validate_only: bool) -> TopicInfo | None: ...
 
+    async def delete_topic(self, name: str) -> uuid.UUID: ...
 
-def check_topic_name(name: str | None) -> None:
-    if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                          f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-] and not '.' or '..'")
+    async def create_partitions(self, name: str, total: int, validate_only: bool) -> None: ...
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None: ...
+
+    async def allocate_producer_ids(self, count: int) -> int: ...
+
+    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: list[int]) -> PartitionInfo: ...
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, controller: ControllerClient) -> None:
         self.config = config
+        self.node_id = config.node_id
+        self.controller = controller
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = MetadataStore(config.data_dir / "metadata.sqlite")
-        self.cluster_id = self.store.cluster_value("cluster_id", _new_cluster_id())
-        # brokers that can hold replicas; CreateTopics rejects a larger replication factor
-        self.cluster_size = 1
-        self.topics: dict[str, Topic] = {}
-        self.topics_by_id: dict[uuid.UUID, Topic] = {}
-        for record in self.store.load_topics():
-            self._open_topic(record.name, record.topic_id, record.partitions, record.configs)
+        self.image = MetadataImage(0, "", -1)
+        self.topics: dict[str, TopicInfo] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._replicas: dict[tuple[str, int], Partition] = {}
+        self._image_applied = Signal()
+        self.close_hooks: list = []  # run after the replicas close (a standalone broker's controller)
 
-    # -- topics
-    def _partition_dir(self, topic: str, index: int) -> Path:
-        return self.config.data_dir / f"{topic}-{index}"
+    # ------------------------------------------------------------------ metadata images
+    @property
+    def cluster_id(self) -> str:
+        return self.image.cluster_id
 
-    def _new_partition(self, topic: Topic, index: int) -> Partition:
-        values = topic_config.effective(topic.configs)
-        return Partition(
-            topic.name, index, self._partition_dir(topic.name, index),
-            topic_config.log_config(topic.configs),
-            max_message_bytes=int(values["max.message.bytes"]),
-            log_append_time=values["message.timestamp.type"] == "LogAppendTime",
-        )
+    @property
+    def cluster_size(self) -> int:
+        return len(self.image.alive_brokers())
 
-    def _open_topic(self, name: str, topic_id: uuid.UUID, partitions: int, configs: dict[str, str]) -> Topic:
-        topic = Topic(name, topic_id, dict(configs))
-        topic.partitions = [self._new_partition(topic, i) for i in range(partitions)]
-        self.topics[name] = topic
-        self.topics_by_id[topic_id] = topic
-        return topic
+    def apply_image(self, image: MetadataImage) -> None:
+        """Bring local replicas in line with the controller's decisions."""
+        if image.version <= self.image.version:
+            return
+        self.image = image
+        self.topics = dict(image.topics)
+        self.topics_by_id = {t.topic_id: t for t in image.topics.values()}
+        wanted = set()
+        for topic in image.topics.values():
+            for info in topic.partitions:
+                if self.node_id not in info.replicas:
+                    continue
+                key = (topic.name, info.index)
+                wanted.add(key)
+                replica = self._replicas.get(key)
+                if replica is not None and replica.topic_id != topic.topic_id:
+                    self._remove(key)  # a topic deleted and created again under the same name
+                    replica = None
+                if replica is None:
+                    replica = self._open_replica(topic, info)
+                    self._replicas[key] = replica
+                self._configure(replica, topic)
+                replica.apply_partition_state(info, image)
+        for key in [k for k in self._replicas if k not in wanted]:
+            self._remove(key)
+        self._image_applied.fire()
 
-    def create_topic(self, name: str, partitions: int | None = None, configs: dict[str, str | None] | None = None,
-                     *, validate_only: bool = False) -> Topic | None:
-        check_topic_name(name)
-        if name in self.topics:
-            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        count = self.config.default_partitions if partitions is None or partitions == -1 else partitions
-        if count < 1:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {count}")
-        try:
-            clean = topic_config.validate(configs or {})
-        except topic_config.InvalidConfig as e:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        if validate_only:
-            return None
-        record = TopicRecord(name, uuid.uuid4(), count, now_ms(), clean)
-        self.store.create_topic(record)
-        log.info("created topic %s with %d partition(s)", name, count)
-        return self._open_topic(name, record.topic_id, count, clean)
+    async def wait_for_image(self, version: int, timeout_s: float = 30.0) -> None:
+        with anyio.fail_after(timeout_s):
+            while self.image.version < version:
+                await self._image_applied.wait()
 
-    def auto_create(self, name: str) -> Topic | None:
-        """The topic, created with defaults if auto-creation is on; None otherwise."""
+    def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
+        values = topic_config.effective(topic.configs, self.config.topic_defaults)
+        return Partition(topic.name, info.index, self.config.data_dir / f"{topic.name}-{info.index}",
+                         topic_config.log_config(values), node_id=self.node_id, topic_id=topic.topic_id)
+
+    def _configure(self, replica: Partition, topic: TopicInfo) -> None:
+        values = topic_config.effective(topic.configs, self.config.topic_defaults)
+        if values != replica.config_values:
+            replica.configure(values, topic_config.log_config(values))
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        replica = self._replicas.pop(key)
+        replica.wake_all()
+        replica.log.close()
+        shutil.rmtree(replica.directory, ignore_errors=True)
+        log.info("removed replica %s-%d", *key)
+
+    # ------------------------------------------------------------------ lookups
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """The replica of topic-index hosted here, leader or follower; None if not hosted."""
+        return self._replicas.get((topic, index))
+
+    def replicas(self) -> list[Partition]:
+        return list(self._replicas.values())
+
+    # ------------------------------------------------------------------ metadata changes
+    async def create_topic(self, name: str, partitions: int | None = None, configs: dict[str, str | None] | None = None,
+                           *, replication_factor: int = -1, validate_only: bool = False) -> TopicInfo | None:
+        return await self.controller.create_topic(name, -1 if partitions is None else partitions,
+                                                  replication_factor, configs or {}, validate_only)
+
+    async def auto_create(self, name: str) -> TopicInfo | None:
+        """The topic, created with the broker defaults if auto-creation is on; None otherwise."""
         topic = self.topics.get(name)
         if topic is None and self.config.auto_create_topics:
-            topic = self.create_topic(name)
+            check_topic_name(name)
+            try:
+                topic = await self.create_topic(name, self.config.default_partitions)
+            except BrokerError as e:
+                if e.code != e.code.TOPIC_ALREADY_EXISTS:  # another client created it meanwhile
+                    raise
+                topic = self.topics.get(name)
         return topic
 
-    def delete_topic(self, name: str) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        del self.topics[name]
-        del self.topics_by_id[topic.topic_id]
-        for partition in topic.partitions:
-            partition.wake_all()
-            partition.log.close()
-            shutil.rmtree(partition.directory, ignore_errors=True)
-        self.store.delete_topic(name)
-        log.info("deleted topic %s", name)
+    async def delete_topic(self, name: str) -> uuid.UUID:
+        return await self.controller.delete_topic(name)
 
-    def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        topic = self.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        if total <= len(topic.partitions):
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
-                              f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")
-        if validate_only:
-            return
-        self.store.set_partition_count(name, total)
-        topic.partitions += [self._new_partition(topic, i) for i in range(len(topic.partitions), total)]
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        await self.controller.create_partitions(name, total, validate_only)
 
-    def set_topic_configs(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
-        """Replace a topic's overrides (the caller computed the full set)."""
-        topic = self.topics.get(name)
-        if topic is None:
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        try:
-            clean = topic_config.validate(dict(configs))
-        except topic_config.InvalidConfig as e:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
-        if validate_only:
-            return
-        self.store.replace_configs(name, clean)
-        topic.configs = clean
-        values = topic_config.effective(clean)
-        for partition in topic.partitions:
-            partition.log_config = topic_config.log_config(clean)
-            partition.log.update_config(partition.log_config)
-            partition.max_message_bytes = int(values["max.message.bytes"])
-            partition.log_append_time = values["message.timestamp.type"] == "LogAppendTime"
+    async def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
+        await self.controller.set_topic_configs(name, configs, validate_only)
 
-    def partition(self, topic: str, index: int) -> Partition | None:
-        t = self.topics.get(topic)
-        if t is None or not 0 <= index < len(t.partitions):
-            return None
-        return t.partitions[index]
+    async def allocate_producer_id(self) -> int:
+        return await self.controller.allocate_producer_ids(1)
 
-    def allocate_producer_id(self) -> int:
-        return self.store.allocate_producer_ids(1)
-
-    # -- housekeeping: retention and time-based flushes
+    # ------------------------------------------------------------------ housekeeping
     async def housekeeping(self) -> None:
+        """Retention, time-based flushes and high-watermark checkpoints, once a second."""
         while True:
             await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
             now = now_ms()
-            for topic in list(self.topics.values()):
-                for partition in topic.partitions:
-                    try:
-                        if partition.log.apply_retention(now):
-                            partition.producers.forget_before(partition.log_start_offset)
-                        partition.log.maybe_flush(now)
-                    except OSError:
-                        log.exception("housekeeping failed for %s-%d", topic.name, partition.index)
+            for replica in list(self._replicas.values()):
+                try:
+                    replica.housekeeping(now)
+                except OSError:
+                    log.exception("housekeeping failed for %s-%d", replica.topic, replica.index)
 
     def close(self) -> None:
-        for topic in self.topics.values():
-            for partition in topic.partitions:
-                partition.close()
-        self.store.close()
-
-
-def _new_cluster_id() -> str:
-    # Kafka cluster ids are 22-character URL-safe base64 of a UUID
-    import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        for replica in self._replicas.values():
+            replica.close()
+        for hook in self.close_hooks:
+            hook()

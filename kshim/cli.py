@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 
 from kshim import tuning
-from kshim.broker import Broker, BrokerConfig
+from kshim.broker import BrokerConfig
+from kshim.standalone import announce_port, open_standalone
 
 log = logging.getLogger("kshim")
 
@@ -44,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
 async def _serve(config: BrokerConfig) -> None:
     from kshim.server import Server
 
-    broker = Broker(config)
+    broker = open_standalone(config)
     try:
         async with anyio.create_task_group() as tg:
             port = await tg.start(Server(broker).serve)
-            config.port = port  # --port 0: advertise the port actually bound
+            announce_port(broker, port)  # --port 0: advertise the port actually bound
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:

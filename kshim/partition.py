@@ -1,26 +1,38 @@
-"""One partition on this broker: validates and appends produced batches, serves reads, wakes waiters.
+"""One partition replica on this broker: the leader's append and read path, the follower's
+append path, and the high watermark that separates COMMITTED from UNCOMMITTED records.
 
-The leader orders batches as they arrive and never reorders them. Within one produce request's
-records for this partition, batches are appended one after another; an error stops the remaining
-batches without rolling back those already appended.
-
-With no followers (single broker) every appended record is COMMITTED at once: the high watermark
-equals the log end offset.
+- The leader orders batches as they arrive and never reorders them. Within one produce
+  request's records for this partition, batches are appended one after another; an error stops
+  the remaining batches without rolling back those already appended.
+- A record is COMMITTED once it is below the high watermark. With the `isr` commit quorum (the
+  default, Kafka's) the high watermark is the lowest log end offset among the in-sync replicas;
+  with `majority` it is the offset a majority of the assigned replicas have reached. With no
+  followers it equals the log end offset: appended means COMMITTED.
+- read_committed reads up to the high watermark; read_uncommitted up to the log end offset, or
+  up to the high watermark when the topic sets kshim.uncommitted.read.limit=high-watermark.
+- Followers learn the high watermark from the leader's fetch responses.
 """
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 
+from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.producer_state import ProducerStateManager
+from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
 
+log = logging.getLogger("kshim.partition")
+
 SNAPSHOT_NAME = "producer-state.snapshot"
+HW_CHECKPOINT = "high-watermark"
 
 
 def now_ms() -> int:
@@ -37,25 +49,51 @@ class AppendResult:
     appended_batches: int = 0
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower, from its fetch requests."""
+    log_end_offset: int = -1  # unknown until it fetches
+    last_fetch_ms: int = 0
+    last_caught_up_ms: int = 0  # last time it had everything the leader had (Kafka's lastCaughtUpTimeMs)
+    leader_end_at_last_fetch: int = 0
+
+
 @dataclass(eq=False)
 class Partition:
     topic: str
     index: int
     directory: Path
     log_config: LogConfig
+    node_id: int = 0
+    topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
     max_message_bytes: int = 1048588
     log_append_time: bool = False
+    config_values: dict[str, str] = field(default_factory=dict)
+    # partition state, as the controller decided it
+    leader_id: int = NO_LEADER
     leader_epoch: int = 0
+    partition_epoch: int = 0
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    majority_quorum: bool = False
+    uncommitted_reads_to_hw: bool = False
+    min_insync_replicas: int = 1
     log: Log = field(init=False)
     producers: ProducerStateManager = field(init=False)
+    _high_watermark: int = field(init=False, default=0)
     _waiters: set[anyio.Event] = field(init=False, default_factory=set)
+    _hw_changed: Signal = field(init=False, default_factory=Signal)
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
         self.producers = self._load_producer_state()
+        self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
+        self._hw_checkpointed = -1
 
-    # -- producer state survives restarts: a snapshot at clean close, then replay of later batches
+    # ------------------------------------------------------------------ state from disk
     def _load_producer_state(self) -> ProducerStateManager:
+        """The snapshot of a clean close, then replay of later batches; after a crash, the log."""
         path = self.directory / SNAPSHOT_NAME
         state = ProducerStateManager(snapshot_offset=self.log.log_start_offset)
         if path.exists():
@@ -72,6 +110,58 @@ class Partition:
                 state.update(header, header.base_offset, header.last_offset)
         return state
 
+    def _load_hw_checkpoint(self) -> int:
+        try:
+            return int((self.directory / HW_CHECKPOINT).read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _write_hw_checkpoint(self) -> None:
+        if self._high_watermark == self._hw_checkpointed:
+            return
+        self._hw_checkpointed = self._high_watermark
+        path = self.directory / HW_CHECKPOINT
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{self._high_watermark}\n")
+        tmp.replace(path)
+
+    # ------------------------------------------------------------------ configuration and role
+    def configure(self, values: dict[str, str], log_config: LogConfig) -> None:
+        """Apply the topic's effective configs (overrides over defaults)."""
+        self.config_values = dict(values)
+        self.log_config = log_config
+        self.log.update_config(log_config)
+        self.max_message_bytes = int(values["max.message.bytes"])
+        self.log_append_time = values["message.timestamp.type"] == "LogAppendTime"
+        self.majority_quorum = values["kshim.commit.quorum"] == "majority"
+        self.uncommitted_reads_to_hw = values["kshim.uncommitted.read.limit"] == "high-watermark"
+        self.min_insync_replicas = int(values["min.insync.replicas"])
+        self._advance_hw()
+
+    def apply_partition_state(self, info: PartitionInfo, image: MetadataImage) -> None:
+        became_leader = info.leader == self.node_id and (self.leader_id != self.node_id
+                                                         or info.leader_epoch != self.leader_epoch)
+        self.leader_id = info.leader
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.replicas = info.replicas
+        self.isr = info.isr
+        if became_leader:
+            # a new term: what followers had is unknown until they fetch again (Kafka does the same)
+            now = now_ms()
+            self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
+            log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
+                     self.log_end_offset, list(self.isr))
+        if self.is_leader:
+            self._advance_hw()
+        self._hw_changed.fire()  # acks=all waiters must re-check leadership
+        self.wake_all()  # so must fetches waiting here
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.node_id
+
+    # ------------------------------------------------------------------ offsets
     @property
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
@@ -82,16 +172,83 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset  # no followers yet: appended == COMMITTED
+        return self._high_watermark
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        return self._high_watermark  # no transactions yet
 
     def read_bound(self, isolation_level: int) -> int:
         """Highest offset (exclusive) a consumer of this isolation level may read."""
-        return self.last_stable_offset if isolation_level == 1 else self.log_end_offset
+        if isolation_level == 1 or self.uncommitted_reads_to_hw:
+            return self.last_stable_offset
+        return self.log_end_offset
 
+    def _advance_hw(self) -> None:
+        """Recompute the leader's high watermark; it never moves backwards."""
+        if not self.is_leader:
+            return
+        leo = self.log.log_end_offset
+        if self.majority_quorum:
+            ends = sorted([leo] + [max(self.followers[r].log_end_offset, 0) if r in self.followers else 0
+                                   for r in self.replicas if r != self.node_id], reverse=True)
+            candidate = ends[len(self.replicas) // 2] if len(ends) >= len(self.replicas) // 2 + 1 else leo
+        else:
+            candidate = leo
+            for r in self.isr:
+                if r != self.node_id:
+                    follower = self.followers.get(r)
+                    candidate = min(candidate, follower.log_end_offset if follower else 0)
+        candidate = min(max(candidate, 0), leo)
+        if candidate > self._high_watermark:
+            self._high_watermark = candidate
+            self._hw_changed.fire()
+            self.wake_all()
+
+    async def wait_committed(self, offset: int, timeout_s: float) -> bool:
+        """Wait until `offset` is below the high watermark (COMMITTED); False at the timeout or
+        when this replica stops leading."""
+        with anyio.move_on_after(timeout_s):
+            while self._high_watermark <= offset:
+                if not self.is_leader:
+                    return False
+                await self._hw_changed.wait()
+            return True
+        return False
+
+
+    # ------------------------------------------------------------------ leader: followers
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now: int) -> None:
+        """A follower fetched from `fetch_offset`: it has everything below it."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            state = self.followers[replica_id] = FollowerState()
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            state.last_caught_up_ms = now
+        elif fetch_offset >= state.leader_end_at_last_fetch:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_ms = now
+        state.leader_end_at_last_fetch = leo
+        self._advance_hw()
+
+    def lagging_isr_members(self, now: int, max_lag_ms: int) -> list[int]:
+        return [r for r in self.isr if r != self.node_id and
+                now - self.followers.get(r, FollowerState()).last_caught_up_ms > max_lag_ms]
+
+    def caught_up_outsiders(self) -> list[int]:
+        """Replicas outside the ISR that have caught up to the high watermark (can rejoin)."""
+        out = []
+        for r in self.replicas:
+            if r == self.node_id or r in self.isr:
+                continue
+            state = self.followers.get(r)
+            if state and state.last_fetch_ms and state.log_end_offset >= self._high_watermark:
+                out.append(r)
+        return out
+
+    # ------------------------------------------------------------------ leader: appends
     def append(self, data: bytes | memoryview | None) -> AppendResult:
         """Validate and append a produce request's records for this partition. A writable view
         (into the request frame) is patched in place; anything else is copied first."""
@@ -106,12 +263,12 @@ class Partition:
             error, message, header = self._validate(buf, pos, end)
             if error:
                 result.error, result.message = error, message
-                return result
+                break
             if header.producer_id >= 0:
                 check = self.producers.check(header)
                 if check.is_error:
                     result.error, result.message = ErrorCode(check.error_code), check.message
-                    return result
+                    break
                 if check.is_duplicate:
                     if result.base_offset < 0:
                         result.base_offset = check.base_offset
@@ -131,10 +288,11 @@ class Partition:
             pos += header.size
         result.log_append_time = append_time
         if result.appended_batches:
+            self._advance_hw()
             self.wake_all()
         return result
 
-    def _validate(self, buf: bytearray, pos: int, end: int) -> tuple[ErrorCode, str | None, records.BatchHeader]:
+    def _validate(self, buf, pos: int, end: int) -> tuple[ErrorCode, str | None, records.BatchHeader | None]:
         try:
             header = records.read_header(buf, pos)
         except records.CorruptRecordError as e:
@@ -156,11 +314,41 @@ class Partition:
             return ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker yet", header
         return ErrorCode.NONE, None, header
 
+    # ------------------------------------------------------------------ follower: appends
+    def append_as_follower(self, data: bytes | memoryview, leader_high_watermark: int) -> None:
+        """Batches fetched from the leader, offsets as the leader assigned them."""
+        if data:
+            start = self.log.log_end_offset
+            self.log.append_with_offsets(data)
+            for header in self.log.batch_headers(start):
+                if header.producer_id >= 0:
+                    self.producers.update(header, header.base_offset, header.last_offset)
+        self.update_follower_hw(leader_high_watermark)
+
+    def update_follower_hw(self, leader_high_watermark: int) -> None:
+        hw = min(leader_high_watermark, self.log.log_end_offset)
+        if hw != self._high_watermark and not self.is_leader:
+            self._high_watermark = max(hw, 0)
+            self.wake_all()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop a divergent suffix (a follower after a leader change, KIP-101)."""
+        if offset >= self.log.log_end_offset:
+            return
+        log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
+        self.log.truncate_to(offset)
+        self.producers.truncate_after(self.log.log_end_offset)
+        self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+
+    # ------------------------------------------------------------------ reads
     def read(self, offset: int, max_bytes: int, isolation_level: int) -> bytes:
         """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange."""
         return self.log.read(offset, max_bytes, self.read_bound(isolation_level))
 
-    # -- waiting for data: fetches register an event; every append sets them all
+    def read_for_follower(self, offset: int, max_bytes: int) -> bytes:
+        return self.log.read(offset, max_bytes, self.log.log_end_offset)
+
+    # ------------------------------------------------------------------ waiting for data
     def add_waiter(self, event: anyio.Event) -> None:
         self._waiters.add(event)
 
@@ -171,13 +359,21 @@ class Partition:
         for event in self._waiters:
             event.set()
 
-    def close(self) -> None:
-        self.log.close()
-        (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
+    # ------------------------------------------------------------------ maintenance
+    def housekeeping(self, now: int) -> None:
+        if self.log.apply_retention(now, max_offset=self._high_watermark if self.is_leader else None):
+            self.producers.forget_before(self.log_start_offset)
+        self.log.maybe_flush(now)
+        self._write_hw_checkpoint()
 
     def delete_records_before(self, offset: int) -> None:
         self.log.advance_start_offset(offset)
         self.producers.forget_before(offset)
 
+    def close(self) -> None:
+        self._write_hw_checkpoint()
+        self.log.close()
+        (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
 
-__all__ = ["Partition", "AppendResult", "OffsetOutOfRange", "now_ms"]
+
+__all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange", "now_ms"]

@@ -73,6 +73,15 @@ DEFINITIONS: dict[str, ConfigDef] = {d.name: d for d in [
               "Only 'delete' is supported: kshim does not compact logs."),
     ConfigDef("message.timestamp.type", "string", "CreateTime", _one_of("CreateTime", "LogAppendTime"),
               "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append."),
+    ConfigDef("unclean.leader.election.enable", "boolean", "false", _boolean,
+              "Elect an out-of-sync replica when no in-sync one is alive: available again, but COMMITTED "
+              "records that replica lacks are lost."),
+    ConfigDef("kshim.commit.quorum", "string", "isr", _one_of("isr", "majority"),
+              "isr: a record is COMMITTED once every in-sync replica has it (Kafka). majority: once a "
+              "majority of the assigned replicas have it."),
+    ConfigDef("kshim.uncommitted.read.limit", "string", "log-end", _one_of("log-end", "high-watermark"),
+              "How far read_uncommitted consumers read: the leader's log end (UNCOMMITTED records "
+              "included) or the high watermark, as Kafka itself does."),
 ]}
 
 
@@ -93,9 +102,10 @@ def validate(configs: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
-def effective(configs: dict[str, str]) -> dict[str, str]:
-    """Every known config with the topic's override or the default."""
-    return {name: configs.get(name, d.default) for name, d in DEFINITIONS.items()}
+def effective(configs: dict[str, str], defaults: dict[str, str] | None = None) -> dict[str, str]:
+    """Every known config: the topic's override, else the broker's default, else Kafka's."""
+    defaults = defaults or {}
+    return {name: configs.get(name, defaults.get(name, d.default)) for name, d in DEFINITIONS.items()}
 
 
 def log_config(configs: dict[str, str]) -> LogConfig:

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from kshim.broker import Broker, BrokerConfig
+from kshim.standalone import open_standalone
 from kshim.handlers import RequestContext
 from wire import codec
 from wire.errors import ErrorCode
@@ -38,7 +39,7 @@ def anyio_backend():
 
 @pytest.fixture
 def broker(tmp_path):
-    b = Broker(BrokerConfig(data_dir=tmp_path))
+    b = open_standalone(BrokerConfig(data_dir=tmp_path))
     yield b
     if not getattr(b, "_closed_by_test", False):
         b.close()
@@ -48,7 +49,7 @@ def reopen(broker: Broker) -> Broker:
     """Close the broker and open a new one on the same data dir (the caller closes it)."""
     broker.close()
     broker._closed_by_test = True
-    return Broker(BrokerConfig(data_dir=broker.config.data_dir))
+    return open_standalone(BrokerConfig(data_dir=broker.config.data_dir))
 
 
 async def call(broker: Broker, module, version: int, body: dict):
@@ -157,7 +158,9 @@ async def test_create_topics_validate_only(broker):
 
 @pytest.mark.anyio
 async def test_create_topics_replication_limit_follows_cluster_size(broker):
-    broker.cluster_size = 3
+    for node_id in (1, 2):  # two more live brokers, as a cluster's controller would see them
+        broker.controller.controller.register_broker(node_id, "127.0.0.1", 9100 + node_id)
+    assert broker.cluster_size == 3
     out = await create(broker, new_topic("r3", 1, 3), new_topic("r4", 1, 4))
     assert out["r3"].error_code == 0 and out["r3"].replication_factor == 3
     assert out["r4"].error_code == ErrorCode.INVALID_REPLICATION_FACTOR and "(3)" in out["r4"].error_message
@@ -364,14 +367,14 @@ async def test_alter_configs_replaces_overrides(broker, version):
                       version=version)
     assert (r.error_code, r.error_message, r.resource_type, r.resource_name) == (0, None, TOPIC, "t")
     assert broker.topics["t"].configs == {"retention.bytes": "2048", "max.message.bytes": "5000"}
-    assert all(p.max_message_bytes == 5000 for p in broker.topics["t"].partitions)
+    assert all(broker.partition("t", p.index).max_message_bytes == 5000 for p in broker.topics["t"].partitions)
     [result] = await describe(broker, resource(TOPIC, "t", ["retention.ms", "retention.bytes"]))
     sources = {c.name: c.config_source for c in result.configs}
     assert sources == {"retention.ms": 5, "retention.bytes": 1}
     again = reopen(broker)
     try:
         assert again.topics["t"].configs == {"retention.bytes": "2048", "max.message.bytes": "5000"}
-        assert again.topics["t"].partitions[1].max_message_bytes == 5000
+        assert again.partition("t", 1).max_message_bytes == 5000
     finally:
         again.close()
 

@@ -1,15 +1,22 @@
-"""Fetch: whole record batches from partition logs, long-polling for data.
+"""Fetch: whole record batches from partition leaders, long-polling for data. Consumers and
+follower replicas (replica id >= 0) both use it.
 
 - Fetch sessions (KIP-227) are declined: every response carries session_id 0, so clients keep
   sending full fetch requests.
-- Reads are bounded per isolation level: read_committed up to the last stable offset (the high
-  watermark until transactions exist), read_uncommitted up to the log end offset.
+- Consumers read from the leader only (others get NOT_LEADER_OR_FOLLOWER), bounded per isolation
+  level: read_committed up to the high watermark (the last stable offset once transactions
+  exist), read_uncommitted up to the log end offset, or the high watermark where the topic sets
+  kshim.uncommitted.read.limit=high-watermark. The response watermarks are the leader's.
+- A follower's fetch offset tells the leader what the follower has: the leader records it
+  (advancing the high watermark, which may complete acks=all produces) and answers with batches up
+  to its log end and its high watermark. A follower or leader cut off with `kshim ctl isolate`
+  gets nothing: the request waits out max_wait_ms and records no progress, as if lost.
 - Returns whole batches; a fetch at an offset inside a batch returns that batch (clients skip the
   records before their offset). The first batch found is returned even if it exceeds max_bytes or
-  partition_max_bytes (KIP-74), so a large batch can never stall a consumer; after that, a
-  partition stops at its partition_max_bytes and the response at max_bytes.
+  partition_max_bytes (KIP-74); after that, a partition stops at its partition_max_bytes and the
+  response at max_bytes.
 - If fewer than min_bytes are ready, the request waits on an append event (no polling) until data
-  arrives or max_wait_ms passes, then reads again. It never waits past max_wait_ms.
+  arrives or max_wait_ms passes.
 - OFFSET_OUT_OF_RANGE below the log start or above the log end; UNKNOWN_TOPIC_OR_PARTITION (by
   name, v4-12) or UNKNOWN_TOPIC_ID (v13+); current_leader_epoch newer than ours is
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH.
@@ -18,25 +25,32 @@ from __future__ import annotations
 
 import anyio
 
-from kshim.partition import OffsetOutOfRange
+from kshim.partition import OffsetOutOfRange, now_ms
 from wire.errors import ErrorCode
 
 API_KEY = 1
 VERSIONS = (4, 17)
 
 
+def _replica_id(ctx, req) -> int:
+    if ctx.version >= 15:
+        state = req.get("replica_state")
+        return state.replica_id if state else -1
+    return req.replica_id
+
+
 def _resolve(ctx, topic_req):
     broker = ctx.broker
     if ctx.version >= 13:
-        topic = broker.topics_by_id.get(topic_req.topic_id)
-        return topic, ErrorCode.UNKNOWN_TOPIC_ID
+        return broker.topics_by_id.get(topic_req.topic_id), ErrorCode.UNKNOWN_TOPIC_ID
     return broker.topics.get(topic_req.topic), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _read_all(ctx, req, plan) -> tuple[list[dict], int]:
+def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[list[dict], int]:
     """One pass over every requested partition; returns (topic responses, bytes of records)."""
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     total = 0
+    now = now_ms()
     responses = []
     for topic_req, topic, missing_code in plan:
         parts = []
@@ -44,55 +58,67 @@ def _read_all(ctx, req, plan) -> tuple[list[dict], int]:
             entry = {"partition_index": p.partition, "error_code": ErrorCode.NONE, "high_watermark": -1,
                      "last_stable_offset": -1, "log_start_offset": -1, "records": b"",
                      "aborted_transactions": [] if req.isolation_level == 1 else None}
-            partition = topic.partitions[p.partition] if topic and 0 <= p.partition < len(topic.partitions) else None
-            if partition is None:
+            parts.append(entry)
+            if topic is None or not 0 <= p.partition < len(topic.partitions):
                 entry["error_code"] = missing_code if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                parts.append(entry)
                 continue
-            entry["high_watermark"] = partition.high_watermark
-            entry["last_stable_offset"] = partition.last_stable_offset
-            entry["log_start_offset"] = partition.log_start_offset
+            partition = ctx.broker.partition(topic.name, p.partition)
+            if partition is None or not partition.is_leader:
+                entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                continue
             epoch = p.get("current_leader_epoch", -1)
             if epoch >= 0 and epoch != partition.leader_epoch:
                 entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if epoch > partition.leader_epoch
                                        else ErrorCode.FENCED_LEADER_EPOCH)
-                parts.append(entry)
                 continue
+            if replica_id >= 0 and record_progress and p.fetch_offset <= partition.log_end_offset:
+                partition.record_follower_fetch(replica_id, p.fetch_offset, now)
+            entry["high_watermark"] = partition.high_watermark
+            entry["last_stable_offset"] = partition.last_stable_offset
+            entry["log_start_offset"] = partition.log_start_offset
             limit = min(p.partition_max_bytes, budget - total)
             if limit <= 0 and total > 0:
-                parts.append(entry)  # response is full: this partition gets no data this time
-                continue
+                continue  # the response is full: this partition gets no data this time
             try:
-                data = partition.read(p.fetch_offset, max(limit, 1), req.isolation_level)
+                if replica_id >= 0:
+                    data = partition.read_for_follower(p.fetch_offset, max(limit, 1)) if record_progress else b""
+                else:
+                    data = partition.read(p.fetch_offset, max(limit, 1), req.isolation_level)
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
-                parts.append(entry)
                 continue
             entry["records"] = data
             total += len(data)
-            parts.append(entry)
         responses.append({"topic": topic_req.get("topic"), "topic_id": topic_req.get("topic_id"), "partitions": parts})
     return responses, total
 
 
+def _cut_off(ctx, replica_id: int) -> bool:
+    """Replication traffic to or from an isolated broker is dropped (`kshim ctl isolate`)."""
+    brokers = ctx.broker.image.brokers
+    me = brokers.get(ctx.broker.node_id)
+    them = brokers.get(replica_id)
+    return bool((me and me.isolated) or (them and them.isolated))
+
+
 async def handle(ctx, req):
-    plan = []
-    for topic_req in req.topics:
-        topic, missing_code = _resolve(ctx, topic_req)
-        plan.append((topic_req, topic, missing_code))
-    responses, total = _read_all(ctx, req, plan)
+    plan = [(topic_req, *_resolve(ctx, topic_req)) for topic_req in req.topics]
+    replica_id = _replica_id(ctx, req)
+    record_progress = replica_id < 0 or not _cut_off(ctx, replica_id)
+    responses, total = _read_all(ctx, req, plan, replica_id, record_progress)
     if total >= req.min_bytes or req.max_wait_ms <= 0 or _has_errors(responses):
         return _response(responses)
-    return _wait_and_read(ctx, req, plan)
+    return _wait_and_read(ctx, req, plan, replica_id, record_progress)
 
 
 def _has_errors(responses) -> bool:
     return any(p["error_code"] for t in responses for p in t["partitions"])
 
 
-async def _wait_and_read(ctx, req, plan):
-    partitions = [topic.partitions[p.partition] for topic_req, topic, _code in plan if topic
-                  for p in topic_req.partitions if 0 <= p.partition < len(topic.partitions)]
+async def _wait_and_read(ctx, req, plan, replica_id: int, record_progress: bool):
+    partitions = [ctx.broker.partition(topic.name, p.partition) for topic_req, topic, _code in plan if topic
+                  for p in topic_req.partitions]
+    partitions = [p for p in partitions if p is not None]
     with anyio.move_on_after(req.max_wait_ms / 1000):
         while True:
             event = anyio.Event()
@@ -103,10 +129,12 @@ async def _wait_and_read(ctx, req, plan):
             finally:
                 for partition in partitions:
                     partition.remove_waiter(event)
-            responses, total = _read_all(ctx, req, plan)
+            if not record_progress:
+                continue  # cut off: sit out the wait, as a lost request would
+            responses, total = _read_all(ctx, req, plan, replica_id, record_progress)
             if total >= req.min_bytes or _has_errors(responses):
                 return _response(responses)
-    responses, _ = _read_all(ctx, req, plan)
+    responses, _ = _read_all(ctx, req, plan, replica_id, record_progress and not _cut_off(ctx, replica_id))
     return _response(responses)
 
 

@@ -2,8 +2,10 @@
 
 - -2 (earliest) and -4 (earliest local, KIP-405) answer the log start offset; -5 (earliest
   pending upload) answers -1 as there is no tiered storage.
-- -1 (latest) answers the bound of the request's isolation level: the last stable offset for
-  read_committed, the log end offset for read_uncommitted (same bounds as Fetch).
+- -1 (latest) answers the bound of the request's isolation level, the same as Fetch: the high
+  watermark (last stable offset) for read_committed, the log end offset for read_uncommitted
+  (or the high watermark where kshim.uncommitted.read.limit=high-watermark).
+- Only the leader answers; other brokers say NOT_LEADER_OR_FOLLOWER.
 - -3 (max timestamp, v7+, KIP-734) answers the offset and timestamp of the record with the
   largest timestamp.
 - A timestamp >= 0 answers the first offset whose record timestamp is >= it (found through the
@@ -46,8 +48,11 @@ async def handle(ctx, req):
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
             partition = ctx.broker.partition(t.name, p.partition_index)
             epoch = p.get("current_leader_epoch", -1)
-            if partition is None:
+            topic = ctx.broker.topics.get(t.name)
+            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif partition is None or not partition.is_leader:
+                entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             elif epoch >= 0 and epoch != partition.leader_epoch:
                 entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if epoch > partition.leader_epoch
                                        else ErrorCode.FENCED_LEADER_EPOCH)

@@ -1,5 +1,9 @@
 """Metadata: brokers, cluster id, controller, and topics with their partitions and leaders.
 
+- Everything comes from the metadata image this broker last applied: live brokers only, and per
+  partition its leader, leader epoch, replicas, ISR and the replicas on fenced brokers (offline).
+  A partition with no leader reports LEADER_NOT_AVAILABLE, and clients retry.
+
 - topics null (v1+) lists every topic; an empty list lists none (v0 empty list means all).
 - Unknown topics are auto-created with the broker defaults when the broker allows it and the
   request does (v4+ allow_auto_topic_creation; always for v0-3); otherwise
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
 API_KEY = 3
@@ -20,19 +24,20 @@ NO_OPERATIONS = -(1 << 31)
 
 
 def broker_list(ctx) -> list[dict]:
-    cfg = ctx.broker.config
-    return [{"node_id": cfg.node_id, "host": cfg.advertised, "port": cfg.port, "rack": None}]
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in ctx.broker.image.alive_brokers()]
 
 
 def topic_entry(ctx, topic) -> dict:
-    node = ctx.broker.config.node_id
+    alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
         "is_internal": topic.is_internal, "topic_authorized_operations": NO_OPERATIONS,
         "partitions": [{
-            "error_code": ErrorCode.NONE, "partition_index": p.index, "leader_id": node,
-            "leader_epoch": p.leader_epoch, "replica_nodes": [node], "isr_nodes": [node],
-            "offline_replicas": [],
+            "error_code": ErrorCode.NONE if p.leader in alive else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p.index, "leader_id": p.leader if p.leader in alive else -1,
+            "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+            "offline_replicas": [r for r in p.replicas if r not in alive],
         } for p in topic.partitions],
     }
 
@@ -60,7 +65,7 @@ async def handle(ctx, req):
             try:
                 topic = broker.topics.get(name)
                 if topic is None and allow_create:
-                    topic = broker.auto_create(name)
+                    topic = await broker.auto_create(name)
             except BrokerError as e:
                 topics.append(_error_entry(name, e.code))
                 continue
@@ -70,7 +75,7 @@ async def handle(ctx, req):
         "throttle_time_ms": 0,
         "brokers": broker_list(ctx),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": broker.image.controller_id,
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from construct import Container
 
 from kshim import topic_config
-from kshim.broker import BrokerError, check_topic_name
+from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
@@ -48,7 +48,7 @@ def _config_entries(overrides: Mapping[str, str]) -> list[dict[str, Any]]:
     ]
 
 
-def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
+async def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
     broker = ctx.broker
     name = topic.name
     check_topic_name(name)
@@ -81,14 +81,16 @@ def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[
         clean = topic_config.validate(configs)
     except topic_config.InvalidConfig as e:
         raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
-    created = broker.create_topic(name, count, clean, validate_only=validate_only)
+    created = await broker.create_topic(name, count, clean, replication_factor=replication,
+                                        validate_only=validate_only)
     return {
         "name": name,
         "topic_id": created.topic_id if created is not None else ZERO_UUID,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "num_partitions": len(created.partitions) if created is not None else count,
-        "replication_factor": 1 if replication == -1 else replication,
+        "replication_factor": (len(created.partitions[0].replicas) if created is not None else
+                               broker.config.default_replication_factor if replication == -1 else replication),
         "configs": _config_entries(created.configs if created is not None else clean),
     }
 
@@ -111,7 +113,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
                                        f"topic {topic.name!r} appears more than once in the request"))
             continue
         try:
-            results.append(_create(ctx, topic, bool(req.validate_only)))
+            results.append(await _create(ctx, topic, bool(req.validate_only)))
         except BrokerError as e:
             results.append(_failed(topic.name, e.code, e.message))
         except OSError as e:

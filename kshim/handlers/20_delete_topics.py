@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
@@ -27,7 +27,7 @@ API_KEY = 20
 VERSIONS = (1, 6)
 
 
-def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict[str, Any]:
     broker = ctx.broker
     topic_id = topic_id or ZERO_UUID
     if name is not None and topic_id != ZERO_UUID:
@@ -42,7 +42,7 @@ def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict[str, Any]:
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     found_id = topic.topic_id
-    broker.delete_topic(name)
+    await broker.delete_topic(name)
     return {"name": name, "topic_id": found_id, "error_code": ErrorCode.NONE, "error_message": None}
 
 
@@ -54,7 +54,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     responses: list[dict[str, Any]] = []
     for name, topic_id in wanted:
         try:
-            responses.append(_delete(ctx, name, topic_id))
+            responses.append(await _delete(ctx, name, topic_id))
         except BrokerError as e:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID,
                               "error_code": e.code, "error_message": e.message})

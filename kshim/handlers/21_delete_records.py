@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from kshim.partition import OffsetOutOfRange
 from wire.errors import ErrorCode
@@ -30,9 +30,12 @@ HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
-    partition = ctx.broker.partition(topic, index)
-    if partition is None:
+    info = ctx.broker.topics.get(topic)
+    if info is None or not 0 <= index < len(info.partitions):
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{index} does not exist")
+    partition = ctx.broker.partition(topic, index)
+    if partition is None or not partition.is_leader:
+        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {ctx.broker.node_id} does not lead {topic}-{index}")
     high_watermark = partition.high_watermark
     if offset == HIGH_WATERMARK:
         offset = high_watermark

@@ -17,4 +17,4 @@ VERSIONS = (0, 5)
 async def handle(ctx, req):
     if req.transactional_id is not None:
         return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
-    return {"error_code": ErrorCode.NONE, "producer_id": ctx.broker.allocate_producer_id(), "producer_epoch": 0}
+    return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(), "producer_epoch": 0}

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 from construct import Container
 
 from kshim import topic_config
-from kshim.broker import BrokerError, check_topic_name
+from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 

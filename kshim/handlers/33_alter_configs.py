@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from kshim.handlers.config_resources import alter_each, target_topic
 from wire.errors import ErrorCode
@@ -29,7 +29,7 @@ VERSIONS = (0, 2)
 
 
 
-def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
     name = target_topic(ctx, resource).name
     configs: dict[str, str] = {}
     for entry in resource.configs or ():
@@ -38,8 +38,8 @@ def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> Non
         if entry.value is None:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} has a null value")
         configs[entry.name] = entry.value
-    ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)
+    await ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    return alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))
+    return await alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))

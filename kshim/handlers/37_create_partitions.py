@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 
@@ -26,13 +26,13 @@ API_KEY = 37
 VERSIONS = (0, 3)
 
 
-def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
+async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
     if topic.name not in ctx.broker.topics:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
     if topic.assignments is not None:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give only the new count")
-    ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+    await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
@@ -48,7 +48,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
                                 "error_message": f"topic {topic.name!r} appears more than once in the request"})
             continue
         try:
-            _grow(ctx, topic, bool(req.validate_only))
+            await _grow(ctx, topic, bool(req.validate_only))
             results.append({"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None})
         except BrokerError as e:
             results.append({"name": topic.name, "error_code": e.code, "error_message": e.message})

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from construct import Container
 
 from kshim import topic_config
-from kshim.broker import BrokerError
+from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from kshim.handlers.config_resources import alter_each, target_topic
 from wire.errors import ErrorCode
@@ -68,7 +68,7 @@ def _apply(current: dict[str, str], entry: Container, result: dict[str, str | No
         result[name] = ",".join(merged)
 
 
-def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
     topic = target_topic(ctx, resource)
     name = topic.name
     entries = list(resource.configs or ())
@@ -80,8 +80,8 @@ def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> Non
     result: dict[str, str | None] = dict(current)
     for entry in entries:
         _apply(current, entry, result)
-    ctx.broker.set_topic_configs(name, result, validate_only=validate_only)
+    await ctx.broker.set_topic_configs(name, result, validate_only=validate_only)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    return alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))
+    return await alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))

@@ -24,15 +24,15 @@ AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     broker = ctx.broker
-    config = broker.config
     response: dict[str, Any] = {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "endpoint_type": BROKERS,
         "cluster_id": broker.cluster_id,
-        "controller_id": config.node_id,
-        "brokers": [{"broker_id": config.node_id, "host": config.advertised, "port": config.port, "rack": None}],
+        "controller_id": broker.image.controller_id,
+        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                    for b in broker.image.alive_brokers()],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
     endpoint_type = req.get("endpoint_type", BROKERS)

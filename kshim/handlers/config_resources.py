@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Callable, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from construct import Container
 
-from kshim.broker import BrokerError, Topic, check_topic_name
+from kshim.cluster.image import TopicInfo
+from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 
@@ -20,7 +21,7 @@ TOPIC = 2
 BROKER = 4
 
 
-def target_topic(ctx: RequestContext, resource: Container) -> Topic:
+def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
     """The topic a config resource names, or the BrokerError to answer for it."""
     if resource.resource_type == BROKER:
         raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are static in kshim")
@@ -35,7 +36,7 @@ def target_topic(ctx: RequestContext, resource: Container) -> Topic:
     return topic
 
 
-def alter_each(req: Container, alter: Callable[[Container, bool], None]) -> Mapping[str, Any]:
+async def alter_each(req: Container, alter: Callable[[Container, bool], Awaitable[None]]) -> Mapping[str, Any]:
     """Run `alter` per resource; each fails or succeeds on its own, with Kafka's error answer."""
     resources = list(req.resources or ())
     counts = Counter((r.resource_type, r.resource_name) for r in resources)
@@ -47,7 +48,7 @@ def alter_each(req: Container, alter: Callable[[Container, bool], None]) -> Mapp
             if counts[(resource.resource_type, resource.resource_name)] > 1:
                 raise BrokerError(ErrorCode.INVALID_REQUEST,
                                   f"resource {resource.resource_name!r} appears more than once in the request")
-            alter(resource, bool(req.validate_only))
+            await alter(resource, bool(req.validate_only))
         except BrokerError as e:
             answer["error_code"], answer["error_message"] = e.code, e.message
         except OSError as e:

@@ -1,5 +1,6 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-and the producer-id counter.
+partition state (replicas, leader, leader epoch, ISR), registered brokers, and the producer-id
+counter. Only the controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
 format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
@@ -7,6 +8,7 @@ never goes here: it lives in the partition logs.
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +21,23 @@ CREATE TABLE IF NOT EXISTS topics (
     topic_id TEXT NOT NULL UNIQUE,
     partitions INTEGER NOT NULL,
     created_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    replicas TEXT NOT NULL,
+    leader INTEGER NOT NULL,
+    leader_epoch INTEGER NOT NULL,
+    isr TEXT NOT NULL,
+    partition_epoch INTEGER NOT NULL,
+    PRIMARY KEY (topic, idx)
+);
+CREATE TABLE IF NOT EXISTS brokers (
+    node_id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    pid INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -36,6 +55,26 @@ class TopicRecord:
     partitions: int
     created_ms: int
     configs: dict[str, str] = field(default_factory=dict)
+    partition_states: list[PartitionRow] = field(default_factory=list)
+
+
+@dataclass
+class PartitionRow:
+    index: int
+    replicas: list[int]
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+    partition_epoch: int = 0
+
+
+@dataclass
+class BrokerRow:
+    node_id: int
+    host: str
+    port: int
+    epoch: int
+    pid: int
 
 
 class MetadataStore:
@@ -73,7 +112,27 @@ class MetadataStore:
                       "SELECT name, topic_id, partitions, created_ms FROM topics")}
         for topic, key, value in self._db.execute("SELECT topic, key, value FROM topic_configs"):
             topics[topic].configs[key] = value
+        for row in self._db.execute("SELECT topic, idx, replicas, leader, leader_epoch, isr, partition_epoch "
+                                    "FROM partitions ORDER BY topic, idx"):
+            topics[row[0]].partition_states.append(
+                PartitionRow(row[1], json.loads(row[2]), row[3], row[4], json.loads(row[5]), row[6]))
         return list(topics.values())
+
+    def save_partitions(self, topic: str, rows: list[PartitionRow]) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(topic, r.index, json.dumps(r.replicas), r.leader, r.leader_epoch, json.dumps(r.isr),
+                  r.partition_epoch) for r in rows])
+
+    def load_brokers(self) -> list[BrokerRow]:
+        return [BrokerRow(*row) for row in self._db.execute("SELECT node_id, host, port, epoch, pid FROM brokers")]
+
+    def save_broker(self, row: BrokerRow) -> None:
+        self._db.execute("INSERT OR REPLACE INTO brokers (node_id, host, port, epoch, pid) VALUES (?, ?, ?, ?, ?)",
+                         (row.node_id, row.host, row.port, row.epoch, row.pid))
 
     def create_topic(self, record: TopicRecord) -> None:
         with self._db:
@@ -82,6 +141,11 @@ class MetadataStore:
                              (record.name, str(record.topic_id), record.partitions, record.created_ms))
             self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
                                  [(record.name, k, v) for k, v in record.configs.items()])
+            self._db.executemany(
+                "INSERT INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(record.name, r.index, json.dumps(r.replicas), r.leader, r.leader_epoch, json.dumps(r.isr),
+                  r.partition_epoch) for r in record.partition_states])
 
     def delete_topic(self, name: str) -> None:
         with self._db:

@@ -1,0 +1,1 @@
+"""What brokers and the controller share: the metadata image and the controller client API."""

@@ -1,0 +1,63 @@
+"""The cluster metadata image: what the controller decided, as every broker sees it.
+
+The controller owns this state and publishes a new image (with a higher version) on every
+change; brokers apply images in version order and never edit them. Frozen dataclasses, so an
+image can be shared between tasks without copies.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    epoch: int = 0  # bumped at every registration; fences requests from a previous incarnation
+    alive: bool = True  # registered and heartbeating (not fenced)
+    isolated: bool = False  # replication traffic cut on purpose (`kshim ctl isolate`)
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    index: int
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int = 0  # bumped at every change of leader or ISR (AlterPartition fencing)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str] = field(hash=False, compare=True)
+    partitions: tuple[PartitionInfo, ...] = ()
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+@dataclass(frozen=True)
+class MetadataImage:
+    version: int
+    cluster_id: str
+    controller_id: int
+    brokers: dict[int, BrokerInfo] = field(hash=False, default_factory=dict)
+    topics: dict[str, TopicInfo] = field(hash=False, default_factory=dict)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def alive_brokers(self) -> list[BrokerInfo]:
+        return [b for b in sorted(self.brokers.values(), key=lambda b: b.node_id) if b.alive]

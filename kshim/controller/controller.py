@@ -1,0 +1,347 @@
+"""The controller's logic: topic admin, partition assignment, leader election, ISR changes,
+broker liveness, and publishing metadata images.
+
+One controller for a one-machine cluster, and no pretend consensus: its state is a SQLite file,
+and every change is written there before it is published. Brokers learn of changes through their
+heartbeat long-poll (or, in a single-process broker, through a direct callback).
+
+Election rules (Kafka's, KRaft flavour):
+- a partition's leader is the first replica (in assignment order) that is in the ISR and alive;
+- when a broker is fenced (missed heartbeats for the session timeout), it leaves the ISR of every
+  partition where others remain, and partitions it led get a new leader from the remaining ISR;
+  if no in-sync replica is alive the partition goes offline (leader -1) and keeps its last ISR,
+  unless the topic sets unclean.leader.election.enable=true, which elects any alive replica;
+- a fenced broker that registers again leads offline partitions whose ISR it is in; it rejoins
+  other ISRs only when their leader expands them (AlterPartition) once it has caught up;
+- every leader change bumps the leader epoch; every leader or ISR change bumps the partition epoch.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import anyio
+
+from kshim import topic_config
+from kshim.cluster.image import NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
+from kshim.errors import BrokerError, check_topic_name
+from kshim.signal import Signal
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.controller")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Broker:
+    info: BrokerInfo
+    last_heartbeat_ms: int = 0
+
+
+@dataclass
+class _Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    partitions: list[PartitionRow] = field(default_factory=list)
+
+
+@dataclass
+class ControllerConfig:
+    node_id: int = 0  # reported as controller id
+    session_timeout_ms: int = 9000
+    default_partitions: int = 1
+    default_replication_factor: int = 1
+    topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
+
+
+class Controller:
+    def __init__(self, store: MetadataStore, config: ControllerConfig) -> None:
+        self.store = store
+        self.config = config
+        self.cluster_id = store.cluster_value("cluster_id", _new_cluster_id())
+        self.version = 0
+        self._brokers: dict[int, _Broker] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._changed = Signal()
+        self.listeners: list[Callable[[MetadataImage], None]] = []
+        now = now_ms()
+        for row in store.load_brokers():
+            # until a broker has had a full session timeout to re-register, it counts as alive:
+            # a restarted controller must not fence a cluster that is running fine
+            self._brokers[row.node_id] = _Broker(BrokerInfo(row.node_id, row.host, row.port, row.epoch, True,
+                                                            False, row.pid), now)
+        for record in store.load_topics():
+            rows = record.partition_states or [
+                # a data dir from before partition state was stored: single broker, node 0
+                PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
+            self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
+        self.image = self._build_image()
+
+    # ------------------------------------------------------------------ publishing
+    def _build_image(self) -> MetadataImage:
+        topics = {
+            t.name: TopicInfo(t.name, t.topic_id, dict(t.configs), tuple(
+                PartitionInfo(p.index, tuple(p.replicas), p.leader, p.leader_epoch, tuple(p.isr), p.partition_epoch)
+                for p in t.partitions))
+            for t in self._topics.values()
+        }
+        brokers = {b.info.node_id: b.info for b in self._brokers.values()}
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics)
+
+    def _publish(self) -> None:
+        self.version += 1
+        self.image = self._build_image()
+        self._changed.fire()
+        for listener in self.listeners:
+            listener(self.image)
+
+    async def wait_for_change(self, known_version: int, timeout_s: float) -> MetadataImage | None:
+        """The image once its version passes `known_version`, or None at the timeout."""
+        with anyio.move_on_after(timeout_s):
+            while self.version <= known_version:
+                await self._changed.wait()
+            return self.image
+        return None
+
+    # ------------------------------------------------------------------ brokers
+    def register_broker(self, node_id: int, host: str, port: int, pid: int = 0) -> int:
+        """A broker (re)starts: returns its new epoch. Unfences it and elects it where that helps."""
+        previous = self._brokers.get(node_id)
+        epoch = previous.info.epoch + 1 if previous else 1
+        isolated = previous.info.isolated if previous else False
+        info = BrokerInfo(node_id, host, port, epoch, True, isolated, pid)
+        self._brokers[node_id] = _Broker(info, now_ms())
+        self.store.save_broker(BrokerRow(node_id, host, port, epoch, pid))
+        log.info("broker %d registered (epoch %d, %s:%d)", node_id, epoch, host, port)
+        self._elect_offline()
+        self._publish()
+        return epoch
+
+    def heartbeat(self, node_id: int, epoch: int) -> None:
+        broker = self._brokers.get(node_id)
+        if broker is None or broker.info.epoch != epoch:
+            raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} epoch {epoch} is not current")
+        broker.last_heartbeat_ms = now_ms()
+        if not broker.info.alive:
+            # a paused broker that resumes in time for nothing: it was fenced; it must re-register
+            raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} was fenced; register again")
+
+    def fence_expired(self, now: int | None = None) -> list[int]:
+        """Fence brokers whose last heartbeat is older than the session timeout."""
+        now = now_ms() if now is None else now
+        expired = [b.info.node_id for b in self._brokers.values()
+                   if b.info.alive and now - b.last_heartbeat_ms > self.config.session_timeout_ms]
+        for node_id in expired:
+            self.fence(node_id)
+        return expired
+
+    def fence(self, node_id: int) -> None:
+        broker = self._brokers[node_id]
+        if not broker.info.alive:
+            return
+        broker.info = replace(broker.info, alive=False)
+        log.warning("broker %d fenced: no heartbeat for %d ms", node_id, self.config.session_timeout_ms)
+        alive = self._alive()
+        for topic in self._topics.values():
+            changed = []
+            for p in topic.partitions:
+                if node_id not in p.replicas:
+                    continue
+                old = (p.leader, tuple(p.isr))
+                if node_id in p.isr and len(p.isr) > 1:
+                    p.isr = [r for r in p.isr if r != node_id]
+                if p.leader == node_id:
+                    self._elect(topic, p, alive)
+                if (p.leader, tuple(p.isr)) != old:
+                    p.partition_epoch += 1
+                    changed.append(p)
+            if changed:
+                self.store.save_partitions(topic.name, changed)
+        self._publish()
+
+    def set_isolated(self, node_id: int, isolated: bool) -> None:
+        broker = self._brokers.get(node_id)
+        if broker is None:
+            raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {node_id}")
+        broker.info = replace(broker.info, isolated=isolated)
+        self._publish()
+
+    def _alive(self) -> set[int]:
+        return {b.info.node_id for b in self._brokers.values() if b.info.alive}
+
+    def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> None:
+        """Choose p's leader from its alive ISR (or, if allowed, any alive replica); -1 if none."""
+        in_sync = [r for r in p.replicas if r in p.isr and r in alive]
+        leader = in_sync[0] if in_sync else NO_LEADER
+        if leader == NO_LEADER and _unclean_allowed(topic):
+            anyone = [r for r in p.replicas if r in alive]
+            if anyone:
+                leader = anyone[0]
+                p.isr = [leader]
+                log.warning("unclean election: %s-%d led by out-of-sync replica %d", topic.name, p.index, leader)
+        if leader != p.leader:
+            p.leader = leader
+            p.leader_epoch += 1
+            log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
+
+    def _elect_offline(self) -> None:
+        alive = self._alive()
+        for topic in self._topics.values():
+            changed = []
+            for p in topic.partitions:
+                if p.leader == NO_LEADER or p.leader not in alive:
+                    before = p.leader_epoch
+                    self._elect(topic, p, alive)
+                    if p.leader_epoch != before:
+                        p.partition_epoch += 1
+                        changed.append(p)
+            if changed:
+                self.store.save_partitions(topic.name, changed)
+
+    # ------------------------------------------------------------------ ISR changes from leaders
+    def alter_partition(self, node_id: int, broker_epoch: int, topic_name: str, index: int, leader_epoch: int,
+                        partition_epoch: int, new_isr: list[int]) -> PartitionInfo:
+        """A leader shrinks or expands its ISR (Kafka's AlterPartition). Stale requests are fenced."""
+        broker = self._brokers.get(node_id)
+        if broker is None or broker.info.epoch != broker_epoch or not broker.info.alive:
+            raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} epoch {broker_epoch} is not current")
+        topic = self._topics.get(topic_name)
+        if topic is None or not 0 <= index < len(topic.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic_name}-{index}")
+        p = topic.partitions[index]
+        if p.leader != node_id:
+            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {node_id} does not lead {topic_name}-{index}")
+        if leader_epoch != p.leader_epoch:
+            raise BrokerError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} is not {p.leader_epoch}")
+        if partition_epoch != p.partition_epoch:
+            raise BrokerError(ErrorCode.INVALID_UPDATE_VERSION,
+                              f"partition epoch {partition_epoch} is not {p.partition_epoch}")
+        alive = self._alive()
+        if node_id not in new_isr or any(r not in p.replicas for r in new_isr):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"ISR {new_isr} must hold the leader and only replicas")
+        added = [r for r in new_isr if r not in p.isr]
+        if any(r not in alive for r in added):
+            raise BrokerError(ErrorCode.INELIGIBLE_REPLICA, f"cannot add fenced replicas {added} to the ISR")
+        p.isr = [r for r in p.replicas if r in new_isr]
+        p.partition_epoch += 1
+        self.store.save_partitions(topic.name, [p])
+        log.info("%s-%d: isr %s (partition epoch %d)", topic.name, index, p.isr, p.partition_epoch)
+        self._publish()
+        return self.image.topics[topic.name].partitions[index]
+
+    # ------------------------------------------------------------------ topic admin
+    def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str | None] | None = None, *, validate_only: bool = False) -> TopicInfo | None:
+        check_topic_name(name)
+        if name in self._topics:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        count = self.config.default_partitions if partitions in (None, -1) else partitions
+        if count < 1:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {count}")
+        rf = self.config.default_replication_factor if replication_factor in (None, -1) else replication_factor
+        alive = sorted(self._alive())
+        if rf < 1 or rf > len(alive):
+            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"replication factor {rf} must be between 1 and the number of live brokers "
+                              f"in the cluster ({len(alive)})")
+        try:
+            clean = topic_config.validate(configs or {})
+        except topic_config.InvalidConfig as e:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if validate_only:
+            return None
+        rows = _assign(count, rf, alive)
+        record = TopicRecord(name, uuid.uuid4(), count, now_ms(), clean, rows)
+        self.store.create_topic(record)
+        self._topics[name] = _Topic(name, record.topic_id, clean, rows)
+        log.info("created topic %s: %d partition(s), replication factor %d", name, count, rf)
+        self._publish()
+        return self.image.topics[name]
+
+    def delete_topic(self, name: str) -> uuid.UUID:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        self.store.delete_topic(name)
+        del self._topics[name]
+        log.info("deleted topic %s", name)
+        self._publish()
+        return topic.topic_id
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if total <= len(topic.partitions):
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")
+        rf = len(topic.partitions[0].replicas)
+        alive = sorted(self._alive())
+        if rf > len(alive):
+            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"replication factor {rf} exceeds the live brokers ({len(alive)})")
+        if validate_only:
+            return
+        new = _assign(total - len(topic.partitions), rf, alive, first_index=len(topic.partitions))
+        self.store.set_partition_count(name, total)
+        self.store.save_partitions(name, new)
+        topic.partitions += new
+        self._publish()
+
+    def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
+        """Replace a topic's overrides (the caller computed the full set)."""
+        topic = self._topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        try:
+            clean = topic_config.validate(dict(configs))
+        except topic_config.InvalidConfig as e:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        if validate_only:
+            return
+        self.store.replace_configs(name, clean)
+        topic.configs = clean
+        self._publish()
+
+    def allocate_producer_ids(self, count: int = 1) -> int:
+        return self.store.allocate_producer_ids(count)
+
+    # ------------------------------------------------------------------ running
+    async def run_session_checks(self) -> None:
+        interval = max(0.05, self.config.session_timeout_ms / 4000)
+        while True:
+            await anyio.sleep(interval)
+            self.fence_expired()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _assign(count: int, rf: int, brokers: list[int], first_index: int = 0) -> list[PartitionRow]:
+    """Round-robin replicas from a random start, as Kafka does: leaders spread over brokers."""
+    n = len(brokers)
+    start = random.randrange(n)
+    rows = []
+    for i in range(first_index, first_index + count):
+        replicas = [brokers[(start + i + j) % n] for j in range(rf)]
+        rows.append(PartitionRow(i, replicas, replicas[0], 0, list(replicas)))
+    return rows
+
+
+def _unclean_allowed(topic: _Topic) -> bool:
+    return topic.configs.get("unclean.leader.election.enable", "false").lower() == "true"
+
+
+def _new_cluster_id() -> str:
+    # Kafka cluster ids are 22-character URL-safe base64 of a UUID
+    import base64
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

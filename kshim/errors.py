@@ -1,0 +1,23 @@
+"""Errors that carry a Kafka error code to answer, shared by broker, controller and handlers."""
+from __future__ import annotations
+
+import re
+
+from wire.errors import ErrorCode
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class BrokerError(Exception):
+    """A request-level failure with the Kafka error code to answer."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+
+
+def check_topic_name(name: str | None) -> None:
+    if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic name {name!r} must be 1-249 characters of [a-zA-Z0-9._-] and not '.' or '..'")
