@@ -115,6 +115,10 @@ class Broker:
             self._remove(key)
         self._image_applied.fire()
 
+    async def image_changed(self) -> None:
+        """Returns after the next image is applied."""
+        await self._image_applied.wait()
+
     async def wait_for_image(self, version: int, timeout_s: float = 30.0) -> None:
         with anyio.fail_after(timeout_s):
             while self.image.version < version:

@@ -24,6 +24,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.log import Log, LogConfig, OffsetOutOfRange
+from kshim.log.epochs import LeaderEpochCache
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
 from wire import records
@@ -81,12 +82,14 @@ class Partition:
     min_insync_replicas: int = 1
     log: Log = field(init=False)
     producers: ProducerStateManager = field(init=False)
+    epochs: LeaderEpochCache = field(init=False)
     _high_watermark: int = field(init=False, default=0)
     _waiters: set[anyio.Event] = field(init=False, default_factory=set)
     _hw_changed: Signal = field(init=False, default_factory=Signal)
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
+        self.epochs = LeaderEpochCache.open(self.directory, self.log)
         self.producers = self._load_producer_state()
         self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
         self._hw_checkpointed = -1
@@ -106,6 +109,8 @@ class Partition:
             path.unlink()  # a crash before the next clean close must not trust a stale snapshot
         start = max(state.snapshot_offset, self.log.log_start_offset)
         for header in self.log.batch_headers(start):
+            # the replay also recovers an epoch change the checkpoint missed before a crash
+            self.epochs.observe(header.partition_leader_epoch, header.base_offset)
             if header.producer_id >= 0:
                 state.update(header, header.base_offset, header.last_offset)
         return state
@@ -147,7 +152,9 @@ class Partition:
         self.replicas = info.replicas
         self.isr = info.isr
         if became_leader:
-            # a new term: what followers had is unknown until they fetch again (Kafka does the same)
+            # a new term starts at our log end (Kafka's makeLeader); what followers had is unknown
+            # until they fetch again
+            self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
             now = now_ms()
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
             log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
@@ -321,6 +328,7 @@ class Partition:
             start = self.log.log_end_offset
             self.log.append_with_offsets(data)
             for header in self.log.batch_headers(start):
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
                 if header.producer_id >= 0:
                     self.producers.update(header, header.base_offset, header.last_offset)
         self.update_follower_hw(leader_high_watermark)
@@ -332,13 +340,23 @@ class Partition:
             self.wake_all()
 
     def truncate_to(self, offset: int) -> None:
-        """Drop a divergent suffix (a follower after a leader change, KIP-101)."""
-        if offset >= self.log.log_end_offset:
-            return
-        log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
-        self.log.truncate_to(offset)
-        self.producers.truncate_after(self.log.log_end_offset)
-        self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+        """Drop a divergent suffix (a follower after a leader change, KIP-101). The epoch cache is
+        cut even when the log is not: a term in which a former leader wrote nothing must go."""
+        if offset < self.log.log_end_offset:
+            log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
+            self.log.truncate_to(offset)
+            self.producers.truncate_after(self.log.log_end_offset)
+            self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+        self.epochs.truncate_from_end(self.log.log_end_offset)
+
+    def reset_to(self, offset: int) -> None:
+        """Start over, empty, at the leader's log start offset (we fell behind its retention)."""
+        log.warning("%s-%d: log end %d is below the leader's log start %d: starting over there",
+                    self.topic, self.index, self.log.log_end_offset, offset)
+        self.log.reset_to(offset)
+        self.producers = ProducerStateManager(snapshot_offset=offset)
+        self.epochs.clear()
+        self._high_watermark = offset
 
     # ------------------------------------------------------------------ reads
     def read(self, offset: int, max_bytes: int, isolation_level: int) -> bytes:
@@ -363,12 +381,14 @@ class Partition:
     def housekeeping(self, now: int) -> None:
         if self.log.apply_retention(now, max_offset=self._high_watermark if self.is_leader else None):
             self.producers.forget_before(self.log_start_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
         self.log.maybe_flush(now)
         self._write_hw_checkpoint()
 
     def delete_records_before(self, offset: int) -> None:
         self.log.advance_start_offset(offset)
         self.producers.forget_before(offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
 
     def close(self) -> None:
         self._write_hw_checkpoint()

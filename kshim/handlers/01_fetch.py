@@ -129,8 +129,9 @@ async def _wait_and_read(ctx, req, plan, replica_id: int, record_progress: bool)
             finally:
                 for partition in partitions:
                     partition.remove_waiter(event)
-            if not record_progress:
-                continue  # cut off: sit out the wait, as a lost request would
+            if not record_progress or (replica_id >= 0 and _cut_off(ctx, replica_id)):
+                record_progress = False
+                continue  # cut off (now or since): sit out the wait, as a lost request would
             responses, total = _read_all(ctx, req, plan, replica_id, record_progress)
             if total >= req.min_bytes or _has_errors(responses):
                 return _response(responses)

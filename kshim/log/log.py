@@ -422,6 +422,12 @@ class Log:
                 self.log_start_offset = self.log_end_offset
                 self._write_start_offset()
 
+    def reset_to(self, offset: int) -> None:
+        """Start over, empty, at ``offset``: a follower whose whole log lies below the leader's
+        log start offset (retention or DeleteRecords moved on while it was away)."""
+        with self._lock:
+            self._reset_at(offset)
+
     def _reset_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (log start = log end = offset)."""
         for seg in self._segments:

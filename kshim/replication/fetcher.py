@@ -1,0 +1,196 @@
+"""Followers replicate by fetching from their leader, as Kafka followers do.
+
+One fetcher task per leader broker this broker follows any partition of. Each round it:
+1. validates partitions whose leader or leader epoch changed since it last fetched them:
+   OffsetForLeaderEpoch (API 23) asks the leader where our latest epoch ends in its log, and the
+   follower truncates any divergent suffix beyond that point (KIP-101/KIP-279) before fetching;
+2. sends a Fetch with this broker's replica id, long-polling (max_wait_ms), from each
+   partition's log end offset; the leader learns from the fetch offset what the follower has;
+3. appends what came back with the leader's offsets, and takes the leader's high watermark and
+   log start offset.
+Errors that mean the metadata moved on (NOT_LEADER_OR_FOLLOWER, fenced epochs) park the partition
+until the next metadata image; a dead leader costs a reconnect with backoff. An isolated broker
+(`kshim ctl isolate`) neither fetches nor is fetched from.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from kshim.partition import Partition
+from kshim.replication.client import BrokerConnection
+from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kshim.broker import Broker
+
+log = logging.getLogger("kshim.replication.fetcher")
+
+FETCH_VERSION = 12  # topic names, flexible; current_leader_epoch and log_start_offset included
+EPOCH_VERSION = 4
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 32 * 1024 * 1024
+PARTITION_MAX_BYTES = 8 * 1024 * 1024
+BACKOFF_S = 0.2
+
+_CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                    anyio.ClosedResourceError, TimeoutError, ConnectionError)
+_REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
+
+
+class Fetcher:
+    def __init__(self, broker: Broker, leader_id: int) -> None:
+        self.broker = broker
+        self.leader_id = leader_id
+        self._validated: dict[tuple[str, int], int] = {}  # partition -> leader epoch it was validated for
+        self._parked: dict[tuple[str, int], int] = {}  # partition -> image version it failed at
+        self._conn: BrokerConnection | None = None
+
+    def _followed(self) -> list[Partition]:
+        version = self.broker.image.version
+        return [p for p in self.broker.replicas()
+                if not p.is_leader and p.leader_id == self.leader_id
+                and self._parked.get((p.topic, p.index), -1) < version]
+
+    def _isolated(self) -> bool:
+        brokers = self.broker.image.brokers
+        me, leader = brokers.get(self.broker.node_id), brokers.get(self.leader_id)
+        return bool((me and me.isolated) or (leader and leader.isolated))
+
+    async def run(self) -> None:
+        try:
+            while True:
+                partitions = self._followed()
+                if not partitions or self._isolated():
+                    await self._close()
+                    with anyio.move_on_after(1.0):
+                        await self.broker.image_changed()
+                    continue
+                try:
+                    await self._ensure_connected()
+                    await self._validate(partitions)
+                    await self._fetch([p for p in partitions if self._is_valid(p)])
+                except _CONNECTION_LOST as e:
+                    log.debug("fetching from broker %d failed: %s", self.leader_id, e)
+                    await self._close()
+                    await anyio.sleep(BACKOFF_S)
+                except Exception:
+                    # a bug here must not take the broker down: log it, reconnect, go on
+                    log.exception("replica fetcher for broker %d failed", self.leader_id)
+                    await self._close()
+                    await anyio.sleep(BACKOFF_S)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._close()
+
+    async def _ensure_connected(self) -> None:
+        if self._conn is not None:
+            return
+        info = self.broker.image.brokers.get(self.leader_id)
+        if info is None:
+            raise ConnectionError(f"no address for broker {self.leader_id}")
+        conn = BrokerConnection(info.host, info.port, f"kshim-replica-{self.broker.node_id}")
+        await conn.connect()
+        self._conn = conn
+
+    async def _close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.aclose()
+
+    def _is_valid(self, p: Partition) -> bool:
+        return self._validated.get((p.topic, p.index)) == p.leader_epoch
+
+    def _park(self, p: Partition) -> None:
+        self._parked[(p.topic, p.index)] = self.broker.image.version
+
+    # ------------------------------------------------------------------ truncation (KIP-101)
+    async def _validate(self, partitions: list[Partition]) -> None:
+        todo = [p for p in partitions if not self._is_valid(p)]
+        if not todo:
+            return
+        topics: dict[str, list[dict]] = {}
+        for p in todo:
+            topics.setdefault(p.topic, []).append({
+                "partition": p.index, "current_leader_epoch": p.leader_epoch,
+                "leader_epoch": p.epochs.latest_epoch})
+        response = await self._conn.request(23, EPOCH_VERSION, {
+            "replica_id": self.broker.node_id,
+            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]})
+        answers = {(t.topic, r.partition): r for t in response.topics for r in t.partitions}
+        for p in todo:
+            answer = answers.get((p.topic, p.index))
+            if answer is None or answer.error_code in _REFRESH:
+                self._park(p)
+                continue
+            if answer.error_code:
+                log.warning("%s-%d: OffsetForLeaderEpoch failed: %s", p.topic, p.index,
+                            ErrorCode(answer.error_code).name)
+                self._park(p)
+                continue
+            self._truncate(p, answer.leader_epoch, answer.end_offset)
+            self._validated[(p.topic, p.index)] = p.leader_epoch
+
+    @staticmethod
+    def _truncate(p: Partition, leader_epoch: int, end_offset: int) -> None:
+        """Cut our log back to where it agrees with the leader's."""
+        ours = p.epochs.latest_epoch
+        if ours < 0:
+            target = p.high_watermark if p.log_end_offset > p.high_watermark else p.log_end_offset
+        elif leader_epoch < 0 or end_offset < 0:
+            target = p.high_watermark  # the leader knows none of our epochs: keep only what was committed
+        else:
+            target = end_offset
+            if leader_epoch < ours:
+                # the leader's latest epoch at or below ours is older: our log may hold a longer
+                # stretch of that epoch than theirs (KIP-279); keep the shorter
+                target = min(target, p.epochs.end_offset_for(leader_epoch, p.log_end_offset)[1])
+        p.truncate_to(min(target, p.log_end_offset))
+
+    # ------------------------------------------------------------------ fetching
+    async def _fetch(self, partitions: list[Partition]) -> None:
+        if not partitions:
+            return
+        topics: dict[str, list[dict]] = {}
+        for p in partitions:
+            topics.setdefault(p.topic, []).append({
+                "partition": p.index, "current_leader_epoch": p.leader_epoch, "fetch_offset": p.log_end_offset,
+                "last_fetched_epoch": p.epochs.latest_epoch, "log_start_offset": p.log_start_offset,
+                "partition_max_bytes": PARTITION_MAX_BYTES})
+        response = await self._conn.request(1, FETCH_VERSION, {
+            "replica_id": self.broker.node_id, "max_wait_ms": FETCH_MAX_WAIT_MS, "min_bytes": 1,
+            "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
+            "forgotten_topics_data": [], "rack_id": ""})
+        by_key = {(p.topic, p.index): p for p in partitions}
+        for t in response.responses:
+            for r in t.partitions:
+                p = by_key.get((t.topic, r.partition_index))
+                if p is None or p.is_leader or p.leader_id != self.leader_id:
+                    continue  # the metadata moved on while the fetch was out
+                self._apply(p, r)
+
+    def _apply(self, p: Partition, r) -> None:
+        code = r.error_code
+        if code == ErrorCode.NONE:
+            records = r.records
+            if records:
+                p.append_as_follower(records, r.high_watermark)
+            else:
+                p.update_follower_hw(r.high_watermark)
+            if r.log_start_offset > p.log_start_offset:
+                p.delete_records_before(min(r.log_start_offset, p.log_end_offset))
+        elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            if r.log_start_offset > p.log_end_offset:
+                p.reset_to(r.log_start_offset)  # we were away while the leader's log start moved past us
+            else:
+                self._validated.pop((p.topic, p.index), None)  # ahead of the leader: truncate again
+        elif code in _REFRESH:
+            self._park(p)
+        else:
+            log.warning("%s-%d: fetch from broker %d failed: %s", p.topic, p.index, self.leader_id,
+                        ErrorCode(code).name)
+            self._park(p)

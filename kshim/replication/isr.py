@@ -1,0 +1,45 @@
+"""The leader's side of the ISR: shrink it when a follower falls behind, expand it when one has
+caught up, through the controller (Kafka's AlterPartition), which persists and publishes it.
+
+- A follower leaves the ISR when it has not been caught up with the leader's log end for
+  replica_lag_time_max_ms (Kafka's replica.lag.time.max.ms): paused, crashed, isolated or slow.
+- A follower outside the ISR rejoins once its log end reaches the high watermark.
+- The leader proposes; the controller decides. A proposal based on a stale partition epoch is
+  refused and retried against the next image.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from kshim.errors import BrokerError
+from kshim.partition import now_ms
+
+if TYPE_CHECKING:
+    from kshim.broker import Broker
+
+log = logging.getLogger("kshim.replication.isr")
+
+
+async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
+    interval = min(max(replica_lag_time_max_ms / 4000, 0.05), 0.25)
+    while True:
+        await anyio.sleep(interval)
+        now = now_ms()
+        for p in broker.replicas():
+            if not p.is_leader or len(p.replicas) < 2:
+                continue
+            lagging = p.lagging_isr_members(now, replica_lag_time_max_ms)
+            joining = p.caught_up_outsiders()
+            if not lagging and not joining:
+                continue
+            new_isr = [r for r in p.replicas if (r in p.isr and r not in lagging) or r in joining]
+            try:
+                await broker.controller.alter_partition(p.topic, p.index, p.leader_epoch, p.partition_epoch, new_isr)
+                log.info("%s-%d: ISR %s -> %s", p.topic, p.index, list(p.isr), new_isr)
+            except BrokerError as e:
+                log.debug("%s-%d: ISR change to %s refused: %s", p.topic, p.index, new_isr, e.message)
+            except Exception as e:  # the controller is unreachable (or a bug): retry next round
+                log.warning("%s-%d: ISR change to %s failed: %r", p.topic, p.index, new_isr, e)

@@ -1,0 +1,208 @@
+"""Replication inside one process: three brokers with their own servers on 127.0.0.1, one
+in-process controller, followers fetching from leaders over real TCP.
+
+The multi-process cluster (`kshim serve --brokers 3`) is exercised with real clients in
+compat_tests; these tests pin the mechanics: the high watermark, acks=all, ISR changes and the
+truncation of a former leader's divergent suffix.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from kshim.broker import Broker, BrokerConfig
+from kshim.controller.controller import Controller, ControllerConfig
+from kshim.controller.local import LocalControllerClient
+from kshim.controller.store import MetadataStore
+from kshim.replication import run_replication
+from kshim.replication.client import BrokerConnection
+from kshim.server import Server
+from wire.errors import ErrorCode
+from wire.records import decode_all, encode_batch
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+class Cluster:
+    def __init__(self, controller: Controller, brokers: list[Broker]) -> None:
+        self.controller = controller
+        self.brokers = brokers
+
+    def leader_of(self, topic: str, index: int = 0) -> int:
+        return self.controller.image.topics[topic].partitions[index].leader
+
+    def replica(self, node: int, topic: str, index: int = 0):
+        return self.brokers[node].partition(topic, index)
+
+    async def connect(self, node: int) -> BrokerConnection:
+        conn = BrokerConnection("127.0.0.1", self.brokers[node].config.port, "test")
+        await conn.connect()
+        return conn
+
+    async def produce(self, topic: str, values: list[bytes], acks: int = -1, timeout_ms: int = 5000,
+                      index: int = 0) -> tuple[int, int]:
+        """(error code, base offset) from the partition's leader."""
+        conn = await self.connect(self.leader_of(topic, index))
+        try:
+            resp = await conn.request(0, 9, {"acks": acks, "timeout_ms": timeout_ms, "topic_data": [
+                {"name": topic, "partition_data": [{"index": index, "records": encode_batch(
+                    [(None, v) for v in values])}]}]})
+        finally:
+            await conn.aclose()
+        part = resp.responses[0].partition_responses[0]
+        return part.error_code, part.base_offset
+
+    async def fetch(self, node: int, topic: str, isolation: int, index: int = 0) -> tuple[int, list[bytes], int]:
+        """(error code, values, high watermark) as a consumer fetching from offset 0 sees them."""
+        conn = await self.connect(node)
+        try:
+            resp = await conn.request(1, 12, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0,
+                                              "max_bytes": 1 << 20, "isolation_level": isolation,
+                                              "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
+                                                  {"partition": index, "fetch_offset": 0,
+                                                   "partition_max_bytes": 1 << 20}]}]})
+        finally:
+            await conn.aclose()
+        part = resp.responses[0].partitions[0]
+        values = [r.value for r in decode_all(bytes(part.records or b""))]
+        return part.error_code, values, part.high_watermark
+
+
+async def wait_for(predicate, timeout: float = 10.0, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        await anyio.sleep(0.02)
+
+
+@asynccontextmanager
+async def cluster(tmp_path, n: int = 3, lag_ms: int = 1000):
+    store = MetadataStore(tmp_path / "controller" / "metadata.sqlite")
+    controller = Controller(store, ControllerConfig(default_replication_factor=n, session_timeout_ms=60000))
+    brokers: list[Broker] = []
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            config = BrokerConfig(node_id=i, port=0, data_dir=tmp_path / f"broker-{i}")
+            client = LocalControllerClient(controller, i)
+            broker = Broker(config, client)
+            controller.listeners.append(broker.apply_image)
+            config.port = await tg.start(Server(broker).serve)
+            client.register("127.0.0.1", config.port, os.getpid())
+            brokers.append(broker)
+        for broker in brokers:
+            tg.start_soon(lambda b=broker: run_replication(b, replica_lag_time_max_ms=lag_ms))
+        try:
+            yield Cluster(controller, brokers)
+        finally:
+            tg.cancel_scope.cancel()
+    for broker in brokers:
+        broker.close()
+    controller.close()
+
+
+async def test_acks_all_commits_on_every_replica(tmp_path):
+    async with cluster(tmp_path) as c:
+        c.controller.create_topic("t", 1, 3)
+        assert await c.produce("t", [b"a", b"b", b"c"]) == (ErrorCode.NONE, 0)
+        leader = c.leader_of("t")
+        assert c.replica(leader, "t").high_watermark == 3
+        for node in range(3):  # acks=all answered: every in-sync replica has the records
+            assert c.replica(node, "t").log_end_offset == 3
+        assert (await c.fetch(leader, "t", 1))[1] == [b"a", b"b", b"c"]
+        follower = next(n for n in range(3) if n != leader)
+        assert (await c.fetch(follower, "t", 1))[0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+async def test_uncommitted_records_visible_only_to_read_uncommitted(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3)
+        assert (await c.produce("t", [b"committed"]))[0] == ErrorCode.NONE
+        leader = c.leader_of("t")
+        for node in range(3):
+            if node != leader:
+                c.controller.set_isolated(node, True)  # followers stop fetching, stay in the ISR
+        code, _ = await c.produce("t", [b"pending"], acks=-1, timeout_ms=300)
+        assert code == ErrorCode.REQUEST_TIMED_OUT  # not COMMITTED in time: outcome unknown, kept
+        assert (await c.fetch(leader, "t", 0))[1] == [b"committed", b"pending"]
+        assert (await c.fetch(leader, "t", 1))[1] == [b"committed"]
+        for node in range(3):
+            c.controller.set_isolated(node, False)
+        await wait_for(lambda: c.replica(leader, "t").high_watermark == 2, message="commit after heal")
+        assert (await c.fetch(leader, "t", 1))[1] == [b"committed", b"pending"]
+
+
+async def test_lagging_follower_leaves_the_isr_then_rejoins(tmp_path):
+    async with cluster(tmp_path, lag_ms=300) as c:
+        c.controller.create_topic("t", 1, 3)
+        leader = c.leader_of("t")
+        follower = next(n for n in range(3) if n != leader)
+        c.controller.set_isolated(follower, True)
+        assert (await c.produce("t", [b"x"]))[0] == ErrorCode.NONE  # waits for the shrink, then commits
+        assert follower not in c.controller.image.topics["t"].partitions[0].isr
+        c.controller.set_isolated(follower, False)
+        await wait_for(lambda: follower in c.controller.image.topics["t"].partitions[0].isr, message="rejoin")
+        assert c.replica(follower, "t").log_end_offset == 1
+
+
+async def test_not_enough_replicas_when_isr_below_min_insync(tmp_path):
+    async with cluster(tmp_path, lag_ms=200) as c:
+        c.controller.create_topic("t", 1, 3, {"min.insync.replicas": "3"})
+        leader = c.leader_of("t")
+        follower = next(n for n in range(3) if n != leader)
+        c.controller.set_isolated(follower, True)
+        await wait_for(lambda: len(c.controller.image.topics["t"].partitions[0].isr) == 2, message="shrink")
+        assert (await c.produce("t", [b"x"]))[0] == ErrorCode.NOT_ENOUGH_REPLICAS
+        assert c.replica(leader, "t").log_end_offset == 0  # refused before appending
+
+
+async def test_majority_quorum_commits_without_one_follower(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3, {"kshim.commit.quorum": "majority"})
+        leader = c.leader_of("t")
+        follower = next(n for n in range(3) if n != leader)
+        c.controller.set_isolated(follower, True)  # still in the ISR: the isr quorum would block
+        assert await c.produce("t", [b"x"], timeout_ms=3000) == (ErrorCode.NONE, 0)
+        assert len(c.controller.image.topics["t"].partitions[0].isr) == 3
+
+
+async def test_strict_read_limit_hides_uncommitted_records(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3, {"kshim.uncommitted.read.limit": "high-watermark"})
+        leader = c.leader_of("t")
+        for node in range(3):
+            if node != leader:
+                c.controller.set_isolated(node, True)
+        assert (await c.produce("t", [b"x"], acks=1))[0] == ErrorCode.NONE
+        assert (await c.fetch(leader, "t", 0))[1] == []  # Kafka's own behaviour: up to the HW
+
+
+async def test_former_leader_truncates_its_uncommitted_suffix(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3)
+        assert (await c.produce("t", [b"a"]))[0] == ErrorCode.NONE
+        old = c.leader_of("t")
+        for node in range(3):
+            if node != old:
+                c.controller.set_isolated(node, True)
+        assert (await c.produce("t", [b"lost-1", b"lost-2"], acks=1))[0] == ErrorCode.NONE
+        assert c.replica(old, "t").log_end_offset == 3
+        c.controller.fence(old)  # the leader "crashes": a follower from the ISR takes over
+        new = c.leader_of("t")
+        assert new not in (old, -1)
+        for node in range(3):
+            c.controller.set_isolated(node, False)
+        assert (await c.produce("t", [b"b"]))[0] == ErrorCode.NONE
+        c.controller.register_broker(old, "127.0.0.1", c.brokers[old].config.port)  # it comes back
+        await wait_for(lambda: c.replica(old, "t").log_end_offset == 2 and
+                       c.replica(old, "t").high_watermark == 2, message="truncate and catch up")
+        assert [r.value for r in decode_all(c.replica(old, "t").log.read(0, 1 << 20))] == [b"a", b"b"]
