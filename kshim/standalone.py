@@ -33,4 +33,4 @@ def announce_port(broker: Broker, port: int) -> None:
     broker.config.port = port
     client = broker.controller
     assert isinstance(client, LocalControllerClient)
-    client.register(broker.config.advertised, port, os.getpid())
+    client.controller.update_address(client.node_id, broker.config.advertised, port)

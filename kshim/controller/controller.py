@@ -116,6 +116,11 @@ class Controller:
     def register_broker(self, node_id: int, host: str, port: int, pid: int = 0) -> int:
         """A broker (re)starts: returns its new epoch. Unfences it and elects it where that helps."""
         previous = self._brokers.get(node_id)
+        if previous is not None and previous.info.alive:
+            # a new incarnation while the old one still counted as alive (killed and restarted
+            # within the session timeout): fence the old one first, so its leaderships move to
+            # in-sync replicas and the new process rejoins as a follower, truncating like any other
+            self.fence(node_id, reason="restarted")
         epoch = previous.info.epoch + 1 if previous else 1
         isolated = previous.info.isolated if previous else False
         info = BrokerInfo(node_id, host, port, epoch, True, isolated, pid)
@@ -125,6 +130,13 @@ class Controller:
         self._elect_offline()
         self._publish()
         return epoch
+
+    def update_address(self, node_id: int, host: str, port: int) -> None:
+        """The same incarnation now listens elsewhere (a standalone broker bound --port 0)."""
+        broker = self._brokers[node_id]
+        broker.info = replace(broker.info, host=host, port=port)
+        self.store.save_broker(BrokerRow(node_id, host, port, broker.info.epoch, broker.info.pid))
+        self._publish()
 
     def heartbeat(self, node_id: int, epoch: int) -> None:
         broker = self._brokers.get(node_id)
@@ -144,12 +156,13 @@ class Controller:
             self.fence(node_id)
         return expired
 
-    def fence(self, node_id: int) -> None:
+    def fence(self, node_id: int, reason: str = "") -> None:
         broker = self._brokers[node_id]
         if not broker.info.alive:
             return
         broker.info = replace(broker.info, alive=False)
-        log.warning("broker %d fenced: no heartbeat for %d ms", node_id, self.config.session_timeout_ms)
+        log.warning("broker %d fenced: %s", node_id,
+                    reason or f"no heartbeat for {self.config.session_timeout_ms} ms")
         alive = self._alive()
         for topic in self._topics.values():
             changed = []
