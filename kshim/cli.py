@@ -1,7 +1,9 @@
 """The command line: `kshim serve` runs a broker. `python -m kshim` is the same program.
 
-Subcommands live in one parser so the cluster options (`--brokers`) and the `ctl` command of the
-replication work slot in beside `serve`.
+- `kshim serve` runs one broker with its controller in the same process.
+- `kshim serve --brokers N` runs a cluster on one machine: a controller process that spawns N
+  broker processes (`kshim broker`, internal) on ports P..P+N-1 (kshim.controller.process).
+- `kshim ctl` inspects and disturbs such a cluster (kshim.ctl).
 """
 from __future__ import annotations
 
@@ -39,7 +41,53 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=_positive, default=100 * 1024 * 1024,
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    cluster = serve.add_argument_group(
+        "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
+                   "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
+    cluster.add_argument("--brokers", type=_positive, default=None,
+                         help="run a cluster of this many brokers, one process each (needs a fixed --port)")
+    cluster.add_argument("--replication-factor", type=_positive, default=None,
+                         help="replication factor of topics created with the default (default min(3, brokers))")
+    cluster.add_argument("--broker-session-timeout-ms", type=_positive, default=None,
+                         help="a broker with no heartbeat this long is fenced (default 9000)")
+    cluster.add_argument("--replica-lag-time-max-ms", type=_positive, default=None,
+                         help="a follower that has not caught up for this long leaves the ISR (default 30000)")
+    cluster.add_argument("--min-insync-replicas", type=_positive, default=None,
+                         help="broker default of min.insync.replicas (default 1)")
+    cluster.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default=None,
+                         help="broker default of kshim.uncommitted.read.limit (default log-end)")
+    from kshim import ctl
+    from kshim.cluster import broker_process
+    broker_process.add_parser(sub)
+    ctl.add_parser(sub)
     return parser
+
+
+_CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag_time_max_ms")
+
+
+def _serve_cluster(args: argparse.Namespace) -> int:
+    from kshim.controller.process import ClusterSettings, run_cluster
+
+    if args.port == 0:
+        print("kshim: --port 0 is not supported with --brokers: the brokers listen on PORT..PORT+N-1, "
+              "which must be known; give a fixed --port", file=sys.stderr)
+        return 2
+    if args.port + args.brokers - 1 > 65535:
+        print(f"kshim: ports {args.port}..{args.port + args.brokers - 1} go past 65535", file=sys.stderr)
+        return 2
+    settings = ClusterSettings(
+        brokers=args.brokers, port=args.port, data_dir=args.data_dir, host=args.host, partitions=args.partitions,
+        replication_factor=args.replication_factor,
+        session_timeout_ms=args.broker_session_timeout_ms or 9000,
+        min_insync_replicas=args.min_insync_replicas or 1,
+        uncommitted_read_limit=args.uncommitted_read_limit or "log-end",
+        replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
+        auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level)
+    if settings.rf > settings.brokers:
+        print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
+        return 2
+    return anyio.run(run_cluster, settings)
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -63,13 +111,32 @@ async def _serve(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "serve":
+    if args.command == "ctl":
+        from kshim import ctl
+        return ctl.main(args)
+    if args.command == "broker":
+        from kshim.cluster import broker_process
         tuning.keep_freed_buffers()
+        return broker_process.main(args)
+    if args.command == "serve" and args.brokers is not None:
+        return _serve_cluster(args)
+    if args.command == "serve":
+        given = [f"--{name.replace('_', '-')}" for name in _CLUSTER_ONLY if getattr(args, name) is not None]
+        if given:
+            print(f"kshim: {', '.join(given)} need --brokers (a cluster)", file=sys.stderr)
+            return 2
+        tuning.keep_freed_buffers()
+        topic_defaults = {}
+        if args.min_insync_replicas is not None:
+            topic_defaults["min.insync.replicas"] = str(args.min_insync_replicas)
+        if args.uncommitted_read_limit is not None:
+            topic_defaults["kshim.uncommitted.read.limit"] = args.uncommitted_read_limit
         config = BrokerConfig(
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
+            topic_defaults=topic_defaults,
         )
         try:
             anyio.run(_serve, config)

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""acks=1 versus acks=all on a three-broker kshim cluster with replication factor 3.
+
+    python bench/replication.py [--messages 100000] [--value-size 1024] [--repeat 3]
+
+Starts `python -m kshim serve --brokers 3` itself (consecutive free ports on 127.0.0.1, a
+temporary data dir), creates one topic per run with replication factor 3, and produces with
+confluent-kafka using large batches (linger.ms 10, batch.size 1 MiB), first acks=1 then acks=all,
+alternating over the repeats. Reports produce MB/s, msgs/s and p50/p99 delivery latency per mode
+(best of the repeats) and the acks=all / acks=1 ratios. Stops the cluster by its PID at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+import uuid
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throughput import (  # noqa: E402  (the sibling script's building blocks)
+    ClientErrors, ManagedProcess, PhaseError, log, make_values, produce_phase, producer_conf,
+)
+
+READY = re.compile(r"ready: bootstrap (\S+)")
+
+
+def free_port_run(count: int, tries: int = 50) -> int:
+    """A base port with `count` consecutive free ports after it (kshim node i listens on base+i)."""
+    for _ in range(tries):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count > 65535:
+            continue
+        ok = True
+        for port in range(base, base + count):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise PhaseError(f"no run of {count} free ports found")
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.create_topics([NewTopic(topic, partitions, 3)], request_timeout=30)[topic]
+    future.result(timeout=max(1.0, deadline - time.monotonic()))
+
+
+def run_mode(bootstrap: str, acks: str, args, values) -> dict:
+    topic = f"bench-acks{acks}-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, args.partitions, time.monotonic() + 60)
+    state = {"delivered": 0, "errors": 0, "first_error": None, "latencies": [], "t_last": None, "t0": None}
+
+    def on_delivery(err, msg):
+        if err is None:
+            state["delivered"] += 1
+            state["latencies"].append(msg.latency())
+        else:
+            state["errors"] += 1
+            state["first_error"] = state["first_error"] or err
+        state["t_last"] = time.perf_counter()
+
+    args.acks = acks
+    conf = producer_conf(args, bootstrap, ClientErrors(f"acks={acks} producer"))
+    conf["on_delivery"] = on_delivery
+    producer = Producer(conf)
+    producer.list_topics(topic, timeout=30)
+    result = produce_phase(producer, topic, args, values, state)
+    log("acks=%s: %.1f MB/s, %.0f msg/s, p50 %.2f ms, p99 %.2f ms"
+        % (acks, result["mb_s"], result["msgs_s"], result["p50_ms"], result["p99_ms"]))
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--messages", type=int, default=100_000)
+    p.add_argument("--value-size", type=int, default=1024)
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--linger-ms", type=float, default=10)
+    p.add_argument("--batch-size", type=int, default=1 << 20)
+    p.add_argument("--buffer-mb", type=int, default=64)
+    p.add_argument("--poll-every", type=int, default=64)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--compression", default="none")
+    args = p.parse_args(argv)
+    values = make_values(args.value_size)
+    workdir = tempfile.mkdtemp(prefix="kshim-repl-bench-")
+    base = free_port_run(3)
+    cluster = ManagedProcess("kshim-cluster", [sys.executable, "-m", "kshim", "serve", "--brokers", "3",
+                                               "--port", str(base), "--data-dir", os.path.join(workdir, "data")],
+                             os.path.join(workdir, "cluster.log"))
+    try:
+        bootstrap = cluster.wait_line(READY, time.monotonic() + 60).group(1)
+        log(f"cluster ready at {bootstrap} (pid {cluster.pid})")
+        runs: dict[str, list[dict]] = {"1": [], "all": []}
+        for _ in range(args.repeat):
+            for acks in ("1", "all"):
+                runs[acks].append(run_mode(bootstrap, acks, args, values))
+    finally:
+        cluster.stop()
+    best = {acks: max(rs, key=lambda r: r["mb_s"]) for acks, rs in runs.items()}
+    print()
+    print(f"{'acks':<6} {'MB/s':>8} {'msg/s':>10} {'p50 ms':>8} {'p99 ms':>8}   (best of {args.repeat}; "
+          f"{args.messages} x {args.value_size} B, RF=3, {args.partitions} partitions)")
+    for acks in ("1", "all"):
+        r = best[acks]
+        print(f"{acks:<6} {r['mb_s']:>8.1f} {r['msgs_s']:>10,.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
+    one, all_ = best["1"], best["all"]
+    print(f"ratio  {all_['mb_s'] / one['mb_s']:>7.2f}x {all_['msgs_s'] / one['msgs_s']:>9.2f}x "
+          f"{all_['p50_ms'] / one['p50_ms']:>7.2f}x {all_['p99_ms'] / one['p99_ms']:>7.2f}x   (acks=all / acks=1)")
+    print("runs MB/s: acks=1 %s; acks=all %s" % ([round(r["mb_s"]) for r in runs["1"]],
+                                                 [round(r["mb_s"]) for r in runs["all"]]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""One broker of a cluster, in its own OS process: `kshim broker`, started by `kshim serve --brokers`.
+
+It binds its Kafka port, registers with the controller over the controller's unix socket, applies
+the images its heartbeat long-poll brings, and runs replication when kshim.replication is there.
+SIGTERM or SIGINT: close the replicas and exit 0. It prints nothing on stdout; logs go to stderr
+(the controller appends them to <data-dir>/broker.log).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+
+from kshim.broker import Broker, BrokerConfig
+from kshim.cluster.remote import RemoteControllerClient
+
+log = logging.getLogger("kshim.broker_process")
+
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "broker", help="(internal) run one broker of a cluster; `kshim serve --brokers N` starts these",
+        description="Run one broker of a multi-broker cluster. `kshim serve --brokers N` starts one per node "
+                    "with these options; it is rarely useful to run by hand.")
+    p.add_argument("--node-id", type=int, required=True, help="this broker's node id")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
+    p.add_argument("--port", type=int, required=True, help="port to listen on")
+    p.add_argument("--data-dir", type=Path, required=True, help="this broker's partition logs")
+    p.add_argument("--controller-socket", type=Path, required=True, help="the controller's unix socket")
+    p.add_argument("--partitions", type=_positive, default=1, help="partitions of auto-created topics (default 1)")
+    p.add_argument("--replication-factor", type=_positive, default=1,
+                   help="replication factor of topics created with the default (the controller decides)")
+    p.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics")
+    p.add_argument("--max-request-bytes", type=_positive, default=100 * 1024 * 1024,
+                   help="largest request frame accepted (default 100 MiB)")
+    p.add_argument("--min-insync-replicas", type=_positive, default=1,
+                   help="broker default of min.insync.replicas (default 1)")
+    p.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default="log-end",
+                   help="broker default of kshim.uncommitted.read.limit (default log-end)")
+    p.add_argument("--replica-lag-time-max-ms", type=_positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+                   help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    return BrokerConfig(
+        host=args.host, port=args.port, data_dir=args.data_dir, node_id=args.node_id,
+        default_partitions=args.partitions, default_replication_factor=args.replication_factor,
+        auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
+        topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
+                        "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
+    )
+
+
+async def _replication(broker: Broker, replica_lag_time_max_ms: int) -> None:
+    if importlib.util.find_spec("kshim.replication") is None:
+        log.warning("kshim.replication is not there yet: this broker does not replicate")
+        return
+    module = importlib.import_module("kshim.replication")
+    run = getattr(module, "run_replication", None)
+    if run is None:
+        log.warning("kshim.replication has no run_replication yet: this broker does not replicate")
+        return
+    await run(broker, replica_lag_time_max_ms=replica_lag_time_max_ms)
+
+
+async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
+    from kshim.server import Server
+
+    client = RemoteControllerClient(controller_socket, config.node_id)
+    broker = Broker(config, client)
+    client.attach(broker)
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+                port = await tg.start(Server(broker).serve)
+                config.port = port
+                tg.start_soon(client.run, config.advertised, port, os.getpid())
+                tg.start_soon(_replication, broker, replica_lag_time_max_ms)
+                log.info("broker %d listening on %s:%d", config.node_id, config.host, port)
+                async for signum in signals:
+                    log.info("received %s, shutting down", signal.Signals(signum).name)
+                    tg.cancel_scope.cancel()
+                    break
+    finally:
+        broker.close()
+        log.info("broker %d stopped cleanly", config.node_id)
+
+
+def _os_error(e: BaseException) -> OSError | None:
+    """The OSError behind `e`, also when a task group wrapped it alone in an exception group."""
+    if isinstance(e, OSError):
+        return e
+    inner = getattr(e, "exceptions", None)
+    return _os_error(inner[0]) if inner and len(inner) == 1 else None
+
+
+def main(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    try:
+        anyio.run(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms)
+    except Exception as exc:
+        e = _os_error(exc)
+        if e is None:
+            raise
+        print(f"kshim broker {args.node_id}: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,193 @@
+"""The controller client of a broker process: the control-plane RPC over the controller's socket.
+
+`run()` is the broker's session: connect, register (a new broker epoch and the current image),
+then heartbeat in a loop. Each heartbeat is a long-poll that carries this broker's replica offsets
+and returns as soon as the controller publishes an image newer than the one applied here, so
+images arrive without delay and idle heartbeats go out every HEARTBEAT_WAIT_MS. STALE_BROKER_EPOCH
+(fenced: the broker was paused past the session timeout, or the controller restarted) means
+register again. If the controller goes away, the broker keeps serving with its last image and
+reconnects with backoff, registering again once it is back.
+
+The mutating calls of the ControllerClient protocol send their request on the same connection
+(requests are multiplexed, see kshim.controller.rpc) and return once the broker has applied the
+image version the controller answered with, so the caller sees its change in effect.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from kshim.cluster.image import PartitionInfo, TopicInfo
+from kshim.controller import messages as m
+from kshim.controller import rpc
+from kshim.errors import BrokerError
+from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kshim.broker import Broker
+
+log = logging.getLogger("kshim.cluster.remote")
+
+HEARTBEAT_WAIT_MS = 250  # how long the controller holds an idle heartbeat
+HEARTBEAT_GRACE_S = 5.0  # a heartbeat with no answer this long after its wait: the link is dead
+CALL_TIMEOUT_S = 30.0
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+ERROR_RETRY_S = 0.2  # after an unexpected error answer to a heartbeat
+
+
+class RemoteControllerClient:
+    def __init__(self, socket_path: Path, node_id: int, *, heartbeat_wait_ms: int = HEARTBEAT_WAIT_MS,
+                 call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.socket_path = Path(socket_path)
+        self.node_id = node_id
+        self.heartbeat_wait_ms = heartbeat_wait_ms
+        self.call_timeout_s = call_timeout_s
+        self.broker: Broker | None = None
+        self.broker_epoch = 0
+        self.registrations = 0  # how many times this broker registered (tests, logs)
+        self._connection: rpc.RpcConnection | None = None
+        self._state = ""
+
+    def attach(self, broker: Broker) -> None:
+        """The broker whose images this client applies (and waits for, after each change)."""
+        self.broker = broker
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None
+
+    # ------------------------------------------------------------------ the session
+    async def run(self, host: str, port: int, pid: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        """Register and heartbeat forever, reconnecting when the controller goes away.
+        task_status is started once after the first registration."""
+        started = False
+        backoff = BACKOFF_MIN_S
+        while True:
+            try:
+                async with rpc.connect(self.socket_path) as connection:
+                    await self._register(connection, host, port, pid)
+                    self._connection = connection
+                    self._set_state("connected", "registered with the controller at %s (epoch %d)",
+                                    self.socket_path, self.broker_epoch)
+                    backoff = BACKOFF_MIN_S
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._heartbeats(connection, host, port, pid)
+            except (OSError, TimeoutError) as e:  # RpcConnectionError is an OSError
+                self._set_state("unreachable", "controller at %s unreachable (%s); serving with image %d, "
+                                "retrying", self.socket_path, e, self._image_version())
+            except BrokerError as e:  # registration refused: try again, as if the controller were away
+                self._set_state("refused", "the controller refused to register this broker: %s %s; retrying",
+                                e.code.name, e.message)
+            finally:
+                self._connection = None
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _register(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
+        result: m.RegisterResult = await connection.call(m.Register(self.node_id, host, port, pid),
+                                                         self.call_timeout_s)
+        self.broker_epoch = result.broker_epoch
+        self.registrations += 1
+        if self.broker is not None:
+            self.broker.apply_image(result.image)
+
+    async def _heartbeats(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
+        while True:
+            try:
+                result: m.HeartbeatResult = await self.heartbeat(connection)
+            except BrokerError as e:
+                if e.code != ErrorCode.STALE_BROKER_EPOCH:
+                    log.warning("heartbeat refused: %s %s", e.code.name, e.message)
+                    await anyio.sleep(ERROR_RETRY_S)
+                    continue
+                log.warning("fenced by the controller (%s): registering again", e.message)
+                await self._register(connection, host, port, pid)
+                log.info("registered again (epoch %d)", self.broker_epoch)
+                continue
+            if result.image is not None and self.broker is not None:
+                self.broker.apply_image(result.image)
+
+    async def heartbeat(self, connection: rpc.RpcConnection) -> m.HeartbeatResult:
+        """One heartbeat long-poll (tests override this to stop heartbeats)."""
+        return await connection.call(
+            m.Heartbeat(self.node_id, self.broker_epoch, self._image_version(), self.heartbeat_wait_ms,
+                        self._offsets()),
+            self.heartbeat_wait_ms / 1000 + HEARTBEAT_GRACE_S)
+
+    def _offsets(self) -> tuple[m.ReplicaOffsets, ...]:
+        if self.broker is None:
+            return ()
+        return tuple(m.ReplicaOffsets(r.topic, r.index, r.log_end_offset, r.high_watermark)
+                     for r in self.broker.replicas())
+
+    def _image_version(self) -> int:
+        return self.broker.image.version if self.broker is not None else 0
+
+    def _set_state(self, state: str, message: str, *args: Any) -> None:
+        """Log once per change of state, not at every retry."""
+        if state != self._state:
+            self._state = state
+            (log.info if state == "connected" else log.warning)(message, *args)
+
+    # ------------------------------------------------------------------ the ControllerClient protocol
+    async def _call(self, request: Any) -> Any:
+        connection = self._connection
+        if connection is None:
+            raise BrokerError(ErrorCode.NOT_CONTROLLER, "the controller is not reachable; retry later")
+        try:
+            return await connection.call(request, self.call_timeout_s)
+        except TimeoutError:
+            raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
+                              f"the controller did not answer within {self.call_timeout_s:.0f}s") from None
+        except rpc.RpcConnectionError:
+            raise BrokerError(ErrorCode.NOT_CONTROLLER, "the connection to the controller closed; retry") from None
+
+    async def _applied(self, version: int) -> None:
+        if self.broker is not None:
+            try:
+                await self.broker.wait_for_image(version, self.call_timeout_s)
+            except TimeoutError:
+                raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
+                                  f"metadata version {version} did not reach this broker in time") from None
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int,
+                           configs: dict[str, str | None], validate_only: bool) -> TopicInfo | None:
+        result: m.CreateTopicResult = await self._call(
+            m.CreateTopic(name, partitions, replication_factor, dict(configs), validate_only))
+        await self._applied(result.version)
+        return result.topic
+
+    async def delete_topic(self, name: str) -> uuid.UUID:
+        result: m.DeleteTopicResult = await self._call(m.DeleteTopic(name))
+        await self._applied(result.version)
+        return result.topic_id
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool) -> None:
+        result: m.VersionResult = await self._call(m.CreatePartitions(name, total, validate_only))
+        await self._applied(result.version)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
+        result: m.VersionResult = await self._call(m.SetTopicConfigs(name, dict(configs), validate_only))
+        await self._applied(result.version)
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        result: m.AllocateProducerIdsResult = await self._call(m.AllocateProducerIds(count))
+        return result.first_id
+
+    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: list[int]) -> PartitionInfo:
+        result: m.AlterPartitionResult = await self._call(
+            m.AlterPartition(self.node_id, self.broker_epoch, topic, index, leader_epoch, partition_epoch,
+                             tuple(new_isr)))
+        await self._applied(result.version)
+        return result.partition
+
+
+__all__ = ["RemoteControllerClient", "HEARTBEAT_WAIT_MS"]

@@ -1,0 +1,404 @@
+"""The control plane: message codecs, the unix-socket RPC, and a broker's session with a real
+Controller over it (register, heartbeat long-poll, fencing, registering again), in one process."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kshim.broker import Broker, BrokerConfig
+from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.remote import RemoteControllerClient
+from kshim.controller import messages as m
+from kshim.controller import rpc
+from kshim.controller.controller import Controller, ControllerConfig
+from kshim.controller.process import ControllerService
+from kshim.controller.store import MetadataStore
+from kshim.errors import BrokerError
+from wire.errors import ErrorCode
+
+TIMEOUT_S = 10
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+# ------------------------------------------------------------------------------------------ codecs
+IMAGE = MetadataImage(
+    version=42, cluster_id="Zm9vYmFyYmF6cXV4cXV1eA", controller_id=0,
+    brokers={2: BrokerInfo(2, "127.0.0.1", 9094, 7, False, True, 4321),
+             0: BrokerInfo(0, "localhost", 9092, 1, True, False, 1234)},
+    topics={
+        "orders": TopicInfo("orders", uuid.uuid4(), {"retention.ms": "1000", "cleanup.policy": "delete"}, (
+            PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2), 5),
+            PartitionInfo(1, (2, 1, 0), -1, 9, (2,), 11),
+        )),
+        "__internal": TopicInfo("__internal", uuid.uuid4(), {}, ()),
+        "ünïcode-less.but_legal": TopicInfo("ünïcode-less.but_legal", uuid.uuid4(), {"k": ""},
+                                            (PartitionInfo(0, (1,), 1, 0, (1,)),)),
+    },
+)
+
+REQUESTS = [
+    m.Register(3, "127.0.0.1", 9095, 98765),
+    m.Heartbeat(3, 2, 41, 250, (m.ReplicaOffsets("orders", 0, 100, 90), m.ReplicaOffsets("x", 7, 0, 0))),
+    m.Heartbeat(0, 1, 0, 0),
+    m.CreateTopic("t", -1, 3, {"min.insync.replicas": "2", "retention.ms": None}, True),
+    m.DeleteTopic("t"),
+    m.CreatePartitions("t", 12, False),
+    m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
+    m.AllocateProducerIds(1000),
+    m.AlterPartition(1, 4, "orders", 0, 3, 5, (0, 2, 1)),
+    m.Status(),
+    m.Kill(1), m.Start(2), m.Pause(0), m.Resume(0), m.Isolate(1), m.Heal(1),
+]
+
+RESPONSES = [
+    (m.MessageType.REGISTER, m.RegisterResult(7, IMAGE)),
+    (m.MessageType.HEARTBEAT, m.HeartbeatResult(IMAGE)),
+    (m.MessageType.HEARTBEAT, m.HeartbeatResult(None)),
+    (m.MessageType.CREATE_TOPIC, m.CreateTopicResult(43, IMAGE.topics["orders"])),
+    (m.MessageType.CREATE_TOPIC, m.CreateTopicResult(43, None)),
+    (m.MessageType.DELETE_TOPIC, m.DeleteTopicResult(44, uuid.uuid4())),
+    (m.MessageType.CREATE_PARTITIONS, m.VersionResult(45)),
+    (m.MessageType.SET_TOPIC_CONFIGS, m.VersionResult(46)),
+    (m.MessageType.ALLOCATE_PRODUCER_IDS, m.AllocateProducerIdsResult(46, 1 << 40)),
+    (m.MessageType.ALTER_PARTITION, m.AlterPartitionResult(47, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6))),
+    (m.MessageType.STATUS, m.StatusResult(json.dumps({"brokers": [], "ünï": "code"}))),
+    *[(t, m.CommandResult(48, f"done {t.name}")) for t in (m.MessageType.KILL, m.MessageType.START,
+                                                            m.MessageType.PAUSE, m.MessageType.RESUME,
+                                                            m.MessageType.ISOLATE, m.MessageType.HEAL)],
+]
+
+
+def test_every_message_type_is_covered():
+    assert {r.TYPE for r in REQUESTS} == set(m.MessageType)
+    assert {t for t, _ in RESPONSES} == set(m.MessageType)
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
+def test_request_round_trip(request_):
+    frame = m.encode_request(123456, request_)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    assert m.decode_request(frame[4:]) == (123456, request_)
+
+
+@pytest.mark.parametrize("type_, body", RESPONSES, ids=lambda x: getattr(x, "name", type(x).__name__))
+def test_response_round_trip(type_, body):
+    frame = m.encode_response(-7, type_, body)
+    response = m.decode_response(frame[4:])
+    assert response == m.Response(-7, type_, ErrorCode.NONE, None, body)
+
+
+def test_metadata_image_round_trips_exactly():
+    decoded = m.decode_response(m.encode_response(1, m.MessageType.REGISTER, m.RegisterResult(1, IMAGE))[4:]).body.image
+    assert decoded == IMAGE
+    assert list(decoded.brokers) == [2, 0] and list(decoded.topics) == list(IMAGE.topics)
+    orders = decoded.topics["orders"]
+    assert isinstance(orders.topic_id, uuid.UUID) and orders.topic_id == IMAGE.topics["orders"].topic_id
+    assert isinstance(orders.partitions, tuple) and isinstance(orders.partitions[0].replicas, tuple)
+    assert list(orders.configs.items()) == list(IMAGE.topics["orders"].configs.items())
+
+
+def test_error_response_round_trip():
+    frame = m.encode_response(5, m.MessageType.HEARTBEAT, error_code=ErrorCode.STALE_BROKER_EPOCH,
+                              message="broker 1 epoch 2 is not current")
+    assert m.decode_response(frame[4:]) == m.Response(5, m.MessageType.HEARTBEAT, ErrorCode.STALE_BROKER_EPOCH,
+                                                      "broker 1 epoch 2 is not current", None)
+
+
+@pytest.mark.parametrize("body", [
+    b"",
+    b"\x00\x00\x00\x01",  # no type
+    b"\x00\x00\x00\x01\x00\x63",  # unknown type
+    m.encode_request(1, m.Register(1, "h", 2, 3))[4:] + b"\x00",  # trailing byte
+    m.encode_request(1, m.Register(1, "h", 2, 3))[4:-1],  # truncated
+    b"\x00\x00\x00\x01\x00\x01\x00\x00\x00\x01\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00",  # huge string
+])
+def test_malformed_requests_are_frame_errors(body):
+    with pytest.raises(m.FrameError):
+        m.decode_request(body)
+
+
+def test_frame_size_is_bounded():
+    assert m.frame_size((1000).to_bytes(4, "big")) == 1000
+    for bad in (0, -1, m.MAX_FRAME_BYTES + 1):
+        with pytest.raises(m.FrameError):
+            m.frame_size(bad.to_bytes(4, "big", signed=True))
+
+
+def test_response_body_must_match_its_type():
+    with pytest.raises(m.FrameError):
+        m.encode_response(1, m.MessageType.HEARTBEAT, m.VersionResult(1))
+
+
+# ------------------------------------------------------------------------------------------ RPC
+@pytest.fixture
+def sock_dir():
+    # unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer
+    with tempfile.TemporaryDirectory(prefix="kshim-cp-") as d:
+        yield Path(d)
+
+
+@asynccontextmanager
+async def controller_server(store_dir: Path, sock: Path, **config):
+    controller = Controller(MetadataStore(store_dir / "metadata.sqlite"), ControllerConfig(**config))
+    service = ControllerService(controller)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(rpc.RpcServer(service.handle).serve, sock)
+            yield service
+            tg.cancel_scope.cancel()
+    finally:
+        controller.close()
+
+
+@asynccontextmanager
+async def remote_broker(tmp_path: Path, sock: Path, node_id: int = 0, client_cls=RemoteControllerClient):
+    client = client_cls(sock, node_id, heartbeat_wait_ms=100)
+    broker = Broker(BrokerConfig(node_id=node_id, data_dir=tmp_path / f"broker-{node_id}"), client)
+    client.attach(broker)
+    try:
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(TIMEOUT_S):
+                await tg.start(client.run, "127.0.0.1", 19092 + node_id, os.getpid())
+            yield broker, client, tg
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+async def wait_for(predicate, timeout_s: float = TIMEOUT_S, message: str = "condition"):
+    with anyio.fail_after(timeout_s):
+        while not (value := predicate()):
+            await anyio.sleep(0.01)
+    return value
+
+
+@pytest.mark.anyio
+async def test_register_gets_epoch_and_image(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
+        assert client.broker_epoch == 1 and client.registrations == 1
+        assert broker.image.version == service.controller.version
+        info = broker.image.brokers[0]
+        assert (info.host, info.port, info.pid, info.alive) == ("127.0.0.1", 19092, os.getpid(), True)
+        assert service.registered == {0: os.getpid()}
+
+
+@pytest.mark.anyio
+async def test_mutating_calls_return_once_the_broker_applied_the_change(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
+        topic = await broker.create_topic("t", 2, {"retention.ms": "5000"})
+        assert topic == service.controller.image.topics["t"]
+        assert broker.topics["t"] == topic and broker.partition("t", 1) is not None  # applied already
+        assert await broker.create_topic("v", 1, validate_only=True) is None and "v" not in broker.topics
+        with pytest.raises(BrokerError) as e:
+            await broker.create_topic("t", 1)
+        assert e.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+        await broker.add_partitions("t", 3)
+        assert len(broker.topics["t"].partitions) == 3
+        await broker.set_topic_configs("t", {"retention.ms": "7000"})
+        assert broker.topics["t"].configs == {"retention.ms": "7000"}
+        first = await broker.allocate_producer_id()
+        assert await broker.allocate_producer_id() == first + 1
+        p = broker.topics["t"].partitions[0]
+        info = await client.alter_partition("t", 0, p.leader_epoch, p.partition_epoch, [0])
+        assert info.partition_epoch == p.partition_epoch + 1
+        assert broker.topics["t"].partitions[0] == info
+        with pytest.raises(BrokerError) as e:
+            await client.alter_partition("t", 0, p.leader_epoch, p.partition_epoch, [0])  # stale partition epoch
+        assert e.value.code == ErrorCode.INVALID_UPDATE_VERSION
+        topic_id = await broker.delete_topic("t")
+        assert topic_id == topic.topic_id and "t" not in broker.topics and broker.partition("t", 0) is None
+
+
+@pytest.mark.anyio
+async def test_heartbeat_long_poll_answers_when_the_image_changes(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, rpc.connect(sock) as conn:
+        c = service.controller
+        reg = await conn.call(m.Register(0, "127.0.0.1", 9092, 1))
+        known = reg.image.version
+        # nothing new: the answer comes after the wait, with no image
+        start = anyio.current_time()
+        idle = await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 100))
+        assert idle.image is None and anyio.current_time() - start >= 0.09
+        # already behind: answered at once
+        c.create_topic("early", 1, 1)
+        assert (await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 5000))).image.version == c.version
+        known = c.version
+        # waiting: answered as soon as the change is published, long before wait_ms
+        results = []
+
+        async def poll():
+            results.append(await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 5000)))
+
+        with anyio.fail_after(2):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll)
+                await anyio.sleep(0.05)
+                # the same connection answers other requests while the long-poll waits
+                status = json.loads((await conn.call(m.Status())).json)
+                assert not results and [b["id"] for b in status["brokers"]] == [0]
+                c.create_topic("late", 1, 1)
+        assert "late" in results[0].image.topics and results[0].image.version == c.version
+
+
+@pytest.mark.anyio
+async def test_heartbeat_offsets_show_in_status(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
+        await broker.create_topic("t", 1)
+        broker.partition("t", 0).append(_one_batch())
+        status = await wait_for(lambda: (s := service.status())["partitions"][0]["replica_offsets"].get("0", {})
+                                .get("log_end_offset") == 1 and s)
+        p = status["partitions"][0]
+        assert (p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"]) == ("t", 0, 0, [0], [0])
+        assert status["brokers"][0]["alive"] and status["cluster_id"] == service.controller.cluster_id
+
+
+def _one_batch() -> bytes:
+    from wire.records import encode_batch
+    return encode_batch([(b"k", b"v")])
+
+
+class StoppableClient(RemoteControllerClient):
+    """A broker whose heartbeats can be held back, as if its process were paused."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.stopped = False
+        self.resumed = anyio.Event()
+
+    async def heartbeat(self, connection):
+        while self.stopped:
+            await self.resumed.wait()
+        return await super().heartbeat(connection)
+
+
+@pytest.mark.anyio
+async def test_fenced_after_the_session_timeout_then_registers_again(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock, session_timeout_ms=300) as service, \
+            remote_broker(tmp_path, sock, client_cls=StoppableClient) as (broker, client, tg):
+        c = service.controller
+        tg.start_soon(c.run_session_checks)
+        await broker.create_topic("t", 1)
+        await anyio.sleep(0.5)  # heartbeats keep it alive past the session timeout
+        assert c.image.brokers[0].alive
+        client.stopped = True
+        await wait_for(lambda: not c.image.brokers[0].alive, message="fenced")
+        assert c.image.topics["t"].partitions[0].leader == -1  # its only replica is gone
+        client.stopped = False
+        client.resumed.set()
+        await wait_for(lambda: client.registrations == 2 and broker.image.brokers[0].alive, message="registered")
+        assert client.broker_epoch == 2 and broker.image.brokers[0].epoch == 2
+        assert broker.topics["t"].partitions[0].leader == 0  # it leads again what it was in sync for
+
+
+@pytest.mark.anyio
+async def test_stale_broker_epoch_makes_the_broker_register_again(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
+        service.controller.fence(0)
+        await wait_for(lambda: client.registrations == 2, message="registered again")
+        assert client.broker_epoch == 2
+        await wait_for(lambda: broker.image.brokers[0].alive and broker.image.brokers[0].epoch == 2)
+        # a heartbeat with the old epoch is refused
+        async with rpc.connect(sock) as conn:
+            with pytest.raises(BrokerError) as e:
+                await conn.call(m.Heartbeat(0, 1, 0, 0))
+            assert e.value.code == ErrorCode.STALE_BROKER_EPOCH
+
+
+@pytest.mark.anyio
+async def test_broker_keeps_its_image_while_the_controller_is_away(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    client = RemoteControllerClient(sock, 0, heartbeat_wait_ms=100)
+    broker = Broker(BrokerConfig(node_id=0, data_dir=tmp_path / "broker-0"), client)
+    client.attach(broker)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.run, "127.0.0.1", 19092, os.getpid())  # before the controller is up
+            async with controller_server(tmp_path, sock):
+                await wait_for(lambda: client.connected, message="connected")
+                await broker.create_topic("t", 1)
+                version = broker.image.version
+            await wait_for(lambda: not client.connected, message="disconnected")
+            assert broker.image.version == version and "t" in broker.topics  # still serving what it knew
+            with pytest.raises(BrokerError) as e:
+                await broker.create_topic("u", 1)
+            assert e.value.code == ErrorCode.NOT_CONTROLLER
+            async with controller_server(tmp_path, sock) as service:
+                await wait_for(lambda: client.registrations == 2, message="registered again")
+                assert service.registered == {0: os.getpid()}
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_malformed_frame_closes_only_that_connection(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock), rpc.connect(sock) as good:
+        for garbage in (b"\x00\x00\x00\x02\x00\x00",  # a body that does not decode
+                        (m.MAX_FRAME_BYTES + 1).to_bytes(4, "big"),  # too large
+                        b"\xff\xff\xff\xff"):  # negative size
+            stream = await anyio.connect_unix(sock)
+            async with stream:
+                await stream.send(garbage)
+                with anyio.fail_after(TIMEOUT_S), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError,
+                                                                  ConnectionError)):
+                    await stream.receive()
+        assert isinstance(await good.call(m.Status()), m.StatusResult)
+
+
+@pytest.mark.anyio
+async def test_process_commands_need_a_supervisor_and_isolation_needs_a_broker(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, rpc.connect(sock) as conn:
+        with pytest.raises(BrokerError) as e:
+            await conn.call(m.Kill(0))
+        assert e.value.code == ErrorCode.INVALID_REQUEST
+        with pytest.raises(BrokerError) as e:
+            await conn.call(m.Isolate(5))
+        assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
+        await conn.call(m.Register(5, "127.0.0.1", 9097, 1))
+        result = await conn.call(m.Isolate(5))
+        assert result.version == service.controller.version and service.controller.image.brokers[5].isolated
+        await conn.call(m.Heal(5))
+        assert not service.controller.image.brokers[5].isolated
+
+
+@pytest.mark.anyio
+async def test_a_closed_connection_fails_pending_calls(tmp_path, sock_dir):
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service:
+        async with rpc.connect(sock) as conn:
+            reg = await conn.call(m.Register(0, "127.0.0.1", 9092, 1))
+            errors = []
+
+            async def long_poll():
+                try:
+                    await conn.call(m.Heartbeat(0, reg.broker_epoch, service.controller.version, 5000))
+                except rpc.RpcConnectionError as e:
+                    errors.append(e)
+
+            with anyio.fail_after(TIMEOUT_S):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(long_poll)
+                    await anyio.sleep(0.05)
+                    await conn.aclose()  # the connection dies under the pending call
+            assert len(errors) == 1
+            with pytest.raises(rpc.RpcConnectionError):
+                await conn.call(m.Status())
