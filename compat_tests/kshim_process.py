@@ -33,7 +33,7 @@ class KshimProcess:
             assert self.proc and self.proc.stdout
             for line in self.proc.stdout:
                 self.output.append(line.rstrip("\n"))
-                if "ready" in line and not ready.is_set():
+                if line.startswith("kshim ready:") and not ready.is_set():
                     self.bootstrap = line.split("bootstrap", 1)[1].split()[0]
                     ready.set()
             ready.set()  # process ended

@@ -17,6 +17,7 @@ import anyio
 
 from kshim import tuning
 from kshim.broker import BrokerConfig
+from kshim.errors import os_error_behind
 from kshim.standalone import announce_port, open_standalone
 
 log = logging.getLogger("kshim")
@@ -140,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             anyio.run(_serve, config)
-        except OSError as e:
+        except Exception as exc:
+            e = os_error_behind(exc)
+            if e is None:
+                raise
             print(f"kshim: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
             return 1
         return 0

@@ -17,6 +17,15 @@ class BrokerError(Exception):
         self.message = message
 
 
+def os_error_behind(e: BaseException) -> OSError | None:
+    """The OSError behind `e`, also when a task group wrapped it alone in an exception group
+    (a port already in use surfaces that way from a server's task group)."""
+    if isinstance(e, OSError):
+        return e
+    inner = getattr(e, "exceptions", None)
+    return os_error_behind(inner[0]) if inner and len(inner) == 1 else None
+
+
 def check_topic_name(name: str | None) -> None:
     if not name or name in (".", "..") or not _LEGAL_TOPIC.match(name):
         raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,

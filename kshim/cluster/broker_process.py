@@ -20,6 +20,7 @@ import anyio
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.remote import RemoteControllerClient
+from kshim.errors import os_error_behind
 
 log = logging.getLogger("kshim.broker_process")
 
@@ -104,20 +105,12 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
         log.info("broker %d stopped cleanly", config.node_id)
 
 
-def _os_error(e: BaseException) -> OSError | None:
-    """The OSError behind `e`, also when a task group wrapped it alone in an exception group."""
-    if isinstance(e, OSError):
-        return e
-    inner = getattr(e, "exceptions", None)
-    return _os_error(inner[0]) if inner and len(inner) == 1 else None
-
-
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
         anyio.run(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms)
     except Exception as exc:
-        e = _os_error(exc)
+        e = os_error_behind(exc)
         if e is None:
             raise
         print(f"kshim broker {args.node_id}: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)

@@ -68,7 +68,9 @@ class Controller:
         self.store = store
         self.config = config
         self.cluster_id = store.cluster_value("cluster_id", _new_cluster_id())
-        self.version = 0
+        # versions must keep increasing across controller restarts (brokers ignore older images):
+        # start from the wall clock in milliseconds rather than from 0
+        self.version = now_ms()
         self._brokers: dict[int, _Broker] = {}
         self._topics: dict[str, _Topic] = {}
         self._changed = Signal()

@@ -75,7 +75,9 @@ async def handle(ctx, req):
         "throttle_time_ms": 0,
         "brokers": broker_list(ctx),
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.image.controller_id,
+        # clients send admin requests to the controller id they are given; any broker forwards
+        # them to the controller, so name this (live) broker, as KRaft brokers do
+        "controller_id": broker.node_id,
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }

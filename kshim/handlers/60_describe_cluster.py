@@ -30,7 +30,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "error_message": None,
         "endpoint_type": BROKERS,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.image.controller_id,
+        "controller_id": broker.node_id,  # a live broker that forwards to the controller (see Metadata)
         "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                     for b in broker.image.alive_brokers()],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,

@@ -1,0 +1,93 @@
+"""A `kshim serve --brokers N` cluster as real processes, for compat tests: start, ctl, stop."""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from compat_tests.kshim_process import KshimProcess
+from kshim import ctl
+
+SESSION_TIMEOUT_MS = 2000
+
+
+def free_port_block(count: int) -> int:
+    """A base port with `count` consecutive free ports, below the usual ephemeral range (so client
+    connections made meanwhile do not take them)."""
+    for _ in range(200):
+        base = random.randrange(20000, 32000 - count)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def run_ctl(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(data_dir), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Cluster:
+    def __init__(self, data_dir: Path, brokers: int, *extra: str,
+                 session_timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.data_dir = data_dir
+        self.base_port = free_port_block(brokers)
+        self.process = KshimProcess(data_dir, "--brokers", str(brokers), "--broker-session-timeout-ms",
+                                    str(session_timeout_ms), *extra, port=self.base_port)
+
+    def start(self) -> "Cluster":
+        self.process.start()
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.process.bootstrap
+
+    def status(self) -> dict:
+        return ctl.status(self.data_dir)
+
+    def broker(self, node_id: int) -> dict:
+        return next(b for b in self.status()["brokers"] if b["id"] == node_id)
+
+    def partition(self, topic: str, index: int = 0) -> dict:
+        return next(p for p in self.status()["partitions"] if p["topic"] == topic and p["partition"] == index)
+
+    def stop(self) -> None:
+        """SIGTERM the serve process: it exits 0 and every broker it started is gone."""
+        pids = [b["pid"] for b in self.status()["brokers"]]
+        code = self.process.terminate()
+        assert code == 0, "kshim serve did not stop cleanly:\n" + self.process.logs()
+        assert not [pid for pid in pids if pid_exists(pid)], "brokers outlived kshim serve"
+        assert not (self.data_dir / "controller.sock").exists()
+
+    def kill_everything(self) -> None:
+        """After a failed test: no process left behind (only the ones this cluster started)."""
+        if self.process.proc and self.process.proc.poll() is None:
+            try:
+                pids = [b["pid"] for b in self.status()["brokers"]]
+            except ctl.CtlError:
+                pids = []
+            self.process.kill()
+            for pid in pids:
+                if pid_exists(pid):
+                    os.kill(pid, 9)
