@@ -8,12 +8,11 @@ SIGTERM or SIGINT: close the replicas and exit 0. It prints nothing on stdout; l
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import logging
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -21,6 +20,7 @@ import anyio
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.errors import os_error_behind
+from kshim.replication import run_replication
 
 log = logging.getLogger("kshim.broker_process")
 
@@ -70,18 +70,6 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     )
 
 
-async def _replication(broker: Broker, replica_lag_time_max_ms: int) -> None:
-    if importlib.util.find_spec("kshim.replication") is None:
-        log.warning("kshim.replication is not there yet: this broker does not replicate")
-        return
-    module = importlib.import_module("kshim.replication")
-    run = getattr(module, "run_replication", None)
-    if run is None:
-        log.warning("kshim.replication has no run_replication yet: this broker does not replicate")
-        return
-    await run(broker, replica_lag_time_max_ms=replica_lag_time_max_ms)
-
-
 async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
     from kshim.server import Server
 
@@ -94,8 +82,8 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 port = await tg.start(Server(broker).serve)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
-                tg.start_soon(_replication, broker, replica_lag_time_max_ms)
-                log.info("broker %d listening on %s:%d", config.node_id, config.host, port)
+                tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))
+                log.info("broker %d (pid %d) listening on %s:%d", config.node_id, os.getpid(), config.host, port)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     tg.cancel_scope.cancel()
