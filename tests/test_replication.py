@@ -206,3 +206,15 @@ async def test_former_leader_truncates_its_uncommitted_suffix(tmp_path):
         await wait_for(lambda: c.replica(old, "t").log_end_offset == 2 and
                        c.replica(old, "t").high_watermark == 2, message="truncate and catch up")
         assert [r.value for r in decode_all(c.replica(old, "t").log.read(0, 1 << 20))] == [b"a", b"b"]
+
+
+async def test_not_enough_replicas_after_append_when_isr_shrinks_while_waiting(tmp_path):
+    async with cluster(tmp_path, lag_ms=300) as c:
+        c.controller.create_topic("t", 1, 3, {"min.insync.replicas": "3"})
+        leader = c.leader_of("t")
+        follower = next(n for n in range(3) if n != leader)
+        c.controller.set_isolated(follower, True)  # still in the ISR: the check before appending passes
+        code, _ = await c.produce("t", [b"x"], timeout_ms=5000)
+        # the ISR shrank to 2 while the produce waited; the 2 left committed it, below the minimum
+        assert code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        assert c.replica(leader, "t").log_end_offset == 1  # appended, and kept
