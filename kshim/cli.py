@@ -17,7 +17,7 @@ import anyio
 
 from kshim import tuning
 from kshim.broker import BrokerConfig
-from kshim.errors import os_error_behind
+from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
 log = logging.getLogger("kshim")
@@ -139,13 +139,5 @@ def main(argv: list[str] | None = None) -> int:
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults,
         )
-        try:
-            anyio.run(_serve, config)
-        except Exception as exc:
-            e = os_error_behind(exc)
-            if e is None:
-                raise
-            print(f"kshim: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
-            return 1
-        return 0
+        return run_server(_serve, config, name="kshim", address=f"{args.host}:{args.port}")
     return 2

@@ -11,7 +11,6 @@ import argparse
 import logging
 import os
 import signal
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import anyio
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.remote import RemoteControllerClient
-from kshim.errors import os_error_behind
+from kshim.runner import run_server
 from kshim.replication import run_replication
 
 log = logging.getLogger("kshim.broker_process")
@@ -95,12 +94,5 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    try:
-        anyio.run(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms)
-    except Exception as exc:
-        e = os_error_behind(exc)
-        if e is None:
-            raise
-        print(f"kshim broker {args.node_id}: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return run_server(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms,
+                      name=f"kshim broker {args.node_id}", address=f"{args.host}:{args.port}")

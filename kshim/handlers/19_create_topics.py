@@ -18,8 +18,7 @@
 """
 from __future__ import annotations
 
-import logging
-from collections import Counter
+
 from typing import Any, Mapping
 
 from construct import Container
@@ -27,10 +26,10 @@ from construct import Container
 from kshim import topic_config
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
+from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
-log = logging.getLogger("kshim.handlers.create_topics")
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -101,22 +100,6 @@ def _failed(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    topics = list(req.topics or ())
-    counts = Counter(t.name for t in topics)
-    results: list[dict[str, Any]] = []
-    reported_duplicates: set[str] = set()
-    for topic in topics:
-        if counts[topic.name] > 1:
-            if topic.name not in reported_duplicates:
-                reported_duplicates.add(topic.name)
-                results.append(_failed(topic.name, ErrorCode.INVALID_REQUEST,
-                                       f"topic {topic.name!r} appears more than once in the request"))
-            continue
-        try:
-            results.append(await _create(ctx, topic, bool(req.validate_only)))
-        except BrokerError as e:
-            results.append(_failed(topic.name, e.code, e.message))
-        except OSError as e:
-            log.exception("creating topic %r failed", topic.name)
-            results.append(_failed(topic.name, ErrorCode.KAFKA_STORAGE_ERROR, f"creating the topic failed: {e}"))
+    results = await each_topic(req.topics or (), lambda topic: _create(ctx, topic, bool(req.validate_only)),
+                               _failed, "creating the topic")
     return {"throttle_time_ms": 0, "topics": results}

@@ -10,17 +10,16 @@
 """
 from __future__ import annotations
 
-import logging
-from collections import Counter
+
 from typing import Any, Mapping
 
 from construct import Container
 
 from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
+from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 
-log = logging.getLogger("kshim.handlers.create_partitions")
 
 API_KEY = 37
 VERSIONS = (0, 3)
@@ -35,25 +34,14 @@ async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> N
     await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
 
 
+def _answer(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = None) -> dict[str, Any]:
+    return {"name": name, "error_code": code, "error_message": message}
+
+
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    topics = list(req.topics or ())
-    counts = Counter(t.name for t in topics)
-    results: list[dict[str, Any]] = []
-    reported_duplicates: set[str] = set()
-    for topic in topics:
-        if counts[topic.name] > 1:
-            if topic.name not in reported_duplicates:
-                reported_duplicates.add(topic.name)
-                results.append({"name": topic.name, "error_code": ErrorCode.INVALID_REQUEST,
-                                "error_message": f"topic {topic.name!r} appears more than once in the request"})
-            continue
-        try:
-            await _grow(ctx, topic, bool(req.validate_only))
-            results.append({"name": topic.name, "error_code": ErrorCode.NONE, "error_message": None})
-        except BrokerError as e:
-            results.append({"name": topic.name, "error_code": e.code, "error_message": e.message})
-        except OSError as e:
-            log.exception("adding partitions to %r failed", topic.name)
-            results.append({"name": topic.name, "error_code": ErrorCode.KAFKA_STORAGE_ERROR,
-                            "error_message": f"adding partitions failed: {e}"})
+    async def grow(topic: Container) -> dict[str, Any]:
+        await _grow(ctx, topic, bool(req.validate_only))
+        return _answer(topic.name)
+
+    results = await each_topic(req.topics or (), grow, _answer, "adding partitions")
     return {"throttle_time_ms": 0, "results": results}
