@@ -165,12 +165,15 @@ class Server:
         return await handler.handle(ctx, request.body)
 
     async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
+        # failed until a response exists: a completion cancelled while the connection is torn
+        # down (cancellation is no Exception) must not leave the writer a response without data
+        pending.failed = True
         try:
             body = await awaitable
             pending.data = ConnectionCore.response_bytes(request, body)
+            pending.failed = False
         except Exception:
             log.exception("handler %d failed for %s", request.header.api_key, peer)
-            pending.failed = True
         finally:
             pending.done.set()
 

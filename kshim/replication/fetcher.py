@@ -9,12 +9,14 @@ One fetcher task per leader broker this broker follows any partition of. Each ro
 3. appends what came back with the leader's offsets, and takes the leader's high watermark and
    log start offset.
 Errors that mean the metadata moved on (NOT_LEADER_OR_FOLLOWER, fenced epochs) park the partition
-until the next metadata image; a dead leader costs a reconnect with backoff. An isolated broker
-(`kshim ctl isolate`) neither fetches nor is fetched from.
+until the next metadata image, or for PARK_RETRY_S (the leader may be the one behind: not yet
+applied the image that made it leader); a dead leader costs a reconnect with backoff. An isolated
+broker (`kshim ctl isolate`) neither fetches nor is fetched from.
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -34,6 +36,11 @@ FETCH_MAX_WAIT_MS = 500
 FETCH_MAX_BYTES = 32 * 1024 * 1024
 PARTITION_MAX_BYTES = 8 * 1024 * 1024
 BACKOFF_S = 0.2
+# A partition parked on an error is tried again after this long even if no new image came. Needed
+# because images reach brokers at different times: a follower that learns of a new leader before
+# the leader does gets NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH, and waiting for the next
+# image could mean waiting until the leader drops the follower from the ISR (replica lag time).
+PARK_RETRY_S = 0.1
 
 _CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
                     anyio.ClosedResourceError, TimeoutError, ConnectionError)
@@ -46,14 +53,20 @@ class Fetcher:
         self.broker = broker
         self.leader_id = leader_id
         self._validated: dict[tuple[str, int], int] = {}  # partition -> leader epoch it was validated for
-        self._parked: dict[tuple[str, int], int] = {}  # partition -> image version it failed at
+        # partition -> (image version it failed at, monotonic time to try again regardless)
+        self._parked: dict[tuple[str, int], tuple[int, float]] = {}
         self._conn: BrokerConnection | None = None
 
     def _followed(self) -> list[Partition]:
         version = self.broker.image.version
+        now = time.monotonic()
         return [p for p in self.broker.replicas()
                 if not p.is_leader and p.leader_id == self.leader_id
-                and self._parked.get((p.topic, p.index), -1) < version]
+                and not self._is_parked((p.topic, p.index), version, now)]
+
+    def _is_parked(self, key: tuple[str, int], version: int, now: float) -> bool:
+        parked = self._parked.get(key)
+        return parked is not None and parked[0] >= version and now < parked[1]
 
     def _isolated(self) -> bool:
         brokers = self.broker.image.brokers
@@ -66,7 +79,10 @@ class Fetcher:
                 partitions = self._followed()
                 if not partitions or self._isolated():
                     await self._close()
-                    with anyio.move_on_after(1.0):
+                    # wake for the next image, or when a parked partition is due to be tried again
+                    now = time.monotonic()
+                    wait = min([1.0] + [retry - now for _, retry in self._parked.values() if retry > now])
+                    with anyio.move_on_after(wait):
                         await self.broker.image_changed()
                     continue
                 try:
@@ -105,7 +121,7 @@ class Fetcher:
         return self._validated.get((p.topic, p.index)) == p.leader_epoch
 
     def _park(self, p: Partition) -> None:
-        self._parked[(p.topic, p.index)] = self.broker.image.version
+        self._parked[(p.topic, p.index)] = (self.broker.image.version, time.monotonic() + PARK_RETRY_S)
 
     # ------------------------------------------------------------------ truncation (KIP-101)
     async def _validate(self, partitions: list[Partition]) -> None:

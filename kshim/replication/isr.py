@@ -36,9 +36,10 @@ async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
             if not lagging and not joining:
                 continue
             new_isr = [r for r in p.replicas if (r in p.isr and r not in lagging) or r in joining]
+            old_isr = list(p.isr)  # taken before the call: p.isr is already the new ISR when it returns
             try:
                 await broker.controller.alter_partition(p.topic, p.index, p.leader_epoch, p.partition_epoch, new_isr)
-                log.info("%s-%d: ISR %s -> %s", p.topic, p.index, list(p.isr), new_isr)
+                log.info("%s-%d: ISR %s -> %s", p.topic, p.index, old_isr, new_isr)
             except BrokerError as e:
                 log.debug("%s-%d: ISR change to %s refused: %s", p.topic, p.index, new_isr, e.message)
             except Exception as e:  # the controller is unreachable (or a bug): retry next round
