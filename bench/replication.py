@@ -6,8 +6,13 @@
 Starts `python -m kshim serve --brokers 3` itself (consecutive free ports on 127.0.0.1, a
 temporary data dir), creates one topic per run with replication factor 3, and produces with
 confluent-kafka using large batches (linger.ms 10, batch.size 1 MiB), first acks=1 then acks=all,
-alternating over the repeats. Reports produce MB/s, msgs/s and p50/p99 delivery latency per mode
-(best of the repeats) and the acks=all / acks=1 ratios. Stops the cluster by its PID at the end.
+alternating over the repeats, in two phases:
+- throughput: as fast as the client can send (saturation); MB/s, msgs/s and p50/p99 delivery
+  latency, which at saturation is mostly time queued in the client;
+- latency: at a fixed rate well below capacity (`--latency-rate`, as kafka-producer-perf-test's
+  --throughput does), so p50/p99 measure the produce path itself, replication round trip included.
+Reports the best of the repeats per mode and the acks=all / acks=1 ratios. Stops the cluster by
+its PID at the end.
 """
 from __future__ import annotations
 
@@ -83,6 +88,40 @@ def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     return result
 
 
+def latency_mode(bootstrap: str, acks: str, args, values) -> dict:
+    """Produce `--latency-messages` at `--latency-rate` msgs/s; p50/p99 of delivery latency."""
+    topic = f"bench-lat{acks}-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic, args.partitions, time.monotonic() + 60)
+    latencies: list[float] = []
+    failures: list = []
+
+    def on_delivery(err, msg):
+        if err is None:
+            latencies.append(msg.latency())
+        else:
+            failures.append(err)
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 1,
+                         "enable.idempotence": False, "on_delivery": on_delivery})
+    producer.list_topics(topic, timeout=30)
+    n, rate = args.latency_messages, args.latency_rate
+    start = time.perf_counter()
+    deadline = time.monotonic() + args.timeout
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            producer.poll(delay)  # pace the sends, serving callbacks meanwhile
+        producer.produce(topic, values[i % len(values)])
+        if time.monotonic() > deadline:
+            raise PhaseError(f"latency phase: deadline hit after {i} of {n} messages")
+    if producer.flush(max(1.0, deadline - time.monotonic())) or failures or len(latencies) < n:
+        raise PhaseError(f"latency phase: {n - len(latencies)} of {n} not delivered ({failures[:1]})")
+    latencies.sort()
+    result = {"p50_ms": latencies[n // 2] * 1e3, "p99_ms": latencies[int(n * 0.99)] * 1e3}
+    log("acks=%s at %d msg/s: p50 %.2f ms, p99 %.2f ms" % (acks, rate, result["p50_ms"], result["p99_ms"]))
+    return result
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=100_000)
@@ -95,6 +134,8 @@ def main(argv=None) -> int:
     p.add_argument("--poll-every", type=int, default=64)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--compression", default="none")
+    p.add_argument("--latency-rate", type=int, default=2000, help="msgs/s in the latency phase (default 2000)")
+    p.add_argument("--latency-messages", type=int, default=6000, help="messages per latency run (default 6000)")
     args = p.parse_args(argv)
     values = make_values(args.value_size)
     workdir = tempfile.mkdtemp(prefix="kshim-repl-bench-")
@@ -106,9 +147,12 @@ def main(argv=None) -> int:
         bootstrap = cluster.wait_line(READY, time.monotonic() + 60).group(1)
         log(f"cluster ready at {bootstrap} (pid {cluster.pid})")
         runs: dict[str, list[dict]] = {"1": [], "all": []}
+        lat: dict[str, list[dict]] = {"1": [], "all": []}
         for _ in range(args.repeat):
             for acks in ("1", "all"):
                 runs[acks].append(run_mode(bootstrap, acks, args, values))
+            for acks in ("1", "all"):
+                lat[acks].append(latency_mode(bootstrap, acks, args, values))
     finally:
         cluster.stop()
     best = {acks: max(rs, key=lambda r: r["mb_s"]) for acks, rs in runs.items()}
@@ -123,6 +167,13 @@ def main(argv=None) -> int:
           f"{all_['p50_ms'] / one['p50_ms']:>7.2f}x {all_['p99_ms'] / one['p99_ms']:>7.2f}x   (acks=all / acks=1)")
     print("runs MB/s: acks=1 %s; acks=all %s" % ([round(r["mb_s"]) for r in runs["1"]],
                                                  [round(r["mb_s"]) for r in runs["all"]]))
+    best_lat = {acks: min(rs, key=lambda r: r["p99_ms"]) for acks, rs in lat.items()}
+    print()
+    print(f"latency at {args.latency_rate} msg/s x {args.value_size} B (best p99 of {args.repeat}):")
+    for acks in ("1", "all"):
+        print(f"  acks={acks:<4} p50 {best_lat[acks]['p50_ms']:7.2f} ms   p99 {best_lat[acks]['p99_ms']:7.2f} ms")
+    print(f"  ratio     p50 {best_lat['all']['p50_ms'] / best_lat['1']['p50_ms']:6.2f}x     "
+          f"p99 {best_lat['all']['p99_ms'] / best_lat['1']['p99_ms']:6.2f}x   (acks=all / acks=1)")
     return 0
 
 

@@ -22,18 +22,21 @@ log = logging.getLogger("kshim.replication")
 async def run_replication(broker: Broker, *, replica_lag_time_max_ms: int = 30000) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(maintain_isr, broker, replica_lag_time_max_ms)
-        fetchers: dict[int, anyio.CancelScope] = {}
+        fetchers: dict[int, tuple[Fetcher, anyio.CancelScope]] = {}
         while True:
             leaders = {p.leader_id for p in broker.replicas() if not p.is_leader and p.leader_id >= 0}
             for leader_id in leaders - fetchers.keys():
-                fetchers[leader_id] = await tg.start(_run_fetcher, broker, leader_id)
+                fetcher = Fetcher(broker, leader_id)
+                fetchers[leader_id] = (fetcher, await tg.start(_run_fetcher, fetcher))
             for leader_id in fetchers.keys() - leaders:
-                fetchers.pop(leader_id).cancel()
+                fetchers.pop(leader_id)[1].cancel()
+            for fetcher, _ in fetchers.values():
+                fetcher.on_image()
             await broker.image_changed()
 
 
-async def _run_fetcher(broker: Broker, leader_id: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def _run_fetcher(fetcher: Fetcher, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     with anyio.CancelScope() as scope:
         task_status.started(scope)
-        log.info("broker %d: fetching from broker %d", broker.node_id, leader_id)
-        await Fetcher(broker, leader_id).run()
+        log.info("broker %d: fetching from broker %d", fetcher.broker.node_id, fetcher.leader_id)
+        await fetcher.run()

@@ -48,6 +48,10 @@ _REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, Err
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
 
 
+def _keys(partitions: list[Partition]) -> set[tuple[str, int]]:
+    return {(p.topic, p.index) for p in partitions}
+
+
 class Fetcher:
     def __init__(self, broker: Broker, leader_id: int) -> None:
         self.broker = broker
@@ -56,6 +60,8 @@ class Fetcher:
         # partition -> (image version it failed at, monotonic time to try again regardless)
         self._parked: dict[tuple[str, int], tuple[int, float]] = {}
         self._conn: BrokerConnection | None = None
+        self._inflight: anyio.CancelScope | None = None
+        self._inflight_keys: set[tuple[str, int]] = set()
 
     def _followed(self) -> list[Partition]:
         version = self.broker.image.version
@@ -67,6 +73,13 @@ class Fetcher:
     def _is_parked(self, key: tuple[str, int], version: int, now: float) -> bool:
         parked = self._parked.get(key)
         return parked is not None and parked[0] >= version and now < parked[1]
+
+    def on_image(self) -> None:
+        """A new image: if this fetcher now follows other partitions (a topic was created, a
+        leader moved), end the long-poll in flight, which may wait up to FETCH_MAX_WAIT_MS on
+        partitions that get no data while a new one already does."""
+        if self._inflight is not None and _keys(self._followed()) != self._inflight_keys:
+            self._inflight.cancel()
 
     def _isolated(self) -> bool:
         brokers = self.broker.image.brokers
@@ -87,8 +100,15 @@ class Fetcher:
                     continue
                 try:
                     await self._ensure_connected()
-                    await self._validate(partitions)
-                    await self._fetch([p for p in partitions if self._is_valid(p)])
+                    with anyio.CancelScope() as scope:
+                        self._inflight, self._inflight_keys = scope, _keys(partitions)
+                        try:
+                            await self._validate(partitions)
+                            await self._fetch([p for p in partitions if self._is_valid(p)])
+                        finally:
+                            self._inflight = None
+                    if scope.cancelled_caught:
+                        await self._close()  # a response may still be on its way: start afresh
                 except _CONNECTION_LOST as e:
                     log.debug("fetching from broker %d failed: %s", self.leader_id, e)
                     await self._close()
