@@ -218,3 +218,24 @@ async def test_not_enough_replicas_after_append_when_isr_shrinks_while_waiting(t
         # the ISR shrank to 2 while the produce waited; the 2 left committed it, below the minimum
         assert code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         assert c.replica(leader, "t").log_end_offset == 1  # appended, and kept
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+async def test_leader_election_from_the_isr_only_unless_unclean_is_enabled(tmp_path, unclean):
+    async with cluster(tmp_path, lag_ms=200) as c:
+        c.controller.create_topic("t", 1, 3, {"unclean.leader.election.enable": str(unclean).lower()})
+        leader = c.leader_of("t")
+        followers = [n for n in range(3) if n != leader]
+        for node in followers:
+            c.controller.set_isolated(node, True)
+        await wait_for(lambda: c.controller.image.topics["t"].partitions[0].isr == (leader,), message="shrink")
+        assert (await c.produce("t", [b"only-on-the-leader"]))[0] == ErrorCode.NONE  # COMMITTED: ISR is 1
+        c.controller.fence(leader)
+        state = c.controller.image.topics["t"].partitions[0]
+        if not unclean:
+            assert state.leader == -1 and state.isr == (leader,)  # offline, waiting for its last in-sync replica
+        else:
+            assert state.leader in followers and state.isr == (state.leader,)  # available, the record is lost
+            for node in followers:
+                c.controller.set_isolated(node, False)
+            assert (await c.fetch(state.leader, "t", 1))[1] == []
