@@ -25,6 +25,7 @@ import anyio
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
+from kshim.log.files import write_atomic
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
 from wire import records
@@ -125,10 +126,7 @@ class Partition:
         if self._high_watermark == self._hw_checkpointed:
             return
         self._hw_checkpointed = self._high_watermark
-        path = self.directory / HW_CHECKPOINT
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{self._high_watermark}\n")
-        tmp.replace(path)
+        write_atomic(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n")
 
     # ------------------------------------------------------------------ configuration and role
     def configure(self, values: dict[str, str], log_config: LogConfig) -> None:

@@ -32,16 +32,15 @@ Not thread-safe: a partition is used from the event loop only.
 from __future__ import annotations
 
 import logging
-import os
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Iterable, Protocol
+from kshim.log.files import write_atomic
 
 log = logging.getLogger("kshim.log.epochs")
 
 CHECKPOINT_NAME = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 0
-TMP_SUFFIX = ".tmp"  # the same suffix as the log's temporary files: Log._open removes leftovers
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -269,19 +268,7 @@ class LeaderEpochCache:
             return  # the partition was deleted under us (Kafka's writeIfDirExists)
         lines = [str(CHECKPOINT_VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write("\n".join(lines) + "\n")
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        if self.fsync:
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        write_atomic(self.path, "\n".join(lines) + "\n", fsync=self.fsync)
 
 
 __all__ = ["LeaderEpochCache", "CorruptCheckpoint", "read_checkpoint", "CHECKPOINT_NAME",

@@ -36,6 +36,7 @@ from wire.records import (
 from .segment import (
     INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
 )
+from kshim.log.files import fsync_dir, write_atomic
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
 START_OFFSET_FILE = "log-start-offset"
@@ -149,10 +150,7 @@ class Log:
             return None
 
     def _write_start_offset(self) -> None:
-        path = os.path.join(self._dir, START_OFFSET_FILE)
-        with open(path + TMP_SUFFIX, "w") as f:
-            f.write(f"{self.log_start_offset}\n")
-        os.replace(path + TMP_SUFFIX, path)  # atomic: a crash leaves the old or the new value
+        write_atomic(os.path.join(self._dir, START_OFFSET_FILE), f"{self.log_start_offset}\n")
         self._dir_dirty = True
 
     # ================================================================== appends
@@ -547,11 +545,7 @@ class Log:
             if seg.dirty:
                 seg.fsync()
         if self._dir_dirty:
-            fd = os.open(self._dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self._dir)
             self._dir_dirty = False
         self._unflushed_records = 0
         self._last_flush_ms = now

@@ -27,6 +27,7 @@ from typing import Iterator
 
 from crc32c import crc32c
 
+from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
     read_header,
@@ -35,7 +36,6 @@ from wire.records import (
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
-TMP_SUFFIX = ".tmp"
 
 _IDX = struct.Struct(">ii")    # relative offset, position
 _BASE_LEN = struct.Struct(">qi").unpack_from  # baseOffset, batchLength
