@@ -51,7 +51,7 @@ class Clients:
         return p
 
     def consumer(self, **conf) -> Consumer:
-        # kshim has no group coordinator: consumers assign partitions themselves and never commit.
+        # consumers assign partitions themselves and never commit (groups: test_groups.py).
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3, **conf})
         self._consumers.append(c)

@@ -2,8 +2,8 @@
 
 Each test drives the client as a user would and checks what a user would check: the records a
 consumer gets back (every field), the metadata a producer gets, the offsets ListOffsets answers and
-what the admin client reports. Consumers have no group (kshim has no group coordinator): they use
-assign() and seek.
+what the admin client reports. Consumers here have no group: they use assign() and seek (groups
+are tested in test_groups.py).
 """
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ class Clients:
         return p
 
     def consumer(self, bootstrap: str, isolation: str) -> Consumer:
-        # kshim has no group coordinator: consumers assign partitions themselves and never commit
+        # consumers assign partitions themselves and never commit (groups: test_groups.py)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, "isolation.level": isolation, "fetch.wait.max.ms": 100,
                       "log_level": 3})

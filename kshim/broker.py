@@ -41,6 +41,7 @@ class BrokerConfig:
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
+    offsets_topic_partitions: int = 10  # partitions of __consumer_offsets when it is first created
 
     @property
     def advertised(self) -> str:
@@ -78,6 +79,8 @@ class Broker:
         self._replicas: dict[tuple[str, int], Partition] = {}
         self._image_applied = Signal()
         self.close_hooks: list = []  # run after the replicas close (a standalone broker's controller)
+        from kshim.groups import GroupCoordinator  # the coordinator knows the broker, not the reverse
+        self.groups = GroupCoordinator(self)
 
     # ------------------------------------------------------------------ metadata images
     @property
@@ -113,6 +116,7 @@ class Broker:
                 replica.apply_partition_state(info, image)
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
+        self.groups.on_image()
         self._image_applied.fire()
 
     async def image_changed(self) -> None:

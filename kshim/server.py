@@ -104,6 +104,7 @@ class Server:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.broker.housekeeping)
+                tg.start_soon(self.broker.groups.run)
                 task_status.started(listener.getsockname()[1])
                 while True:
                     await anyio.wait_readable(listener)

@@ -1,0 +1,366 @@
+"""The group coordinator of one broker: the groups whose `__consumer_offsets` partition it leads.
+
+- Placement (Kafka's rule): group G lives on the leader of partition
+  abs(java_string_hashcode(G)) % N of `__consumer_offsets`, N being that topic's partition count
+  (`BrokerConfig.offsets_topic_partitions`, 10 by default, when the first FindCoordinator creates
+  it with replication factor min(3, live brokers) and retention.ms=-1).
+- Committed offsets are records of that partition (format in `offsets_format`), appended as the
+  leader and answered once COMMITTED (acks=all). The in-memory map is the answer for OffsetFetch.
+- When this broker becomes leader of an offsets partition (start-up, failover) the partition is
+  marked loading; the coordinator's task reads its log from the start (latest record per key
+  wins, a tombstone deletes) and until then requests for its groups get
+  COORDINATOR_LOAD_IN_PROGRESS. Losing the leadership drops its groups: waiting members get
+  NOT_COORDINATOR and rejoin elsewhere. Membership is not persisted.
+- Offsets of Empty groups expire offsets_retention_ms after their commit timestamp (tombstones);
+  an Empty group without offsets is forgotten.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import anyio
+
+from kshim.errors import BrokerError
+from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
+from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
+from kshim.signal import Signal
+from wire import records
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_OFFSETS_PARTITIONS = 10
+EXPIRY_INTERVAL_MS = 60_000
+LOAD_CHUNK_BYTES = 1 << 20
+
+
+def java_string_hashcode(s: str) -> int:
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    h = java_string_hashcode(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+TopicPartition = tuple[str, int]
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Any, config: GroupConfig | None = None, clock=monotonic_ms) -> None:
+        self.broker = broker
+        self.config = config or GroupConfig()
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
+        self.loaded: set[int] = set()
+        self.loading: set[int] = set()
+        self._wake = Signal()
+        self._next_expiry = 0
+
+    # ------------------------------------------------------------------ placement
+    @property
+    def num_partitions(self) -> int:
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return getattr(self.broker.config, "offsets_topic_partitions", DEFAULT_OFFSETS_PARTITIONS)
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates the group and has loaded its offsets."""
+        index = self.partition_of(group_id)
+        if index in self.loaded:
+            return ErrorCode.NONE
+        if index in self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if OFFSETS_TOPIC not in self.broker.topics:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NOT_COORDINATOR
+
+    async def ensure_topic(self):
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        if topic is not None:
+            return topic
+        n = getattr(self.broker.config, "offsets_topic_partitions", DEFAULT_OFFSETS_PARTITIONS)
+        rf = max(1, min(3, self.broker.cluster_size))
+        try:
+            topic = await self.broker.create_topic(OFFSETS_TOPIC, n, {"retention.ms": "-1"}, replication_factor=rf)
+        except BrokerError as e:
+            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
+        return self.broker.topics.get(OFFSETS_TOPIC)
+
+    async def find(self, key: str, key_type: int) -> dict:
+        """A FindCoordinator answer for one key: error_code, error_message, node_id, host, port."""
+        def error(code: ErrorCode, message: str | None = None) -> dict:
+            return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
+        if key_type == 1:
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
+        if key_type != 0:
+            return error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        try:
+            topic = await self.ensure_topic()
+        except BrokerError as e:
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message)
+        if topic is None:
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+        info = topic.partitions[partition_for(key, len(topic.partitions))]
+        alive = {b.node_id: b for b in self.broker.image.alive_brokers()}
+        node = alive.get(info.leader)
+        if node is None:
+            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{info.index} has no leader")
+        return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
+                "host": node.host, "port": node.port}
+
+    # ------------------------------------------------------------------ leadership and loading
+    def on_image(self) -> None:
+        """After each metadata image: start loading newly led offsets partitions, drop lost ones."""
+        topic = self.broker.topics.get(OFFSETS_TOPIC)
+        leading = set()
+        if topic is not None:
+            for info in topic.partitions:
+                replica = self.broker.partition(OFFSETS_TOPIC, info.index)
+                if replica is not None and replica.is_leader:
+                    leading.add(info.index)
+        for index in list(self.loaded):
+            if index not in leading:
+                self._unload(index)
+        self.loading &= leading
+        new = leading - self.loaded - self.loading
+        if new:
+            self.loading |= new
+            self._wake.fire()
+
+    def _unload(self, index: int) -> None:
+        self.loaded.discard(index)
+        for group_id in [g for g in set(self.groups) | set(self.offsets) if self.partition_of(g) == index]:
+            group = self.groups.pop(group_id, None)
+            if group is not None:
+                group.shut_down(ErrorCode.NOT_COORDINATOR)
+            self.offsets.pop(group_id, None)
+        log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, index)
+
+    def load_pending(self) -> None:
+        for index in sorted(self.loading):
+            self._load(index)
+
+    def _load(self, index: int) -> None:
+        replica = self.broker.partition(OFFSETS_TOPIC, index)
+        self.loading.discard(index)
+        if replica is None or not replica.is_leader:
+            return
+        offset, end, count = replica.log_start_offset, replica.log_end_offset, 0
+        loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        while offset < end:
+            data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
+            if not data:
+                break
+            for pos, header in records.iter_batches(data):
+                if not header.is_control:
+                    for rec in records.decode_records(memoryview(data)[pos:pos + header.size]):
+                        count += 1
+                        self._apply_record(loaded, rec.key, rec.value, rec.offset)
+                offset = header.next_offset
+        for group_id, entries in loaded.items():
+            if entries:
+                self.offsets[group_id] = entries
+                self.groups.setdefault(group_id, self._new_group(group_id))
+        self.loaded.add(index)
+        log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, index, count, len(loaded))
+
+    @staticmethod
+    def _apply_record(into: dict, key: bytes | None, value: bytes | None, log_offset: int) -> None:
+        parsed = decode_key(bytes(key)) if key else None
+        if parsed is None:
+            return
+        group_id, topic, partition = parsed
+        entries = into.setdefault(group_id, {})
+        if value is None:
+            entries.pop((topic, partition), None)
+            return
+        entry = decode_value(bytes(value))
+        if entry is not None:
+            entry.log_offset = log_offset
+            entries[(topic, partition)] = entry
+
+    # ------------------------------------------------------------------ groups
+    def _new_group(self, group_id: str) -> Group:
+        return Group(group_id, self.config, state_since=self.clock(), on_change=self._wake.fire)
+
+    def get_group(self, group_id: str, create: bool = False) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is None and create:
+            group = self.groups[group_id] = self._new_group(group_id)
+        return group
+
+    def led_groups(self) -> list[Group]:
+        return [g for g in self.groups.values() if g.state != DEAD]
+
+    # ------------------------------------------------------------------ offsets
+    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        code = self.check(group_id)
+        if code:
+            return code
+        group = self.groups.get(group_id)
+        if group is None or group.state == EMPTY and not group.members:
+            if generation < 0:
+                return ErrorCode.NONE  # a simple consumer (or admin) committing without membership
+            return ErrorCode.UNKNOWN_MEMBER_ID if group is None or member_id else ErrorCode.ILLEGAL_GENERATION
+        if group.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        fenced = group._check_fenced(member_id, instance_id)
+        if fenced:
+            return fenced
+        if group.state == "CompletingRebalance":
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.session_deadline = self.clock() + member.session_timeout_ms  # a commit is a sign of life
+        return ErrorCode.NONE
+
+    async def write(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]]) -> ErrorCode:
+        """Append offset records (None = tombstone) for one group and wait until COMMITTED; then
+        apply them to the in-memory map."""
+        if not updates:
+            return ErrorCode.NONE
+        index = self.partition_of(group_id)
+        replica = self.broker.partition(OFFSETS_TOPIC, index)
+        if replica is None or not replica.is_leader or index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
+                                      for (t, p), e in updates])
+        result = replica.append(batch)
+        if result.error:
+            if result.error == ErrorCode.MESSAGE_TOO_LARGE:
+                return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+            log.warning("offset commit for %s failed: %s %s", group_id, result.error.name, result.message or "")
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        flight = self.in_flight.setdefault(group_id, {})
+        for tp, _ in updates:
+            flight[tp] = flight.get(tp, 0) + 1
+        try:
+            ok = await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000)
+        finally:
+            for tp, _ in updates:
+                flight[tp] -= 1
+                if not flight[tp]:
+                    del flight[tp]
+            if not flight:
+                self.in_flight.pop(group_id, None)
+        if not ok:
+            return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        entries = self.offsets.setdefault(group_id, {})
+        for i, (tp, entry) in enumerate(updates):
+            log_offset = result.base_offset + i
+            current = entries.get(tp)
+            if current is not None and current.log_offset > log_offset:
+                continue  # a later commit of the same partition already landed
+            if entry is None:
+                entries.pop(tp, None)
+            else:
+                entry.log_offset = log_offset
+                entries[tp] = entry
+        if not entries:
+            self.offsets.pop(group_id, None)
+        self.get_group(group_id, create=True)
+        return ErrorCode.NONE
+
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+              ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None, ErrorCode]]]:
+        code = self.check(group_id)
+        if code:
+            return code, []
+        entries = self.offsets.get(group_id, {})
+        flight = self.in_flight.get(group_id, {})
+        wanted = sorted(entries) if partitions is None else partitions
+        out = []
+        for tp in wanted:
+            error = ErrorCode.UNSTABLE_OFFSET_COMMIT if require_stable and tp in flight else ErrorCode.NONE
+            out.append((tp, entries.get(tp), error))
+        return ErrorCode.NONE, out
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        code = self.check(group_id)
+        if code:
+            return code
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.offsets:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group is not None and (group.members or group.state != EMPTY):
+            return ErrorCode.NON_EMPTY_GROUP
+        code = await self.write(group_id, [(tp, None) for tp in sorted(self.offsets.get(group_id, {}))])
+        if code:
+            return code
+        group = self.groups.get(group_id)
+        if group is not None and not group.members and group.state == EMPTY:
+            group.shut_down(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            del self.groups[group_id]
+        return ErrorCode.NONE
+
+    async def expire_offsets(self) -> None:
+        now = wall_ms()
+        for group_id in list(self.offsets):
+            group = self.groups.get(group_id)
+            if group is not None and (group.members or group.state != EMPTY):
+                continue
+            old = [tp for tp, e in self.offsets[group_id].items()
+                   if e.commit_timestamp + self.config.offsets_retention_ms <= now]
+            if old:
+                log.info("expiring %d offsets of group %s", len(old), group_id)
+                await self.write(group_id, [(tp, None) for tp in old])
+
+    def _forget_idle_groups(self) -> None:
+        for group_id, group in list(self.groups.items()):
+            if group.state == EMPTY and not group.members and not group.pending and not self.offsets.get(group_id):
+                del self.groups[group_id]
+
+    # ------------------------------------------------------------------ the timer task
+    def tick(self) -> float:
+        """Expire sessions and rebalance deadlines; returns the next deadline (monotonic ms)."""
+        now = self.clock()
+        for group in list(self.groups.values()):
+            group.tick(now)
+        self._forget_idle_groups()
+        deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        return min(deadlines, default=math.inf)
+
+    async def run(self) -> None:
+        """Loads offsets partitions, fires group timers and expires offsets; waits on a wake-up
+        signal or the next deadline in between, never polls."""
+        async with anyio.create_task_group() as tg:
+            while True:
+                if self.loading:
+                    self.load_pending()
+                deadline = self.tick()
+                now = self.clock()
+                if now >= self._next_expiry:
+                    self._next_expiry = now + EXPIRY_INTERVAL_MS
+                    tg.start_soon(self.expire_offsets)
+                deadline = min(deadline, self._next_expiry)
+                with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000):
+                    await self._wake.wait()

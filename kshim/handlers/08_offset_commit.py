@@ -1,0 +1,65 @@
+"""OffsetCommit (classic groups and simple consumers): committed offsets, durable.
+
+- A member commits with its generation and member id: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+  FENCED_INSTANCE_ID, REBALANCE_IN_PROGRESS (while the group waits for the leader's assignment;
+  commits are accepted while it prepares a rebalance). Generation -1 with an Empty (or unknown)
+  group is a simple consumer committing without membership.
+- Each partition becomes a record of the group's `__consumer_offsets` partition (kshim's own
+  format); the answer waits until the records are COMMITTED (acks=all), so an acknowledged commit
+  survives a broker restart. The wait is an awaitable: the connection goes on reading.
+- Metadata over 4096 bytes: OFFSET_METADATA_TOO_LARGE for that partition. Retention times
+  (v2-4) are ignored: offsets of Empty groups expire after offsets.retention.minutes (7 days).
+- NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when this broker
+  cannot answer for the group (clients find the coordinator again and retry).
+"""
+from __future__ import annotations
+
+from kshim.groups.offsets_format import OffsetEntry
+from kshim.partition import now_ms
+from wire.errors import ErrorCode
+
+API_KEY = 8
+VERSIONS = (2, 9)
+
+
+def _response(req, codes: dict) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": codes[(t.name, p.partition_index)]}
+                                        for p in t.partitions]} for t in req.topics]}
+
+
+async def _write(coordinator, req, updates, codes) -> dict:
+    code = await coordinator.write(req.group_id, updates)
+    for tp, _ in updates:
+        codes[tp] = code
+    return _response(req, codes)
+
+
+async def handle(ctx, req):
+    coordinator = ctx.broker.groups
+    v = ctx.version
+    if not req.group_id:
+        code = ErrorCode.INVALID_GROUP_ID
+    else:
+        code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
+                                           req.get("group_instance_id") if v >= 7 else None)
+    codes: dict = {}
+    updates = []
+    now = now_ms()
+    limit = coordinator.config.offset_metadata_max_bytes
+    for t in req.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if code:
+                codes[tp] = code
+            elif len(metadata.encode()) > limit:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                codes[tp] = ErrorCode.NONE
+                epoch = p.get("committed_leader_epoch", -1) if v >= 6 else -1
+                updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
+    if not updates:
+        return _response(req, codes)
+    return _write(coordinator, req, updates, codes)

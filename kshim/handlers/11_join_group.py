@@ -1,0 +1,54 @@
+"""JoinGroup (classic protocol): a member joins and waits until the rebalance completes.
+
+- The answer is an awaitable: the connection goes on reading while the member waits for the
+  others (or for the rebalance timeout, after which members that did not rejoin are removed).
+- v4+: a member without a member id gets MEMBER_ID_REQUIRED with its new id and joins again with
+  it (static members skip that step).
+- Static membership (v5+ group.instance.id): a known instance joining without a member id takes
+  its old member's place: with unchanged protocols in a Stable group it gets the current
+  generation and its assignment back without a rebalance; the old member id gets
+  FENCED_INSTANCE_ID from then on.
+- The coordinator picks the protocol all members support and a leader; only the leader receives
+  the members' metadata. Errors: INVALID_GROUP_ID (empty id), INVALID_SESSION_TIMEOUT (outside
+  6 s..30 min), INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, NOT_COORDINATOR,
+  COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE.
+"""
+from __future__ import annotations
+
+from kshim.groups.group import _error_join
+from kshim.handlers.group_common import client_host, instance_id
+from wire.errors import ErrorCode
+
+API_KEY = 11
+VERSIONS = (0, 9)
+
+
+def _fit(version: int, body: dict) -> dict:
+    if version < 7 and body.get("protocol_name") is None:
+        body = {**body, "protocol_name": ""}
+    return {"throttle_time_ms": 0, **body}
+
+
+async def _wait(version: int, waiter) -> dict:
+    return _fit(version, await waiter.wait())
+
+
+async def handle(ctx, req):
+    v = ctx.version
+    coordinator = ctx.broker.groups
+    if not req.group_id:
+        return _fit(v, _error_join(ErrorCode.INVALID_GROUP_ID, req.member_id))
+    code = coordinator.check(req.group_id)
+    if code:
+        return _fit(v, _error_join(code, req.member_id))
+    group = coordinator.get_group(req.group_id, create=True)
+    waiter = group.join(
+        coordinator.clock(), member_id=req.member_id, instance_id=instance_id(req, v, 5),
+        client_id=ctx.header.client_id or "", client_host=client_host(ctx),
+        session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=req.get("rebalance_timeout_ms", -1) if v >= 1 else -1,
+        protocol_type=req.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+        require_known_member=v >= 4, version=v)
+    if waiter.done:
+        return _fit(v, waiter.value)
+    return _wait(v, waiter)
