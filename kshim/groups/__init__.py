@@ -1,6 +1,7 @@
-"""Consumer groups, classic protocol: the group state machine (`group`), the coordinator that
-places groups on `__consumer_offsets` partition leaders and keeps their committed offsets
-(`coordinator`), and the offsets record format (`offsets_format`). KIP-848 groups come later."""
+"""Consumer groups: the classic protocol's state machine (`group`), KIP-848 consumer groups with
+server-side assignors (`consumer_group`, `assignors`), the coordinator that places groups on
+`__consumer_offsets` partition leaders and keeps their committed offsets (`coordinator`), and the
+offsets record format (`offsets_format`)."""
 from kshim.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator, java_string_hashcode, partition_for
 from kshim.groups.group import Group, GroupConfig, Member
 

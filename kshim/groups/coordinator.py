@@ -11,6 +11,11 @@
   wins, a tombstone deletes) and until then requests for its groups get
   COORDINATOR_LOAD_IN_PROGRESS. Losing the leadership drops its groups: waiting members get
   NOT_COORDINATOR and rejoin elsewhere. Membership is not persisted.
+- A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
+  (no members) of one kind becomes the other kind when a member of the other protocol arrives
+  (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
+  GROUP_ID_NOT_FOUND and JoinGroup on a consumer group INCONSISTENT_GROUP_PROTOCOL (kshim has no
+  mixed membership).
 - Offsets of Empty groups expire offsets_retention_ms after their commit timestamp (tombstones);
   an Empty group without offsets is forgotten.
 """
@@ -24,6 +29,7 @@ from typing import Any
 import anyio
 
 from kshim.errors import BrokerError
+from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
 from kshim.signal import Signal
@@ -184,7 +190,8 @@ class GroupCoordinator:
         for group_id, entries in loaded.items():
             if entries:
                 self.offsets[group_id] = entries
-                self.groups.setdefault(group_id, self._new_group(group_id))
+                if group_id not in self.groups:
+                    self.groups[group_id] = self._new_group(group_id)
         self.loaded.add(index)
         log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, index, count, len(loaded))
 
@@ -207,11 +214,33 @@ class GroupCoordinator:
     def _new_group(self, group_id: str) -> Group:
         return Group(group_id, self.config, state_since=self.clock(), on_change=self._wake.fire)
 
-    def get_group(self, group_id: str, create: bool = False) -> Group | None:
+    def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
+        """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
+        classic one. A consumer group with members is returned as is: its classic entry points answer
+        errors."""
         group = self.groups.get(group_id)
-        if group is None and create:
+        if create and (group is None or isinstance(group, ConsumerGroup) and not group.members):
             group = self.groups[group_id] = self._new_group(group_id)
         return group
+
+    def consumer_group(self, group_id: str, create: bool = False) -> tuple[ErrorCode, ConsumerGroup | None]:
+        """The consumer group for ConsumerGroupHeartbeat (`create`) and ConsumerGroupDescribe."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return ErrorCode.NONE, group
+        if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
+            group = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
+                                                          on_change=self._wake.fire)
+            return ErrorCode.NONE, group
+        return ErrorCode.GROUP_ID_NOT_FOUND, None
+
+    def topics_snapshot(self) -> dict[str, tuple[Any, int]]:
+        """Topic name -> (topic id, partition count), the assignors' view of the cluster."""
+        return {name: (t.topic_id, len(t.partitions)) for name, t in self.broker.topics.items()}
+
+    def topic_name(self, topic_id) -> str:
+        topic = self.broker.topics_by_id.get(topic_id)
+        return topic.name if topic is not None else ""
 
     def led_groups(self) -> list[Group]:
         return [g for g in self.groups.values() if g.state != DEAD]
@@ -222,6 +251,8 @@ class GroupCoordinator:
         if code:
             return code
         group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group.validate_commit(member_id, generation)
         if group is None or group.state == EMPTY and not group.members:
             if generation < 0:
                 return ErrorCode.NONE  # a simple consumer (or admin) committing without membership
@@ -287,14 +318,21 @@ class GroupCoordinator:
                 entries[tp] = entry
         if not entries:
             self.offsets.pop(group_id, None)
-        self.get_group(group_id, create=True)
+        if group_id not in self.groups:
+            self.groups[group_id] = self._new_group(group_id)
         return ErrorCode.NONE
 
-    def fetch(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+              member_id: str | None = None, member_epoch: int = -1
               ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None, ErrorCode]]]:
         code = self.check(group_id)
         if code:
             return code, []
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):  # OffsetFetch v9: the member epoch of a consumer group
+            code = group.validate_fetch(member_id, member_epoch)
+            if code:
+                return code, []
         entries = self.offsets.get(group_id, {})
         flight = self.in_flight.get(group_id, {})
         wanted = sorted(entries) if partitions is None else partitions

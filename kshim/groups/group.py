@@ -42,6 +42,10 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes = 7 days
     offset_metadata_max_bytes: int = 4096
     offsets_commit_timeout_ms: int = 5000
+    # KIP-848 consumer groups (group.consumer.session.timeout.ms / heartbeat.interval.ms; Kafka's
+    # heartbeat interval is 5 s, kshim answers 3 s for snappier rebalances)
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 3000
 
 
 class Waiter:

@@ -6,6 +6,9 @@
 - v8+ asks for several groups at once, each with its own error.
 - require_stable (v7+): a partition whose commit is still waiting to be COMMITTED answers
   UNSTABLE_OFFSET_COMMIT, and the client retries.
+- v9 member_id / member_epoch of a consumer group (KIP-848) member: UNKNOWN_MEMBER_ID,
+  STALE_MEMBER_EPOCH (older epoch), FENCED_MEMBER_EPOCH (newer); no member id and epoch -1 (admin
+  clients) are always served. Classic groups do not check them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: v1 reports them
   per partition, v2+ in the group's error code.
 """
@@ -23,9 +26,10 @@ def _partition(index: int, entry, error: ErrorCode, v: int) -> dict:
             "metadata": entry.metadata if entry else "", "error_code": error}
 
 
-def _group(coordinator, group_id: str, topics, require_stable: bool, v: int) -> tuple[ErrorCode, list]:
+def _group(coordinator, group_id: str, topics, require_stable: bool, v: int, member_id: str | None = None,
+           member_epoch: int = -1) -> tuple[ErrorCode, list]:
     wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
-    code, rows = coordinator.fetch(group_id, wanted, require_stable)
+    code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)
     if code:
         if v == 1 and wanted is not None:
             rows = [(tp, None, code) for tp in wanted]
@@ -46,6 +50,7 @@ async def handle(ctx, req):
         return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
     groups = []
     for g in req.groups:
-        code, topics = _group(coordinator, g.group_id, g.topics, stable, v)
+        member = (g.get("member_id"), g.get("member_epoch", -1)) if v >= 9 else (None, -1)
+        code, topics = _group(coordinator, g.group_id, g.topics, stable, v, *member)
         groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
     return {"throttle_time_ms": 0, "groups": groups}

@@ -1,6 +1,7 @@
 """DescribeGroups: state, protocol and members of classic groups coordinated here.
 
-- A group this broker does not know is reported Dead with no error (as Kafka does up to v5).
+- A group this broker does not know, or a KIP-848 consumer group (described by
+  ConsumerGroupDescribe), is reported Dead with no error (as Kafka does up to v5).
 - Members' metadata and assignments, and the protocol name, are given for Stable groups; during
   a rebalance the members are listed without them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS per group. Authorized operations are not
@@ -22,7 +23,7 @@ def describe(coordinator, group_id: str) -> dict:
     if code:
         return {**entry, "error_code": code, "group_state": ""}
     group = coordinator.get_group(group_id)
-    if group is None:
+    if group is None or getattr(group, "group_type", "classic") != "classic":
         return entry
     stable = group.state == "Stable"
     entry.update(group_state=group.state, protocol_type=group.protocol_type or "",

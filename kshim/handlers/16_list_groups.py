@@ -1,8 +1,9 @@
 """ListGroups: the groups coordinated by this broker (clients ask every broker).
 
 - Groups that only have committed offsets are listed too (Empty, protocol type "").
-- v4+ states filter (case-insensitive Kafka state names), v5+ types filter: every group here is
-  of type "classic".
+- v4+ states filter (case-insensitive Kafka state names), v5+ types filter: "classic" groups, and
+  "consumer" (KIP-848) groups with protocol type "consumer" and states Empty, Assigning,
+  Reconciling, Stable.
 - COORDINATOR_LOAD_IN_PROGRESS while an offsets partition is still loading.
 """
 from __future__ import annotations
@@ -23,8 +24,9 @@ async def handle(ctx, req):
     for g in coordinator.led_groups():
         if states and g.state.lower() not in states:
             continue
-        if types and "classic" not in types:
+        group_type = getattr(g, "group_type", "classic")
+        if types and group_type not in types:
             continue
         groups.append({"group_id": g.group_id, "protocol_type": g.protocol_type or "",
-                       "group_state": g.state, "group_type": "classic"})
+                       "group_state": g.state, "group_type": group_type})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
