@@ -1,8 +1,9 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
 
-Every command is one request to the controller over <data-dir>/controller.sock. Process commands
-(kill, start, pause, resume) are carried out by the controller, on the processes it started:
-ctl itself never signals anything.
+Every command but `groups` is one request to the controller over <data-dir>/controller.sock.
+Process commands (kill, start, pause, resume) are carried out by the controller, on the processes
+it started: ctl itself never signals anything. `groups` asks the brokers with the Kafka protocol
+(found through the controller, or --bootstrap for a single broker or any Kafka cluster).
 
     status [--table]   JSON (or a table): brokers, partitions, leaders, ISRs, replica offsets
     kill NODE          SIGKILL the broker: it stays down until `start`
@@ -11,6 +12,8 @@ ctl itself never signals anything.
     resume NODE        SIGCONT: it registers again
     isolate NODE       replication traffic to and from it is dropped, while it stays up
     heal NODE          end the isolation
+    groups [--bootstrap HOST:PORT] [--group ID] [--table]
+                       consumer groups: state, members, assignments, committed offsets, lag
 """
 from __future__ import annotations
 
@@ -51,6 +54,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     for name, text in helps.items():
         c = commands.add_parser(name, help=text, description=text + ".")
         c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
+    from kshim import ctl_groups
+    ctl_groups.add_parser(commands)
     return p
 
 
@@ -114,6 +119,9 @@ def format_table(s: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.ctl_command == "groups":
+        from kshim import ctl_groups
+        return ctl_groups.main(args)
     try:
         if args.ctl_command == "status":
             s = status(args.data_dir)

@@ -1,0 +1,183 @@
+"""`kshim ctl groups`: consumer groups as the brokers describe them, run as a real subprocess.
+
+Against a real single broker (found with --bootstrap): a confluent-kafka group of 2 members over 4
+partitions is shown Stable with both members, assignments covering the partitions, committed
+offsets and the lag after more records are produced; `--table` prints it; a group whose consumers
+closed is Empty and keeps its offsets. Against a 3-broker cluster the brokers are found through
+the controller in --data-dir. Every wait has a deadline.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.cluster import Cluster
+from compat_tests.kshim_process import wait_until
+from kshim.ctl_groups import decode_assignment, encode_assignment
+
+FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 60000}
+DEADLINE_S = 30.0
+
+
+def ctl_groups(*args: str, data_dir=None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "kshim", "ctl"]
+    if data_dir is not None:
+        cmd += ["--data-dir", str(data_dir)]
+    return subprocess.run([*cmd, "groups", *args], capture_output=True, text=True, timeout=60)
+
+
+def report(*args: str, data_dir=None) -> dict:
+    result = ctl_groups(*args, data_dir=data_dir)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def find(rep: dict, group: str) -> dict | None:
+    return next((g for g in rep["groups"] if g["group_id"] == group), None)
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, replication_factor: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, replication_factor)])[name].result(15)
+
+
+def produce(bootstrap: str, topic: str, per_partition: int, partitions: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(per_partition * partitions):
+        p.produce(topic, value=str(i).encode(), partition=i % partitions)
+    assert p.flush(15) == 0
+
+
+def consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "log_level": 3, "client.id": f"ctl-test-{group}", **FAST})
+    c.subscribe([topic])
+    return c
+
+
+def consume_all(consumers: list[Consumer], end: int, partitions: int) -> None:
+    """Poll every consumer in turn until, between them, they are assigned every partition and
+    positioned at its end (records redelivered after a rebalance are simply read again)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        for c in consumers:
+            c.poll(0.05)
+        positions = {tp.partition: tp.offset for c in consumers for tp in c.position(c.assignment())}
+        if sorted(positions) == list(range(partitions)) and all(o == end for o in positions.values()) and \
+                all(c.assignment() for c in consumers):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: positions {positions}")
+
+
+def test_assignment_codec_round_trip():
+    assert decode_assignment(b"") == {}
+    assert decode_assignment(encode_assignment({"a": [3, 1], "b": []}, version=3)) == {"a": [1, 3], "b": []}
+    with pytest.raises(ValueError):
+        decode_assignment(b"\x00\x00\x00\x00\x00\x05")
+
+
+def test_no_brokers_is_a_clear_error(tmp_path):
+    result = ctl_groups(data_dir=tmp_path)
+    assert result.returncode == 1
+    assert "--bootstrap" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stable_group_members_assignments_offsets_and_lag(kshim, topic_name):
+    create_topic(kshim.bootstrap, topic_name, 4)
+    produce(kshim.bootstrap, topic_name, 10, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumers = [consumer(kshim.bootstrap, group, topic_name) for _ in range(2)]
+    try:
+        consume_all(consumers, 10, 4)
+        for c in consumers:
+            c.commit(asynchronous=False)
+        produce(kshim.bootstrap, topic_name, 2, 4)  # 2 more per partition: lag 2 each
+
+        def stable():
+            for c in consumers:  # keep both members alive and in the group meanwhile
+                c.poll(0.01)
+            g = find(report("--bootstrap", kshim.bootstrap), group)
+            return g if g and g["state"] == "Stable" and len(g["members"]) == 2 and \
+                all(o["committed"] == 10 for o in g["offsets"]) else None
+
+        g = wait_until(stable, DEADLINE_S, interval=0.2, message="the group Stable with 2 members in ctl groups")
+        assert g["protocol_type"] == "consumer" and g["protocol"] and g["error"] is None
+        assert g["coordinator"]["port"] == int(kshim.bootstrap.rsplit(":", 1)[1])
+        assigned = [(topic_name, p) for m in g["members"] for p in m["assignment"].get(topic_name, [])]
+        assert sorted(assigned) == [(topic_name, p) for p in range(4)]  # each partition once
+        assert all(m["client_id"] == f"ctl-test-{group}" and m["host"] and m["member_id"] for m in g["members"])
+        assert [(o["topic"], o["partition"], o["committed"], o["log_end_offset"], o["lag"]) for o in g["offsets"]] \
+            == [(topic_name, p, 10, 12, 2) for p in range(4)]
+        assert "read_uncommitted" in report("--bootstrap", kshim.bootstrap)["end_offsets"]
+
+        # --group shows only that group; --table prints it for humans
+        only = report("--bootstrap", kshim.bootstrap, "--group", group)
+        assert [x["group_id"] for x in only["groups"]] == [group]
+        table = ctl_groups("--bootstrap", kshim.bootstrap, "--group", group, "--table")
+        assert table.returncode == 0, table.stderr
+        assert f"GROUP {group}" in table.stdout and "Stable" in table.stdout and "LAG" in table.stdout
+        assert all(m["member_id"] in table.stdout for m in g["members"])
+        assert "read_uncommitted" in table.stdout
+    finally:
+        for c in consumers:
+            c.close()
+
+
+def test_group_without_members_is_empty_with_offsets(kshim, topic_name):
+    create_topic(kshim.bootstrap, topic_name, 4)
+    produce(kshim.bootstrap, topic_name, 5, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = consumer(kshim.bootstrap, group, topic_name)
+    try:
+        consume_all([c], 5, 4)
+        c.commit(asynchronous=False)
+    finally:
+        c.close()  # leaves the group
+    g = wait_until(lambda: (x := find(report("--bootstrap", kshim.bootstrap, "--group", group), group))
+                   and x["state"] == "Empty" and x, DEADLINE_S, interval=0.2, message="the group Empty")
+    assert g["members"] == []
+    assert [(o["partition"], o["committed"], o["log_end_offset"], o["lag"]) for o in g["offsets"]] == \
+        [(p, 5, 5, 0) for p in range(4)]
+    table = ctl_groups("--bootstrap", kshim.bootstrap, "--table")
+    assert table.returncode == 0, table.stderr
+    assert f"GROUP {group}  state Empty" in table.stdout and "no members" in table.stdout
+
+
+def test_cluster_brokers_found_through_the_data_dir(tmp_path):
+    cluster = Cluster(tmp_path / "cluster", 3).start()
+    try:
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        create_topic(cluster.bootstrap, topic, 4, 3)
+        produce(cluster.bootstrap, topic, 3, 4)
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        c = consumer(cluster.bootstrap, group, topic)
+        try:
+            consume_all([c], 3, 4)
+            c.commit(asynchronous=False)
+
+            def stable():
+                c.poll(0.01)
+                g = find(report(data_dir=cluster.data_dir), group)
+                return g if g and g["state"] == "Stable" and g["offsets"] and \
+                    all(o["lag"] == 0 for o in g["offsets"]) else None
+
+            g = wait_until(stable, DEADLINE_S, interval=0.2, message="the group Stable in ctl groups")
+        finally:
+            c.close()
+        rep = report(data_dir=cluster.data_dir)
+        assert [b["node_id"] for b in rep["brokers"]] == [0, 1, 2] and rep["errors"] == []
+        assert g["coordinator"]["node_id"] in (0, 1, 2)
+        assert g["members"][0]["assignment"] == {topic: [0, 1, 2, 3]}
+        assert [(o["partition"], o["committed"], o["log_end_offset"]) for o in g["offsets"]] == \
+            [(p, 3, 3) for p in range(4)]
+        cluster.stop()
+    finally:
+        cluster.kill_everything()

@@ -1,0 +1,531 @@
+"""`kshim ctl groups`: consumer groups, their members and assignments, committed offsets and lag.
+
+Groups live on their coordinators (brokers), not in the controller, so this asks the brokers with
+the Kafka protocol, as Kafka's kafka-consumer-groups.sh does:
+
+- Metadata (3) on a bootstrap broker: every broker, and the leaders of the group's partitions;
+- ListGroups (16) on every broker: which groups exist (skipped with --group);
+- FindCoordinator (10) per group, DescribeGroups (15) on its coordinator: state, protocol,
+  members; a classic consumer's assignment bytes are decoded (ConsumerProtocolAssignment);
+- OffsetFetch (9) on the coordinator: committed offsets;
+- ListOffsets (2) on each partition's leader, timestamp latest and isolation read_uncommitted
+  (the high watermark, what Kafka's tools call the log end offset): lag = log end - committed.
+
+The brokers come from --bootstrap HOST:PORT[,HOST:PORT...] (any kshim or Kafka broker), else from
+the controller of the cluster in --data-dir (`kshim serve --brokers N`). Versions are negotiated
+with ApiVersions. A group whose coordinator cannot be found or answers with an error is shown
+with that error; the other groups are still shown. KIP-848 ("consumer" type) groups are shown
+as far as ListGroups and DescribeGroups describe them (APIs 68/69 are not used).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from typing import Any
+
+import anyio
+
+from kshim.replication.client import BrokerConnection
+from wire.errors import ErrorCode
+
+CLIENT_ID = "kshim-ctl-groups"
+REQUEST_TIMEOUT_S = 10.0
+COORDINATOR_WAIT_S = 10.0  # FindCoordinator retries COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS this long
+END_OFFSETS = "ListOffsets latest, isolation read_uncommitted (the high watermark), asked of each partition's leader"
+
+API_VERSIONS, METADATA, LIST_GROUPS, FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_FETCH, LIST_OFFSETS = \
+    18, 3, 16, 10, 15, 9, 2
+# the versions this module can speak, per API; the highest one the broker serves too is used
+OUR_VERSIONS = {METADATA: (1, 12), LIST_GROUPS: (0, 5), FIND_COORDINATOR: (0, 6), DESCRIBE_GROUPS: (0, 5),
+                OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9)}
+RETRIABLE_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+class GroupsError(Exception):
+    """No broker could be asked at all; ctl exits 1."""
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
+
+
+def _error(code: int, message: str | None = None) -> str:
+    return f"{error_name(code)}: {message}" if message else error_name(code)
+
+
+# ------------------------------------------------------------------------- consumer protocol
+def decode_assignment(data: bytes | None) -> dict[str, list[int]]:
+    """ConsumerProtocolAssignment (versions 0-3, never flexible): version int16, then topics
+    [name string, partitions [int32]], then user_data bytes (ignored). {} for empty bytes (a member
+    without an assignment yet). ValueError when the bytes are not that."""
+    if not data:
+        return {}
+    data = bytes(data)
+    try:
+        (version,), pos = struct.unpack_from(">h", data, 0), 2
+        if version < 0:
+            raise ValueError(f"assignment version {version}")
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out: dict[str, list[int]] = {}
+        for _ in range(max(count, 0)):
+            (length,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if length < 0 or pos + length > len(data):
+                raise ValueError("bad topic name")
+            name = data[pos:pos + length].decode("utf-8")
+            pos += length
+            (n,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            parts = list(struct.unpack_from(f">{max(n, 0)}i", data, pos))
+            pos += 4 * max(n, 0)
+            out.setdefault(name, []).extend(parts)
+        return {t: sorted(p) for t, p in out.items()}
+    except (struct.error, UnicodeDecodeError) as e:
+        raise ValueError(f"undecodable assignment: {e}") from None
+
+
+def encode_assignment(assignment: dict[str, list[int]], version: int = 0) -> bytes:
+    """The inverse of decode_assignment (for tests)."""
+    out = struct.pack(">hi", version, len(assignment))
+    for topic, parts in assignment.items():
+        raw = topic.encode()
+        out += struct.pack(">h", len(raw)) + raw + struct.pack(f">i{len(parts)}i", len(parts), *parts)
+    return out + struct.pack(">i", -1)
+
+
+# ------------------------------------------------------------------------------ connections
+class Broker:
+    """A connection to one broker with the API versions negotiated."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.conn = BrokerConnection(host, port, CLIENT_ID)
+        self.versions: dict[int, int] = {}
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def open(self) -> None:
+        await self.conn.connect(REQUEST_TIMEOUT_S)
+        with anyio.fail_after(REQUEST_TIMEOUT_S):
+            resp = await self.conn.request(API_VERSIONS, 0, {})
+        served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        for api, (lo, hi) in OUR_VERSIONS.items():
+            if api in served and max(lo, served[api][0]) <= min(hi, served[api][1]):
+                self.versions[api] = min(hi, served[api][1])
+
+    async def request(self, api: int, body: dict) -> tuple[int, Any]:
+        """(version used, response)."""
+        if api not in self.versions:
+            raise GroupsError(f"broker {self.address} serves no version of API {api} this tool speaks")
+        version = self.versions[api]
+        with anyio.fail_after(REQUEST_TIMEOUT_S):
+            return version, await self.conn.request(api, version, body)
+
+    async def close(self) -> None:
+        try:
+            await self.conn.aclose()
+        except Exception:  # noqa: BLE001 - closing a broken connection
+            pass
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.brokers: dict[tuple[str, int], Broker] = {}
+
+    async def get(self, host: str, port: int) -> Broker:
+        key = (host, port)
+        if key not in self.brokers:
+            b = Broker(host, port)
+            try:
+                await b.open()
+            except BaseException:
+                await b.close()
+                raise
+            self.brokers[key] = b
+        return self.brokers[key]
+
+    async def drop(self, host: str, port: int) -> None:
+        b = self.brokers.pop((host, port), None)
+        if b is not None:
+            await b.close()
+
+    async def close(self) -> None:
+        for b in self.brokers.values():
+            await b.close()
+        self.brokers.clear()
+
+
+def _failure(e: BaseException) -> str:
+    if isinstance(e, TimeoutError):
+        return f"no answer within {REQUEST_TIMEOUT_S:.0f}s"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+# ---------------------------------------------------------------------------------- requests
+async def metadata(b: Broker, topics: list[str] | None) -> Any:
+    body = {"topics": [{"name": t} for t in topics] if topics is not None else [],
+            "allow_auto_topic_creation": False}
+    return (await b.request(METADATA, body))[1]
+
+
+async def list_groups(b: Broker) -> list[dict]:
+    version, resp = await b.request(LIST_GROUPS, {"states_filter": [], "types_filter": []})
+    if resp.error_code:
+        raise GroupsError(f"ListGroups on {b.address}: {error_name(resp.error_code)}")
+    return [{"group_id": g.group_id, "protocol_type": g.protocol_type,
+             "state": g.get("group_state") if version >= 4 else None,
+             "group_type": g.get("group_type") if version >= 5 else None} for g in resp.groups]
+
+
+async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
+    """(node id, host, port); GroupsError with the error after retrying the retriable ones."""
+    code = None
+    with anyio.move_on_after(COORDINATOR_WAIT_S):
+        while True:
+            version, resp = await b.request(FIND_COORDINATOR, {"key": group_id, "key_type": 0,
+                                                               "coordinator_keys": [group_id]})
+            if version >= 4:
+                answer = resp.coordinators[0] if resp.coordinators else None
+                if answer is None:
+                    raise GroupsError("FindCoordinator: empty answer")
+            else:
+                answer = resp
+            code = answer.error_code
+            if code == ErrorCode.NONE:
+                return answer.node_id, answer.host, answer.port
+            if code not in RETRIABLE_COORDINATOR:
+                raise GroupsError("FindCoordinator: " + _error(code, answer.get("error_message")))
+            await anyio.sleep(0.2)
+    last = f" (last answer {error_name(code)})" if code is not None else ""
+    raise GroupsError(f"FindCoordinator: no coordinator within {COORDINATOR_WAIT_S:.0f}s{last}")
+
+
+async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
+    version, resp = await b.request(OFFSET_FETCH, {
+        "group_id": group_id, "topics": None, "require_stable": False,
+        "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}]})
+    if version >= 8:
+        g = resp.groups[0]
+        code, topics = g.error_code, g.topics
+    else:
+        code, topics = resp.error_code, resp.topics
+    if code:
+        raise GroupsError("OffsetFetch: " + error_name(code))
+    rows = []
+    for t in topics:
+        for p in t.partitions:
+            rows.append({"topic": t.name, "partition": p.partition_index,
+                         "committed": p.committed_offset if p.committed_offset >= 0 else None,
+                         "metadata": p.metadata, "error": error_name(p.error_code) if p.error_code else None})
+    return rows
+
+
+async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, int]],
+                      brokers: dict[int, tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+    """(topic, partition) -> (log end offset, error), asking each partition's leader."""
+    out: dict[tuple[str, int], tuple[int | None, str | None]] = {}
+    if not partitions:
+        return out
+    topics = sorted({t for t, _ in partitions})
+    try:
+        md = await metadata(bootstrap, topics)
+    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+        return {tp: (None, f"Metadata: {_failure(e)}") for tp in partitions}
+    brokers = {**brokers, **{br.node_id: (br.host, br.port) for br in md.brokers}}
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    leaders: dict[tuple[str, int], int] = {}
+    for t in md.topics:
+        for p in t.partitions:
+            leaders[(t.name, p.partition_index)] = p.leader_id
+        if t.error_code:
+            for tp in partitions:
+                if tp[0] == t.name:
+                    out[tp] = (None, f"Metadata: {error_name(t.error_code)}")
+    for tp in partitions:
+        if tp in out:
+            continue
+        leader = leaders.get(tp, -1)
+        if leader < 0 or leader not in brokers:
+            out[tp] = (None, "no leader" if tp in leaders else "unknown partition")
+        else:
+            by_leader.setdefault(leader, []).append(tp)
+    for leader, tps in by_leader.items():
+        host, port = brokers[leader]
+        topics_body: dict[str, list] = {}
+        for t, p in sorted(tps):
+            topics_body.setdefault(t, []).append({"partition_index": p, "current_leader_epoch": -1,
+                                                  "timestamp": -1})
+        try:
+            b = await pool.get(host, port)
+            _, resp = await b.request(LIST_OFFSETS, {
+                "replica_id": -1, "isolation_level": 0, "timeout_ms": int(REQUEST_TIMEOUT_S * 1000),
+                "topics": [{"name": t, "partitions": ps} for t, ps in topics_body.items()]})
+        except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+            await pool.drop(host, port)
+            for tp in tps:
+                out[tp] = (None, f"ListOffsets on broker {leader}: {_failure(e)}")
+            continue
+        for t in resp.topics:
+            for p in t.partitions:
+                tp = (t.name, p.partition_index)
+                out[tp] = (p.offset, None) if p.error_code == 0 else \
+                    (None, f"ListOffsets on broker {leader}: {error_name(p.error_code)}")
+        for tp in tps:
+            out.setdefault(tp, (None, f"ListOffsets on broker {leader}: no answer for the partition"))
+    return out
+
+
+# --------------------------------------------------------------------------------- the report
+async def _connect_any(pool: Pool, addresses: list[tuple[str, int]]) -> Broker:
+    failures = []
+    for host, port in addresses:
+        try:
+            return await pool.get(host, port)
+        except (OSError, TimeoutError, ConnectionError, GroupsError) as e:
+            failures.append(f"{host}:{port}: {_failure(e)}")
+    raise GroupsError("no broker answered: " + "; ".join(failures))
+
+
+async def collect(addresses: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:
+    """The report (see the module docstring) from the brokers reachable through `addresses`."""
+    pool = Pool()
+    try:
+        return await _collect(pool, addresses, group)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+
+async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | None) -> dict[str, Any]:
+    bootstrap = await _connect_any(pool, addresses)
+    md = await metadata(bootstrap, [])
+    brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
+    errors: list[str] = []
+
+    # which groups: ListGroups on every broker (each lists the groups it coordinates)
+    listed: dict[str, dict] = {}
+    if group is not None:
+        listed[group] = {"group_id": group, "protocol_type": None, "state": None, "group_type": None}
+    else:
+        for node, (host, port) in sorted(brokers.items()):
+            try:
+                for g in await list_groups(await pool.get(host, port)):
+                    listed.setdefault(g["group_id"], g)
+            except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+                await pool.drop(host, port)
+                errors.append(f"ListGroups on broker {node} ({host}:{port}): {_failure(e)}")
+
+    groups = []
+    for group_id in sorted(listed):
+        groups.append(await _describe(pool, bootstrap, brokers, listed[group_id]))
+
+    # end offsets of every partition shown, from the partitions' leaders
+    wanted = {(o["topic"], o["partition"]) for g in groups for o in g["offsets"]}
+    ends = await end_offsets(pool, bootstrap, wanted, brokers)
+    for g in groups:
+        for o in g["offsets"]:
+            end, error = ends.get((o["topic"], o["partition"]), (None, "no end offset"))
+            o["log_end_offset"] = end
+            o["lag"] = end - o["committed"] if end is not None and o["committed"] is not None else None
+            if error and not o["error"]:
+                o["error"] = error
+            # the documented key order
+            ordered = {k: o[k] for k in ("topic", "partition", "committed", "log_end_offset", "lag", "metadata",
+                                          "error")}
+            o.clear()
+            o.update(ordered)
+    return {"brokers": [{"node_id": n, "host": h, "port": p} for n, (h, p) in sorted(brokers.items())],
+            "end_offsets": END_OFFSETS, "errors": errors, "groups": groups}
+
+
+async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) -> dict[str, Any]:
+    group_id = listed["group_id"]
+    out: dict[str, Any] = {"group_id": group_id, "state": listed.get("state"),
+                           "group_type": listed.get("group_type"), "protocol_type": listed.get("protocol_type"),
+                           "protocol": None, "coordinator": None, "members": [], "offsets": [], "error": None}
+    try:
+        node, host, port = await find_coordinator(bootstrap, group_id)
+    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+        out["error"] = _failure(e) if not isinstance(e, GroupsError) else str(e)
+        return out
+    out["coordinator"] = {"node_id": node, "host": host, "port": port}
+    try:
+        coordinator = await pool.get(host, port)
+        _, resp = await coordinator.request(DESCRIBE_GROUPS, {"groups": [group_id],
+                                                              "include_authorized_operations": False})
+    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+        await pool.drop(host, port)
+        out["error"] = f"DescribeGroups on broker {node}: {_failure(e)}"
+        return out
+    if out["state"] is None:  # --group: what the coordinator's ListGroups says of it (its type, v5+)
+        try:
+            mine = [g for g in await list_groups(coordinator) if g["group_id"] == group_id]
+        except (GroupsError, OSError, TimeoutError, ConnectionError):
+            mine = []
+        if mine:
+            out.update(state=mine[0]["state"], group_type=mine[0]["group_type"],
+                       protocol_type=mine[0]["protocol_type"])
+    d = resp.groups[0]
+    problems = []
+    if out["group_type"] == "consumer" and (d.error_code or d.group_state == "Dead"):
+        # KIP-848: DescribeGroups does not describe these (Kafka answers GROUP_ID_NOT_FOUND, kshim Dead);
+        # their members are in ConsumerGroupDescribe (API 69), which this tool does not use
+        out["note"] = (f"a KIP-848 consumer group: state from ListGroups; DescribeGroups gave "
+                       f"{_error(d.error_code, d.get('error_message')) if d.error_code else d.group_state}, "
+                       "members are not shown (ConsumerGroupDescribe is not used)")
+    elif d.error_code:
+        problems.append("DescribeGroups: " + _error(d.error_code, d.get("error_message")))
+    else:
+        out.update(state=d.group_state, protocol_type=d.protocol_type, protocol=d.protocol_data or None)
+        for mem in d.members:
+            member: dict[str, Any] = {"member_id": mem.member_id, "group_instance_id": mem.get("group_instance_id"),
+                                      "client_id": mem.client_id, "host": mem.client_host, "assignment": None}
+            if d.protocol_type == "consumer":
+                try:
+                    member["assignment"] = decode_assignment(mem.member_assignment)
+                except ValueError as e:
+                    member["assignment_error"] = str(e)
+            else:  # another protocol (connect, ...): its bytes are not ours to read
+                member["assignment_bytes"] = len(mem.member_assignment or b"")
+            out["members"].append(member)
+    try:
+        offsets = await offset_fetch(coordinator, group_id)
+    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+        if not isinstance(e, GroupsError):
+            await pool.drop(host, port)
+        problems.append(str(e) if isinstance(e, GroupsError) else f"OffsetFetch on broker {node}: {_failure(e)}")
+        offsets = []
+    # partitions assigned but never committed are shown too, without a committed offset
+    known = {(o["topic"], o["partition"]) for o in offsets}
+    for mem in out["members"]:
+        for topic, parts in (mem["assignment"] or {}).items():
+            for p in parts:
+                if (topic, p) not in known:
+                    known.add((topic, p))
+                    offsets.append({"topic": topic, "partition": p, "committed": None, "metadata": "",
+                                    "error": None})
+    out["offsets"] = sorted(offsets, key=lambda o: (o["topic"], o["partition"]))
+    out["error"] = "; ".join(problems) or None
+    return out
+
+
+# ------------------------------------------------------------------------------- entry points
+def parse_addresses(text: str) -> list[tuple[str, int]]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise GroupsError(f"--bootstrap wants HOST:PORT[,HOST:PORT...], got {text!r}")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def addresses_from_cluster(data_dir) -> list[tuple[str, int]]:
+    from kshim import ctl
+    try:
+        s = ctl.status(data_dir)
+    except ctl.CtlError as e:
+        raise GroupsError(f"{e}; for a single broker (`kshim serve` without --brokers) or any Kafka "
+                          "cluster give --bootstrap HOST:PORT") from None
+    brokers = sorted(s["brokers"], key=lambda b: not b.get("alive", True))
+    if not brokers:
+        raise GroupsError(f"the cluster in {data_dir} has no brokers")
+    return [(b["host"], b["port"]) for b in brokers]
+
+
+def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None) -> dict[str, Any]:
+    """The report, for scripts and tests. GroupsError when no broker can be asked."""
+    if bootstrap:
+        addresses = parse_addresses(bootstrap)
+    elif data_dir is not None:
+        addresses = addresses_from_cluster(data_dir)
+    else:
+        raise GroupsError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
+    try:
+        return anyio.run(collect, addresses, group)
+    except (OSError, TimeoutError, ConnectionError) as e:
+        raise GroupsError(_failure(e)) from None
+
+
+def add_parser(commands) -> argparse.ArgumentParser:
+    p = commands.add_parser(
+        "groups", help="consumer groups: members, assignments, committed offsets, lag",
+        description="List consumer groups with state, protocol, members, assignments, committed offsets and "
+                    "lag per partition, asking the brokers (their coordinators) with the Kafka protocol. "
+                    "The brokers are found through --bootstrap, else through the controller of the cluster "
+                    "in --data-dir. Lag = log end offset (ListOffsets latest, read_uncommitted: the high "
+                    "watermark) - committed offset.")
+    p.add_argument("--bootstrap", metavar="HOST:PORT",
+                   help="any broker of the cluster (kshim or Kafka); comma-separated for several. Needed for a "
+                        "single broker (`kshim serve` without --brokers), which has no controller socket")
+    p.add_argument("--group", metavar="ID", help="show this group only")
+    p.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
+    return p
+
+
+def _cell(v: Any) -> str:
+    return "-" if v is None or v == "" else str(v)
+
+
+def format_table(report: dict[str, Any]) -> str:
+    from kshim.ctl import _table
+    lines = []
+    for e in report["errors"]:
+        lines.append(f"error: {e}")
+    if not report["groups"]:
+        lines.append("no groups")
+    for g in report["groups"]:
+        if lines:
+            lines.append("")
+        c = g["coordinator"]
+        where = f"{c['node_id']} ({c['host']}:{c['port']})" if c else "-"
+        protocol = f"{_cell(g['protocol_type'])}/{_cell(g['protocol'])}"
+        head = f"GROUP {g['group_id']}  state {_cell(g['state'])}  protocol {protocol}  coordinator {where}"
+        if g.get("group_type"):
+            head += f"  type {g['group_type']}"
+        lines.append(head)
+        if g["error"]:
+            lines.append(f"  error: {g['error']}")
+        if g.get("note"):
+            lines.append(f"  note: {g['note']}")
+        if g["members"]:
+            rows = [["MEMBER", "CLIENT", "HOST", "ASSIGNMENT"]]
+            for m in g["members"]:
+                if m["assignment"] is not None:
+                    assigned = " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(m["assignment"].items()))
+                else:
+                    assigned = m.get("assignment_error") or f"({m.get('assignment_bytes', 0)} bytes)"
+                rows.append([m["member_id"], _cell(m["client_id"]), _cell(m["host"]), assigned or "-"])
+            lines.extend("  " + line for line in _table(rows).splitlines())
+        elif not g.get("note"):
+            lines.append("  no members")
+        if g["offsets"]:
+            rows = [["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "METADATA", "ERROR"]]
+            for o in g["offsets"]:
+                rows.append([o["topic"], str(o["partition"]), _cell(o["committed"]), _cell(o["log_end_offset"]),
+                             _cell(o["lag"]), _cell(o["metadata"]), _cell(o["error"])])
+            lines.extend("  " + line for line in _table(rows).splitlines())
+        else:
+            lines.append("  no committed offsets")
+    lines.append("")
+    lines.append(f"log end: {report['end_offsets']}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        report = groups(args.data_dir, args.bootstrap, args.group)
+    except GroupsError as e:
+        print(f"kshim ctl groups: {e}", file=sys.stderr)
+        return 1
+    print(format_table(report) if args.table else json.dumps(report, indent=2))
+    return 0
