@@ -181,3 +181,32 @@ def test_cluster_brokers_found_through_the_data_dir(tmp_path):
         cluster.stop()
     finally:
         cluster.kill_everything()
+
+
+def test_kip848_group_members_and_assignments(kshim, topic_name):
+    """A `group.protocol=consumer` group is described through ConsumerGroupDescribe."""
+    create_topic(kshim.bootstrap, topic_name, 4)
+    produce(kshim.bootstrap, topic_name, 5, 4)
+    group = f"g848-{uuid.uuid4().hex[:8]}"
+    consumers = []
+    for _ in range(2):
+        c = Consumer({"bootstrap.servers": kshim.bootstrap, "group.id": group, "group.protocol": "consumer",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 3,
+                      "client.id": f"ctl-test-{group}"})
+        c.subscribe([topic_name])
+        consumers.append(c)
+    try:
+        def described():
+            for c in consumers:
+                c.poll(0.05)
+            g = find(report("--bootstrap", kshim.bootstrap, "--group", group), group)
+            members = g["members"] if g else []
+            covered = sorted(p for m in members for p in (m["assignment"] or {}).get(topic_name, []))
+            return g if len(members) == 2 and covered == [0, 1, 2, 3] and g["state"] == "Stable" else None
+
+        g = wait_until(described, DEADLINE_S, interval=0.2, message="the KIP-848 group Stable with 2 members")
+        assert g["group_type"] == "consumer" and g["error"] is None
+        assert all(len(m["assignment"][topic_name]) == 2 and m["member_epoch"] > 0 for m in g["members"])
+    finally:
+        for c in consumers:
+            c.close()

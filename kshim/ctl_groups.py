@@ -14,8 +14,8 @@ the Kafka protocol, as Kafka's kafka-consumer-groups.sh does:
 The brokers come from --bootstrap HOST:PORT[,HOST:PORT...] (any kshim or Kafka broker), else from
 the controller of the cluster in --data-dir (`kshim serve --brokers N`). Versions are negotiated
 with ApiVersions. A group whose coordinator cannot be found or answers with an error is shown
-with that error; the other groups are still shown. KIP-848 ("consumer" type) groups are shown
-as far as ListGroups and DescribeGroups describe them (APIs 68/69 are not used).
+with that error; the other groups are still shown. KIP-848 ("consumer" type) groups, which
+DescribeGroups does not describe, are described with ConsumerGroupDescribe (API 69).
 """
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ END_OFFSETS = "ListOffsets latest, isolation read_uncommitted (the high watermar
 
 API_VERSIONS, METADATA, LIST_GROUPS, FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_FETCH, LIST_OFFSETS = \
     18, 3, 16, 10, 15, 9, 2
+CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 groups
 # the versions this module can speak, per API; the highest one the broker serves too is used
 OUR_VERSIONS = {METADATA: (1, 12), LIST_GROUPS: (0, 5), FIND_COORDINATOR: (0, 6), DESCRIBE_GROUPS: (0, 5),
-                OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9)}
+                OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9), CONSUMER_GROUP_DESCRIBE: (0, 0)}
 RETRIABLE_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 
@@ -376,11 +377,9 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
     d = resp.groups[0]
     problems = []
     if out["group_type"] == "consumer" and (d.error_code or d.group_state == "Dead"):
-        # KIP-848: DescribeGroups does not describe these (Kafka answers GROUP_ID_NOT_FOUND, kshim Dead);
-        # their members are in ConsumerGroupDescribe (API 69), which this tool does not use
-        out["note"] = (f"a KIP-848 consumer group: state from ListGroups; DescribeGroups gave "
-                       f"{_error(d.error_code, d.get('error_message')) if d.error_code else d.group_state}, "
-                       "members are not shown (ConsumerGroupDescribe is not used)")
+        # KIP-848: DescribeGroups does not describe these (Kafka answers GROUP_ID_NOT_FOUND, kshim
+        # Dead); ConsumerGroupDescribe (API 69) does, where the broker serves it
+        problems += await _describe_consumer_group(coordinator, group_id, out)
     elif d.error_code:
         problems.append("DescribeGroups: " + _error(d.error_code, d.get("error_message")))
     else:
@@ -415,6 +414,27 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
     out["offsets"] = sorted(offsets, key=lambda o: (o["topic"], o["partition"]))
     out["error"] = "; ".join(problems) or None
     return out
+
+
+async def _describe_consumer_group(coordinator: Broker, group_id: str, out: dict[str, Any]) -> list[str]:
+    """Members and assignments of a KIP-848 group; returns problems to report."""
+    if CONSUMER_GROUP_DESCRIBE not in coordinator.versions:
+        out["note"] = "a KIP-848 consumer group: the broker serves no ConsumerGroupDescribe, members are not shown"
+        return []
+    try:
+        _, resp = await coordinator.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": [group_id]})
+    except (OSError, TimeoutError, ConnectionError) as e:
+        return [f"ConsumerGroupDescribe: {_failure(e)}"]
+    d = resp.groups[0]
+    if d.error_code:
+        return ["ConsumerGroupDescribe: " + _error(d.error_code, d.get("error_message"))]
+    out.update(state=d.group_state, protocol=d.assignor_name)
+    for mem in d.members:
+        out["members"].append({
+            "member_id": mem.member_id, "group_instance_id": mem.get("instance_id"), "client_id": mem.client_id,
+            "host": mem.client_host, "member_epoch": mem.member_epoch,
+            "assignment": {tp.topic_name: sorted(tp.partitions) for tp in mem.assignment.topic_partitions}})
+    return []
 
 
 # ------------------------------------------------------------------------------- entry points
