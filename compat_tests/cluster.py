@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 import socket
 import subprocess
 import sys
@@ -91,3 +92,15 @@ class Cluster:
             for pid in pids:
                 if pid_exists(pid):
                     os.kill(pid, 9)
+
+
+@contextmanager
+def running(cluster: "Cluster"):
+    """Start the cluster; on the way out stop it cleanly (asserting a clean stop), and whatever
+    happened, leave none of its processes behind."""
+    try:
+        cluster.start()
+        yield cluster
+        cluster.stop()
+    finally:
+        cluster.kill_everything()

@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compat_tests.cluster import Cluster, free_port_block, pid_exists, run_ctl
+from compat_tests.cluster import Cluster, free_port_block, pid_exists, run_ctl, running
 from compat_tests.kshim_process import wait_until
 
 DEADLINE_S = 15.0  # for fencing: the session timeout, plus a session check, plus slack for a busy machine
@@ -26,12 +26,8 @@ SEND_TIMEOUT_S = 10
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("cluster"), 3).start()
-    try:
+    with running(Cluster(tmp_path_factory.mktemp("cluster"), 3)) as c:
         yield c
-        c.stop()
-    finally:
-        c.kill_everything()
 
 
 def create_topic(cluster: Cluster, name: str, partitions: int, replication_factor: int) -> None:
@@ -184,15 +180,10 @@ def test_ctl_errors(cluster, tmp_path):
 
 
 def test_one_broker_cluster_stops_on_sigterm(tmp_path):
-    c = Cluster(tmp_path / "one", 1)
-    try:
-        c.start()
+    with running(Cluster(tmp_path / "one", 1)) as c:
         status = c.status()
         assert [(b["id"], b["alive"]) for b in status["brokers"]] == [(0, True)]
         assert status["controller"]["pid"] == c.process.pid != status["brokers"][0]["pid"]
         create_topic(c, "solo", 1, 1)
         produced = produce(c.bootstrap, "solo", [b"x"])
         assert consume(c.bootstrap, "solo", {0: produced[0][1]}, 1) == [b"x"]
-        c.stop()
-    finally:
-        c.kill_everything()

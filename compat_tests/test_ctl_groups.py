@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster import Cluster
+from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
 from kshim.ctl_groups import decode_assignment, encode_assignment
 
@@ -152,8 +152,7 @@ def test_group_without_members_is_empty_with_offsets(kshim, topic_name):
 
 
 def test_cluster_brokers_found_through_the_data_dir(tmp_path):
-    cluster = Cluster(tmp_path / "cluster", 3).start()
-    try:
+    with running(Cluster(tmp_path / "cluster", 3)) as cluster:
         topic = f"t-{uuid.uuid4().hex[:8]}"
         create_topic(cluster.bootstrap, topic, 4, 3)
         produce(cluster.bootstrap, topic, 3, 4)
@@ -178,9 +177,6 @@ def test_cluster_brokers_found_through_the_data_dir(tmp_path):
         assert g["members"][0]["assignment"] == {topic: [0, 1, 2, 3]}
         assert [(o["partition"], o["committed"], o["log_end_offset"]) for o in g["offsets"]] == \
             [(p, 3, 3) for p in range(4)]
-        cluster.stop()
-    finally:
-        cluster.kill_everything()
 
 
 def test_kip848_group_members_and_assignments(kshim, topic_name):

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster import Cluster, run_ctl
+from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import wait_until
 
 RECORDS = 30_000
@@ -183,14 +183,9 @@ def consume_everything(bootstrap: str, topic: str) -> dict[int, list[tuple[int, 
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path / "cluster", 3, "--replica-lag-time-max-ms", str(LAG_TIME_MS),
-                session_timeout_ms=SESSION_TIMEOUT_MS)
-    try:
-        c.start()
+    with running(Cluster(tmp_path / "cluster", 3, "--replica-lag-time-max-ms", str(LAG_TIME_MS),
+                         session_timeout_ms=SESSION_TIMEOUT_MS)) as c:
         yield c
-        c.stop()
-    finally:
-        c.kill_everything()
 
 
 def test_leader_failovers_lose_duplicate_and_reorder_nothing_acknowledged(cluster, topic_name):

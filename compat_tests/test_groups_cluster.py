@@ -30,7 +30,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from compat_tests.cluster import Cluster, run_ctl
+from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import wait_until
 
 SESSION_TIMEOUT_MS = 2000  # the brokers': a killed broker is fenced after this
@@ -134,14 +134,9 @@ def start_again(cluster: Cluster, node: int, *topics: str) -> None:
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = Cluster(tmp_path / "cluster", 3, "--replica-lag-time-max-ms", str(LAG_TIME_MS),
-                session_timeout_ms=SESSION_TIMEOUT_MS)
-    try:
-        c.start()
+    with running(Cluster(tmp_path / "cluster", 3, "--replica-lag-time-max-ms", str(LAG_TIME_MS),
+                         session_timeout_ms=SESSION_TIMEOUT_MS)) as c:
         yield c
-        c.stop()
-    finally:
-        c.kill_everything()
 
 
 # ------------------------------------------------------------------- confluent-kafka, 2 members

@@ -26,7 +26,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import NotEnoughReplicasError
 
-from compat_tests.cluster import Cluster
+from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
 from kshim import ctl
 
@@ -41,13 +41,9 @@ QUICK_SESSION_MS, QUICK_LAG_MS = 2000, 1500
 
 # ------------------------------------------------------------------------------------------ clusters
 def _cluster(tmp_path_factory, name: str, session_ms: int, lag_ms: int):
-    c = Cluster(tmp_path_factory.mktemp(name), 3, "--replica-lag-time-max-ms", str(lag_ms),
-                session_timeout_ms=session_ms).start()
-    try:
+    with running(Cluster(tmp_path_factory.mktemp(name), 3, "--replica-lag-time-max-ms", str(lag_ms),
+                         session_timeout_ms=session_ms)) as c:
         yield c
-        c.stop()
-    finally:
-        c.kill_everything()
 
 
 @pytest.fixture(scope="module")
