@@ -140,7 +140,7 @@ class Broker:
 
     def _remove(self, key: tuple[str, int]) -> None:
         replica = self._replicas.pop(key)
-        replica.wake_all()
+        replica.retire()
         replica.log.close()
         shutil.rmtree(replica.directory, ignore_errors=True)
         log.info("removed replica %s-%d", *key)

@@ -78,6 +78,10 @@ class Partition:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     followers: dict[int, FollowerState] = field(default_factory=dict)
+    # replicas the leader asked the controller to add to the ISR: until the answer arrives they
+    # count for the high watermark too (Kafka's "maximal ISR"), so it can never pass a replica
+    # that is about to become in-sync
+    pending_isr: tuple[int, ...] = ()
     majority_quorum: bool = False
     uncommitted_reads_to_hw: bool = False
     min_insync_replicas: int = 1
@@ -108,10 +112,14 @@ class Partition:
             except ValueError:
                 pass  # rebuild from the log below
             path.unlink()  # a crash before the next clean close must not trust a stale snapshot
+        return self._replay_producer_state(state, observe_epochs=True)
+
+    def _replay_producer_state(self, state: ProducerStateManager, observe_epochs: bool = False) -> ProducerStateManager:
+        """Feed `state` every batch of the log from where it left off."""
         start = max(state.snapshot_offset, self.log.log_start_offset)
         for header in self.log.batch_headers(start):
-            # the replay also recovers an epoch change the checkpoint missed before a crash
-            self.epochs.observe(header.partition_leader_epoch, header.base_offset)
+            if observe_epochs:  # at open, this also recovers an epoch change the checkpoint missed
+                self.epochs.observe(header.partition_leader_epoch, header.base_offset)
             if header.producer_id >= 0:
                 state.update(header, header.base_offset, header.last_offset)
         return state
@@ -149,6 +157,8 @@ class Partition:
         self.partition_epoch = info.partition_epoch
         self.replicas = info.replicas
         self.isr = info.isr
+        if became_leader or info.leader != self.node_id:
+            self.pending_isr = ()  # a proposal from an earlier term is void
         if became_leader:
             # a new term starts at our log end (Kafka's makeLeader); what followers had is unknown
             # until they fetch again
@@ -200,7 +210,7 @@ class Partition:
             candidate = ends[len(self.replicas) // 2] if len(ends) >= len(self.replicas) // 2 + 1 else leo
         else:
             candidate = leo
-            for r in self.isr:
+            for r in set(self.isr) | set(self.pending_isr):
                 if r != self.node_id:
                     follower = self.followers.get(r)
                     candidate = min(candidate, follower.log_end_offset if follower else 0)
@@ -212,14 +222,22 @@ class Partition:
 
     async def wait_committed(self, offset: int, timeout_s: float) -> bool:
         """Wait until `offset` is below the high watermark (COMMITTED); False at the timeout or
-        when this replica stops leading."""
+        when this replica stops leading, even for a moment (its log may have been truncated and
+        refilled meanwhile, so the same offset may hold other records)."""
+        epoch = self.leader_epoch
         with anyio.move_on_after(timeout_s):
             while self._high_watermark <= offset:
-                if not self.is_leader:
+                if not self.is_leader or self.leader_epoch != epoch:
                     return False
                 await self._hw_changed.wait()
-            return True
+            return self.leader_epoch == epoch
         return False
+
+    def retire(self) -> None:
+        """This replica is going away (topic deleted): whoever waits on it must stop waiting."""
+        self.leader_id = NO_LEADER
+        self._hw_changed.fire()
+        self.wake_all()
 
 
     # ------------------------------------------------------------------ leader: followers
@@ -332,9 +350,10 @@ class Partition:
         self.update_follower_hw(leader_high_watermark)
 
     def update_follower_hw(self, leader_high_watermark: int) -> None:
+        # forward only: a truncation lowers it explicitly; a leader's answer never does
         hw = min(leader_high_watermark, self.log.log_end_offset)
-        if hw != self._high_watermark and not self.is_leader:
-            self._high_watermark = max(hw, 0)
+        if hw > self._high_watermark and not self.is_leader:
+            self._high_watermark = hw
             self.wake_all()
 
     def truncate_to(self, offset: int) -> None:
@@ -343,7 +362,9 @@ class Partition:
         if offset < self.log.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
             self.log.truncate_to(offset)
-            self.producers.truncate_after(self.log.log_end_offset)
+            # rebuilt, not trimmed: a producer whose last 5 batches were cut still has earlier ones
+            # in the log, and its retries must still be recognised (Kafka rebuilds the same way)
+            self.producers = self._replay_producer_state(ProducerStateManager(snapshot_offset=self.log.log_start_offset))
             self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
         self.epochs.truncate_from_end(self.log.log_end_offset)
 

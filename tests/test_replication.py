@@ -239,3 +239,88 @@ async def test_leader_election_from_the_isr_only_unless_unclean_is_enabled(tmp_p
             for node in followers:
                 c.controller.set_isolated(node, False)
             assert (await c.fetch(state.leader, "t", 1))[1] == []
+
+
+async def test_majority_quorum_failover_elects_the_replica_holding_committed_records(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3, {"kshim.commit.quorum": "majority"})
+        assert (await c.produce("t", [b"a"]))[0] == ErrorCode.NONE
+        leader, first_in_line, other = c.controller.image.topics["t"].partitions[0].replicas
+        c.controller.set_isolated(first_in_line, True)  # in the ISR, first in election order, lacking the next record
+        assert await c.produce("t", [b"committed"], timeout_ms=3000) == (ErrorCode.NONE, 1)
+        await wait_for(lambda: c.replica(other, "t").log_end_offset == 2, message="the majority has it")
+        for node in range(3):  # what the brokers' heartbeats report
+            c.controller.report_log_ends(node, {("t", 0): c.replica(node, "t").log_end_offset})
+        c.controller.fence(leader)
+        assert c.leader_of("t") == other
+        c.controller.set_isolated(first_in_line, False)
+        assert (await c.produce("t", [b"later"]))[0] == ErrorCode.NONE
+        assert (await c.fetch(other, "t", 1))[1] == [b"a", b"committed", b"later"]
+
+
+async def test_high_watermark_never_passes_a_replica_joining_the_isr(tmp_path, monkeypatch):
+    proposals: list[list[int]] = []
+    original = LocalControllerClient.alter_partition
+
+    async def slow_alter(self, topic, index, leader_epoch, partition_epoch, new_isr):
+        proposals.append(list(new_isr))
+        await anyio.sleep(0.5)  # the round trip to a controller process and back
+        return await original(self, topic, index, leader_epoch, partition_epoch, new_isr)
+
+    monkeypatch.setattr(LocalControllerClient, "alter_partition", slow_alter)
+    async with cluster(tmp_path, lag_ms=300) as c:
+        c.controller.create_topic("t", 1, 3)
+        leader, joiner, _ = c.controller.image.topics["t"].partitions[0].replicas
+        c.controller.set_isolated(joiner, True)
+        await wait_for(lambda: joiner not in c.controller.image.topics["t"].partitions[0].isr, message="shrink")
+        assert (await c.produce("t", [b"a"]))[0] == ErrorCode.NONE
+        seen = len(proposals)
+        c.controller.set_isolated(joiner, False)
+        await wait_for(lambda: any(joiner in p for p in proposals[seen:]), message="expansion proposed")
+        c.controller.set_isolated(joiner, True)  # the joiner's next fetch is late
+        code, _ = await c.produce("t", [b"b"], timeout_ms=300)
+        # while the joiner is about to become in-sync, the record is not COMMITTED without it
+        assert code == ErrorCode.REQUEST_TIMED_OUT
+        assert c.replica(leader, "t").high_watermark <= c.replica(joiner, "t").log_end_offset
+
+
+async def test_truncation_keeps_an_idempotent_producers_earlier_batches(tmp_path):
+    from kshim.log import LogConfig
+    from kshim.partition import Partition
+    from kshim.cluster.image import MetadataImage, PartitionInfo
+    p = Partition("t", 0, tmp_path / "t-0", LogConfig(), node_id=0)
+    p.apply_partition_state(PartitionInfo(0, (0,), 0, 0, (0,)), MetadataImage(1, "c", 0))
+    p.configure({"max.message.bytes": "1048588", "message.timestamp.type": "CreateTime",
+                 "kshim.commit.quorum": "isr", "kshim.uncommitted.read.limit": "log-end",
+                 "min.insync.replicas": "1"}, LogConfig())
+    batches = [encode_batch([(None, b"%d" % seq)], producer_id=7, producer_epoch=0, base_sequence=seq)
+               for seq in range(10)]
+    for batch in batches:
+        assert p.append(batch).error == ErrorCode.NONE
+    p.truncate_to(5)  # the last five batches go, and with them every batch the producer state remembered
+    retry = p.append(batches[4])  # a retry of a batch that is still in the log
+    assert (retry.error, retry.base_offset, retry.appended_batches) == (ErrorCode.NONE, 4, 0)
+    assert p.append(batches[6]).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # a gap is still a gap
+    p.close()
+
+
+async def test_acks_all_waiter_ends_when_the_topic_is_deleted(tmp_path):
+    async with cluster(tmp_path, lag_ms=60000) as c:
+        c.controller.create_topic("t", 1, 3)
+        leader = c.leader_of("t")
+        for node in range(3):
+            if node != leader:
+                c.controller.set_isolated(node, True)
+        result = {}
+
+        async def produce():
+            start = time.monotonic()
+            result["answer"] = await c.produce("t", [b"x"], timeout_ms=4000)
+            result["seconds"] = time.monotonic() - start
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(produce)
+            await wait_for(lambda: c.replica(leader, "t") and c.replica(leader, "t").log_end_offset == 1,
+                           message="appended")
+            c.controller.delete_topic("t")
+        assert result["seconds"] < 1.0 and result["answer"][0] != ErrorCode.NONE

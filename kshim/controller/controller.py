@@ -74,6 +74,8 @@ class Controller:
         self._brokers: dict[int, _Broker] = {}
         self._topics: dict[str, _Topic] = {}
         self._changed = Signal()
+        # log end offsets the brokers report in their heartbeats: (node, topic, partition) -> offset
+        self.replica_log_ends: dict[tuple[int, str, int], int] = {}
         self.listeners: list[Callable[[MetadataImage], None]] = []
         now = now_ms()
         for row in store.load_brokers():
@@ -190,12 +192,23 @@ class Controller:
         broker.info = replace(broker.info, isolated=isolated)
         self._publish()
 
+    def report_log_ends(self, node_id: int, log_ends: dict[tuple[str, int], int]) -> None:
+        """What a broker's replicas hold, from its heartbeat (used to elect under majority quorum)."""
+        for (topic, index), offset in log_ends.items():
+            self.replica_log_ends[(node_id, topic, index)] = offset
+
     def _alive(self) -> set[int]:
         return {b.info.node_id for b in self._brokers.values() if b.info.alive}
 
     def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> None:
         """Choose p's leader from its alive ISR (or, if allowed, any alive replica); -1 if none."""
         in_sync = [r for r in p.replicas if r in p.isr and r in alive]
+        if len(in_sync) > 1 and topic.configs.get("kshim.commit.quorum") == "majority":
+            # a majority, not the whole ISR, may hold a COMMITTED record: elect the in-sync replica
+            # with the longest log (assignment order breaks ties). When a leader dies its followers'
+            # logs stop growing, and their heartbeats report the final offsets long before the
+            # session timeout fences it.
+            in_sync.sort(key=lambda r: -self.replica_log_ends.get((r, topic.name, p.index), -1))
         leader = in_sync[0] if in_sync else NO_LEADER
         if leader == NO_LEADER and _unclean_allowed(topic):
             anyone = [r for r in p.replicas if r in alive]

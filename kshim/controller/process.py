@@ -291,6 +291,7 @@ class ControllerService:
         c.heartbeat(request.node_id, request.broker_epoch)  # STALE_BROKER_EPOCH: register again
         self.offsets[request.node_id] = {(o.topic, o.partition): (o.log_end_offset, o.high_watermark)
                                          for o in request.offsets}
+        c.report_log_ends(request.node_id, {key: ends[0] for key, ends in self.offsets[request.node_id].items()})
         if c.version > request.known_image_version:
             return m.HeartbeatResult(c.image)
         wait_ms = max(0, min(request.wait_ms, c.config.session_timeout_ms // MAX_HEARTBEAT_WAIT_FRACTION))

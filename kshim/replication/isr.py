@@ -37,6 +37,10 @@ async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
                 continue
             new_isr = [r for r in p.replicas if (r in p.isr and r not in lagging) or r in joining]
             old_isr = list(p.isr)  # taken before the call: p.isr is already the new ISR when it returns
+            # joiners count for the high watermark from now on, while the change is in flight:
+            # otherwise it could pass their log end just before they become in-sync (and electable)
+            # (the answer comes back once this broker applied the image holding the new ISR)
+            p.pending_isr = tuple(joining)
             try:
                 await broker.controller.alter_partition(p.topic, p.index, p.leader_epoch, p.partition_epoch, new_isr)
                 log.info("%s-%d: ISR %s -> %s", p.topic, p.index, old_isr, new_isr)
@@ -44,3 +48,5 @@ async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
                 log.debug("%s-%d: ISR change to %s refused: %s", p.topic, p.index, new_isr, e.message)
             except Exception as e:  # the controller is unreachable (or a bug): retry next round
                 log.warning("%s-%d: ISR change to %s failed: %r", p.topic, p.index, new_isr, e)
+            finally:
+                p.pending_isr = ()
