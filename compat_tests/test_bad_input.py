@@ -282,3 +282,34 @@ def test_pipelined_requests_answer_in_order(kshim, topic_name):
     got = [(r.offset, r.value) for r in consume_all(kshim.bootstrap, topic_name, 0)]
     assert got == [(i, f"record-{i}".encode()) for i in range(produced)]
     assert_broker_serves(kshim, topic_name)
+
+
+def test_failed_acks_0_produce_closes_the_connection(kshim, topic_name):
+    """As Kafka: the only way an acks=0 producer learns its metadata is stale."""
+    with RawConnection(kshim.bootstrap) as conn:
+        conn.send_request(0, 9, produce_body({(topic_name, 0): corrupt(encode_batch([(b"k", b"v")]))}, acks=0))
+        assert conn.wait_closed(), "the connection stayed open after a failed acks=0 produce"
+    with RawConnection(kshim.bootstrap) as conn:  # a good acks=0 produce keeps it open
+        conn.send_request(0, 9, produce_body({(topic_name, 0): encode_batch([(b"k", b"v")])}, acks=0))
+        assert conn.api_versions(3).error_code == 0
+    assert_broker_serves(kshim, topic_name)
+
+
+def test_fetch_limits_bind_every_partition_but_the_first_with_data(kshim, topic_name):
+    """KIP-74: only the first partition with data may go over max_bytes / partition_max_bytes."""
+    admin = KafkaAdminClient(bootstrap_servers=kshim.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic_name, 3, 1)])
+    finally:
+        admin.close()
+    big = encode_batch([(None, bytes(100_000))])
+    with RawConnection(kshim.bootstrap) as conn:
+        result = conn.produce({(topic_name, p): big for p in range(3)})
+        assert all(r.error_code == 0 for r in result.values())
+        resp = conn.request(1, 11, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 150_000,
+                                    "isolation_level": 0, "session_epoch": -1, "rack_id": "",
+                                    "topics": [{"topic": topic_name, "partitions": [
+                                        {"partition": p, "fetch_offset": 0, "partition_max_bytes": 50_000}
+                                        for p in range(3)]}]})
+    sizes = [len(p.records or b"") for p in resp.responses[0].partitions]
+    assert sizes == [len(big), 0, 0]

@@ -378,12 +378,13 @@ class Partition:
         self._high_watermark = offset
 
     # ------------------------------------------------------------------ reads
-    def read(self, offset: int, max_bytes: int, isolation_level: int) -> bytes:
-        """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange."""
-        return self.log.read(offset, max_bytes, self.read_bound(isolation_level))
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool = True) -> bytes:
+        """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange.
+        `min_one`: the first batch even if larger than max_bytes (KIP-74's first partition)."""
+        return self.log.read(offset, max_bytes, self.read_bound(isolation_level), min_one)
 
-    def read_for_follower(self, offset: int, max_bytes: int) -> bytes:
-        return self.log.read(offset, max_bytes, self.log.log_end_offset)
+    def read_for_follower(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
+        return self.log.read(offset, max_bytes, self.log.log_end_offset, min_one)
 
     # ------------------------------------------------------------------ waiting for data
     def add_waiter(self, event: anyio.Event) -> None:

@@ -30,6 +30,7 @@ from kshim.protocol import ConnectionCore, ProtocolError, Request
 log = logging.getLogger("kshim.server")
 
 LISTEN_BACKLOG = 128
+ACCEPT_BACKOFF_S = 0.1
 # the peer went away: reading or writing fails; this ends its connection, quietly
 _PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError)
 
@@ -112,8 +113,18 @@ class Server:
                         conn, address = listener.accept()
                     except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                         continue
-                    conn.setblocking(False)
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    except OSError as e:
+                        # out of file descriptors or memory: refuse this one, keep serving the others
+                        log.warning("cannot accept a connection: %s", e)
+                        await anyio.sleep(ACCEPT_BACKOFF_S)
+                        continue
+                    try:
+                        conn.setblocking(False)
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    except OSError as e:
+                        log.warning("dropping a connection from %s: %s", address, e)
+                        conn.close()
+                        continue
                     tg.start_soon(self._connection, conn, "%s:%s" % address[:2])
         finally:
             listener.close()

@@ -527,3 +527,11 @@ async def test_delete_records(broker, version):
         assert again.partition("t", 1).log_start_offset == 12
     finally:
         again.close()
+
+
+@pytest.mark.anyio
+async def test_partition_counts_are_capped(broker):
+    out = await create(broker, new_topic("huge", 10_001, 1), new_topic("ok", 2, 1))
+    assert out["huge"].error_code == ErrorCode.INVALID_PARTITIONS and "10000" in out["huge"].error_message
+    assert out["ok"].error_code == 0
+    assert "huge" not in broker.topics

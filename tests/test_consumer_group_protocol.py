@@ -163,3 +163,13 @@ def test_classic_and_consumer_groups_stay_apart():
                  rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=[("range", b"")],
                  require_known_member=False)
     assert c.consumer_group("g", create=True)[0] == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_subscription_regexes_match_in_linear_time():
+    """A pattern that makes a backtracking engine run for minutes is matched at once (RE2)."""
+    import time
+
+    from kshim.groups.consumer_group import compile_regex
+    start = time.monotonic()
+    assert compile_regex("(a|a)*b").fullmatch("a" * 5000) is None
+    assert time.monotonic() - start < 1.0

@@ -35,6 +35,10 @@ from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.controller")
 
+# each partition replica is a directory with open files on every broker hosting it: one request
+# must not be able to ask for millions (Kafka's controller caps one operation at 10,000 records)
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -273,8 +277,9 @@ class Controller:
         if name in self._topics:
             raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         count = self.config.default_partitions if partitions in (None, -1) else partitions
-        if count < 1:
-            raise BrokerError(ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {count}")
+        if not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"number of partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {count}")
         rf = self.config.default_replication_factor if replication_factor in (None, -1) else replication_factor
         alive = sorted(self._alive())
         if rf < 1 or rf > len(alive):
@@ -309,6 +314,9 @@ class Controller:
         topic = self._topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        if total > MAX_PARTITIONS_PER_TOPIC:
+            raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                              f"a topic may have at most {MAX_PARTITIONS_PER_TOPIC} partitions, asked for {total}")
         if total <= len(topic.partitions):
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                               f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
+from functools import lru_cache
+
+import re2
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +47,16 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 TP = tuple[Hashable, int]
 Topics = Mapping[str, tuple[Hashable, int]]  # name -> (topic id, partition count)
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@lru_cache(maxsize=256)
+def compile_regex(pattern: str) -> "re2._Regexp":
+    """Subscription regexes run on the event loop against every topic name: RE2 matches in linear
+    time (as the RE2/J Kafka uses), so no pattern can stall the broker by backtracking."""
+    return re2.compile(pattern, _RE2_OPTIONS)
 
 
 def new_member_id() -> str:
@@ -85,8 +97,8 @@ def validate_heartbeat(version: int, *, group_id: str, member_id: str, member_ep
         return invalid("MemberEpoch is invalid.")
     if subscribed_topic_regex:
         try:
-            re.compile(subscribed_topic_regex)
-        except re.error as e:
+            compile_regex(subscribed_topic_regex)
+        except re2.error as e:
             return ErrorCode.INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {subscribed_topic_regex!r}: {e}"
     if server_assignor is not None and server_assignor not in ASSIGNORS:
         return (ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {server_assignor} is not supported. "
@@ -129,7 +141,7 @@ class ConsumerMember:
         """The subscribed topic names, the regex resolved against the existing topics."""
         names = set(self.subscribed_names)
         if self.subscribed_regex:
-            pattern = re.compile(self.subscribed_regex)
+            pattern = compile_regex(self.subscribed_regex)
             names |= {t for t in topics if t not in INTERNAL_TOPICS and pattern.fullmatch(t)}
         return frozenset(names)
 

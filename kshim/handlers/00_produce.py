@@ -1,7 +1,9 @@
 """Produce: append record batches to the partition leaders' logs.
 
 - acks must be 0, 1 or -1 (all); anything else gets INVALID_REQUIRED_ACKS for every partition.
-- acks=0 gets no response at all (the connection keeps its response order for the others).
+- acks=0 gets no response at all (the connection keeps its response order for the others); if
+  any partition failed, the connection is closed instead, as Kafka does: that is the only way an
+  acks=0 producer learns to refresh its metadata (after a leader moved, say).
 - acks=1 answers once the leader appended.
 - acks=all: NOT_ENOUGH_REPLICAS (19) without appending when the ISR is smaller than
   min.insync.replicas; otherwise it answers once the high watermark covers the records
@@ -26,6 +28,7 @@ import time
 
 from kshim.errors import BrokerError
 from kshim.partition import AppendResult
+from kshim.protocol import ProtocolError
 from wire.errors import ErrorCode
 
 API_KEY = 0
@@ -89,6 +92,10 @@ async def handle(ctx, req):
                 waits.append((entry, partition, result.last_offset))
         responses.append({"name": name, "partition_responses": partitions})
     if acks == 0:
+        failed = [(t["name"], p["index"], p["error_code"]) for t in responses for p in t["partition_responses"]
+                  if p["error_code"]]
+        if failed:
+            raise ProtocolError(f"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata")
         return None
     response = {"responses": responses, "throttle_time_ms": 0}
     if not waits:

@@ -12,9 +12,9 @@ follower replicas (replica id >= 0) both use it.
   to its log end and its high watermark. A follower or leader cut off with `kshim ctl isolate`
   gets nothing: the request waits out max_wait_ms and records no progress, as if lost.
 - Returns whole batches; a fetch at an offset inside a batch returns that batch (clients skip the
-  records before their offset). The first batch found is returned even if it exceeds max_bytes or
-  partition_max_bytes (KIP-74); after that, a partition stops at its partition_max_bytes and the
-  response at max_bytes.
+  records before their offset). The first batch of the first partition with data is returned even
+  if it exceeds max_bytes or partition_max_bytes (KIP-74); every other partition stops at its
+  partition_max_bytes and the response at max_bytes.
 - If fewer than min_bytes are ready, the request waits on an append event (no polling) until data
   arrives or max_wait_ms passes.
 - OFFSET_OUT_OF_RANGE below the log start or above the log end; UNKNOWN_TOPIC_OR_PARTITION (by
@@ -79,11 +79,12 @@ def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[l
             limit = min(p.partition_max_bytes, budget - total)
             if limit <= 0 and total > 0:
                 continue  # the response is full: this partition gets no data this time
+            first = total == 0  # KIP-74: only the first partition with data may exceed the limits
             try:
                 if replica_id >= 0:
-                    data = partition.read_for_follower(p.fetch_offset, max(limit, 1)) if record_progress else b""
+                    data = partition.read_for_follower(p.fetch_offset, max(limit, 1), first) if record_progress else b""
                 else:
-                    data = partition.read(p.fetch_offset, max(limit, 1), req.isolation_level)
+                    data = partition.read(p.fetch_offset, max(limit, 1), req.isolation_level, first)
             except OffsetOutOfRange:
                 entry["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
                 continue

@@ -282,10 +282,10 @@ class Log:
         return seg
 
     # ================================================================== reads
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True) -> bytes:
         """Whole batches from the one containing ``offset``, across segments: stops before a batch
-        that would exceed ``max_bytes`` (but the first batch is returned whole even if larger,
-        KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
+        that would exceed ``max_bytes`` (with ``min_one``, the first batch is returned whole even if
+        larger, KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
         watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end]."""
         with self._lock:
             leo = self.log_end_offset
@@ -325,7 +325,7 @@ class Log:
                     cut = seg.last_boundary(pos, pos + max(budget, 0))
                     if cut > pos:
                         out.append(os.pread(seg.fd, cut - pos, pos))
-                if cut == pos and not out:  # KIP-74: the first batch whole, so consumers always progress
+                if cut == pos and not out and min_one:  # KIP-74: the first batch whole, so consumers progress
                     h = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)
                     out.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
                 break
