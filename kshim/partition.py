@@ -176,6 +176,15 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.node_id
 
+    def leader_epoch_error(self, current_leader_epoch: int) -> ErrorCode:
+        """A client's current_leader_epoch against ours (KIP-320): newer than ours is
+        UNKNOWN_LEADER_EPOCH (we lag the metadata), older is FENCED_LEADER_EPOCH; -1 skips the check."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return ErrorCode.NONE
+        if current_leader_epoch > self.leader_epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        return ErrorCode.FENCED_LEADER_EPOCH
+
     # ------------------------------------------------------------------ offsets
     @property
     def log_start_offset(self) -> int:

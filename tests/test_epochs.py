@@ -17,6 +17,7 @@ from kshim.log import Log, LogConfig
 from kshim.log.epochs import (
     CHECKPOINT_NAME, CorruptCheckpoint, LeaderEpochCache, read_checkpoint,
 )
+from kshim.partition import Partition
 from wire import codec
 from wire.errors import ErrorCode
 from wire.headers import RequestHeader
@@ -322,6 +323,7 @@ class FakePartition:
     log_end_offset: int
     leader_epoch: int
     is_leader: bool = True
+    leader_epoch_error = Partition.leader_epoch_error  # the real check, on this stand-in
 
 
 @dataclass

@@ -66,10 +66,8 @@ def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[l
             if partition is None or not partition.is_leader:
                 entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
                 continue
-            epoch = p.get("current_leader_epoch", -1)
-            if epoch >= 0 and epoch != partition.leader_epoch:
-                entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if epoch > partition.leader_epoch
-                                       else ErrorCode.FENCED_LEADER_EPOCH)
+            entry["error_code"] = partition.leader_epoch_error(p.get("current_leader_epoch", -1))
+            if entry["error_code"]:
                 continue
             if replica_id >= 0 and record_progress and p.fetch_offset <= partition.log_end_offset:
                 partition.record_follower_fetch(replica_id, p.fetch_offset, now)

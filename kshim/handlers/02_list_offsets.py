@@ -53,9 +53,8 @@ async def handle(ctx, req):
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif partition is None or not partition.is_leader:
                 entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif epoch >= 0 and epoch != partition.leader_epoch:
-                entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if epoch > partition.leader_epoch
-                                       else ErrorCode.FENCED_LEADER_EPOCH)
+            elif epoch_error := partition.leader_epoch_error(epoch):
+                entry["error_code"] = epoch_error
             elif p.timestamp < EARLIEST_PENDING_UPLOAD:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             else:

@@ -26,6 +26,7 @@ from construct import Container
 from kshim import topic_config
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
+from kshim.handlers.config_resources import config_dict
 from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
@@ -69,13 +70,7 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
     if topic.assignments:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give num_partitions instead")
-    configs: dict[str, str] = {}
-    for entry in topic.configs or ():
-        if entry.name in configs:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, f"config {entry.name!r} is given more than once")
-        if entry.value is None:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, f"config {entry.name!r} has a null value")
-        configs[entry.name] = entry.value
+    configs = config_dict(topic.configs, ErrorCode.INVALID_CONFIG)
     try:
         clean = topic_config.validate(configs)
     except topic_config.InvalidConfig as e:

@@ -31,10 +31,8 @@ def _answer(ctx, topic_name: str, p) -> dict:
     if partition is None or not partition.is_leader:
         entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
         return entry
-    current = p.get("current_leader_epoch", -1)
-    if current >= 0 and current != partition.leader_epoch:
-        entry["error_code"] = (ErrorCode.UNKNOWN_LEADER_EPOCH if current > partition.leader_epoch
-                               else ErrorCode.FENCED_LEADER_EPOCH)
+    entry["error_code"] = partition.leader_epoch_error(p.get("current_leader_epoch", -1))
+    if entry["error_code"]:
         return entry
     entry["leader_epoch"], entry["end_offset"] = partition.epochs.end_offset_for(
         p.leader_epoch, partition.log_end_offset)

@@ -18,9 +18,8 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
-from kshim.handlers.config_resources import alter_each, target_topic
+from kshim.handlers.config_resources import alter_each, config_dict, target_topic
 from wire.errors import ErrorCode
 
 
@@ -31,13 +30,7 @@ VERSIONS = (0, 2)
 
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
     name = target_topic(ctx, resource).name
-    configs: dict[str, str] = {}
-    for entry in resource.configs or ():
-        if entry.name in configs:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} is given more than once")
-        if entry.value is None:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"config {entry.name!r} has a null value")
-        configs[entry.name] = entry.value
+    configs = config_dict(resource.configs, ErrorCode.INVALID_REQUEST)
     await ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)
 
 

@@ -36,6 +36,18 @@ def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
     return topic
 
 
+def config_dict(entries, error: ErrorCode) -> dict[str, str]:
+    """A request's config entries as a dict; a name given twice or a null value is `error`."""
+    configs: dict[str, str] = {}
+    for entry in entries or ():
+        if entry.name in configs:
+            raise BrokerError(error, f"config {entry.name!r} is given more than once")
+        if entry.value is None:
+            raise BrokerError(error, f"config {entry.name!r} has a null value")
+        configs[entry.name] = entry.value
+    return configs
+
+
 async def alter_each(req: Container, alter: Callable[[Container, bool], Awaitable[None]]) -> Mapping[str, Any]:
     """Run `alter` per resource; each fails or succeeds on its own, with Kafka's error answer."""
     resources = list(req.resources or ())
