@@ -3,8 +3,8 @@
 - Checks run in Kafka's order: topic name, already exists, partition count, replication factor,
   manual assignments, configs. The first failure is the topic's error code and message.
 - num_partitions -1 takes the broker default; 0 or below -1 is INVALID_PARTITIONS.
-- replication_factor -1 is the default (1); 0 or below -1 is INVALID_REPLICATION_FACTOR, and so is
-  anything above the broker's `cluster_size` (1 for a single broker).
+- replication_factor -1 is the default (min(3, brokers)); 0 or below -1 is INVALID_REPLICATION_FACTOR,
+  and so is anything above the live brokers the controller knows (1 for a single broker).
 - A non-empty `assignments` list is INVALID_REQUEST: kshim places partitions itself.
 - Config values are validated by `topic_config`; a null value is INVALID_CONFIG (there is no
   default to fall back to at creation), as is a name given twice.
@@ -63,10 +63,8 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
     if replication == 0 or replication < -1:
         raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
                           f"replication factor must be at least 1 (or -1 for the default), got {replication}")
-    if replication > broker.cluster_size:
-        raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                          f"replication factor {replication} is larger than the number of brokers "
-                          f"in the cluster ({broker.cluster_size})")
+    # the upper bound (live brokers) is the controller's to check: its view is current, while this
+    # broker's image may still lack a broker that just registered
     if topic.assignments:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give num_partitions instead")
