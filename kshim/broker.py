@@ -42,6 +42,8 @@ class BrokerConfig:
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
     offsets_topic_partitions: int = 10  # partitions of __consumer_offsets when it is first created
+    transaction_state_partitions: int = 10  # partitions of __transaction_state when it is first created
+    transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
 
     @property
     def advertised(self) -> str:
@@ -79,8 +81,11 @@ class Broker:
         self._replicas: dict[tuple[str, int], Partition] = {}
         self._image_applied = Signal()
         self.close_hooks: list = []  # run after the replicas close (a standalone broker's controller)
-        from kshim.groups import GroupCoordinator  # the coordinator knows the broker, not the reverse
+        # the coordinators know the broker, not the reverse
+        from kshim.groups import GroupCoordinator
+        from kshim.transactions import TransactionCoordinator
         self.groups = GroupCoordinator(self)
+        self.transactions = TransactionCoordinator(self)
 
     # ------------------------------------------------------------------ metadata images
     @property
@@ -117,6 +122,7 @@ class Broker:
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
         self.groups.on_image()
+        self.transactions.on_image()
         self._image_applied.fire()
 
     async def image_changed(self) -> None:

@@ -8,8 +8,14 @@ append path, and the high watermark that separates COMMITTED from UNCOMMITTED re
   default, Kafka's) the high watermark is the lowest log end offset among the in-sync replicas;
   with `majority` it is the offset a majority of the assigned replicas have reached. With no
   followers it equals the log end offset: appended means COMMITTED.
-- read_committed reads up to the high watermark; read_uncommitted up to the log end offset, or
-  up to the high watermark when the topic sets kshim.uncommitted.read.limit=high-watermark.
+- read_committed reads up to the last stable offset: the first offset of the earliest transaction
+  still open here (or whose marker is not yet COMMITTED), else the high watermark; fetches also
+  name the aborted transactions in what they return (the aborted transaction index).
+  read_uncommitted reads up to the log end offset, or up to the last stable offset when the topic
+  sets kshim.uncommitted.read.limit=high-watermark (Kafka's bound).
+- Transaction markers (control batches) are written here by the transaction coordinator
+  (`append_marker`) and replicated like any batch; producer state and the aborted index are
+  derived from the log, so a restarted or newly elected replica rebuilds them by replay.
 - Followers learn the high watermark from the leader's fetch responses.
 """
 from __future__ import annotations
@@ -26,6 +32,7 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import write_atomic
+from kshim.log.txnindex import AbortedTxn
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
 from wire import records
@@ -91,12 +98,15 @@ class Partition:
     _high_watermark: int = field(init=False, default=0)
     _waiters: set[anyio.Event] = field(init=False, default_factory=set)
     _hw_changed: Signal = field(init=False, default_factory=Signal)
+    # (first offset, marker offset) of ended transactions whose marker is not yet below the high
+    # watermark: they hold the last stable offset until it is (Kafka's unreplicated transactions)
+    _unreplicated: list[tuple[int, int]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
         self.epochs = LeaderEpochCache.open(self.directory, self.log)
-        self.producers = self._load_producer_state()
         self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
+        self.producers = self._load_producer_state()
         self._hw_checkpointed = -1
 
     # ------------------------------------------------------------------ state from disk
@@ -117,12 +127,38 @@ class Partition:
     def _replay_producer_state(self, state: ProducerStateManager, observe_epochs: bool = False) -> ProducerStateManager:
         """Feed `state` every batch of the log from where it left off."""
         start = max(state.snapshot_offset, self.log.log_start_offset)
+        self._unreplicated = []
         for header in self.log.batch_headers(start):
             if observe_epochs:  # at open, this also recovers an epoch change the checkpoint missed
                 self.epochs.observe(header.partition_leader_epoch, header.base_offset)
             if header.producer_id >= 0:
-                state.update(header, header.base_offset, header.last_offset)
+                self._track(state, header)
+        self._prune_unreplicated()
         return state
+
+    def _track(self, state: ProducerStateManager, header: records.BatchHeader, batch=None) -> None:
+        """Producer state for one stored batch; a marker also ends its transaction: an aborted
+        one goes into the aborted index (idempotent, so replays may repeat it)."""
+        if not header.is_control:
+            state.update(header, header.base_offset, header.last_offset)
+            return
+        if batch is None:
+            batch = self.log.read(header.base_offset, header.size, header.base_offset + 1)
+        marker = records.read_marker(memoryview(batch)[:header.size])
+        first = state.update(header, header.base_offset, header.last_offset,
+                             marker.coordinator_epoch if marker else -1)
+        if first < 0 or marker is None:
+            return
+        self._unreplicated.append((first, header.base_offset))
+        if not marker.committed:
+            unstable = state.first_unstable_offset()
+            lso = header.base_offset + 1 if unstable is None else min(unstable, header.base_offset + 1)
+            self.log.add_aborted(AbortedTxn(header.producer_id, first, header.base_offset, lso))
+
+    def _prune_unreplicated(self) -> None:
+        if self._unreplicated:
+            hw = self._high_watermark
+            self._unreplicated = [t for t in self._unreplicated if t[1] >= hw]
 
     def _load_hw_checkpoint(self) -> int:
         try:
@@ -200,13 +236,26 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self._high_watermark  # no transactions yet
+        """No read_committed consumer reads at or past it: the first offset of the earliest open
+        transaction, or of an ended one whose marker is not COMMITTED yet; else the high watermark."""
+        lso = self._high_watermark
+        if self.producers.ongoing:
+            lso = min(lso, min(self.producers.ongoing.values()))
+        for first, marker in self._unreplicated:
+            if marker >= self._high_watermark and first < lso:
+                lso = first
+        return lso
 
     def read_bound(self, isolation_level: int) -> int:
         """Highest offset (exclusive) a consumer of this isolation level may read."""
         if isolation_level == 1 or self.uncommitted_reads_to_hw:
             return self.last_stable_offset
         return self.log_end_offset
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[dict]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound) names."""
+        return [{"producer_id": t.producer_id, "first_offset": t.first_offset}
+                for t in self.log.aborted_between(fetch_offset, upper_bound)]
 
     def _advance_hw(self) -> None:
         """Recompute the leader's high watermark; it never moves backwards."""
@@ -226,6 +275,7 @@ class Partition:
         candidate = min(max(candidate, 0), leo)
         if candidate > self._high_watermark:
             self._high_watermark = candidate
+            self._prune_unreplicated()
             self._hw_changed.fire()
             self.wake_all()
 
@@ -281,9 +331,11 @@ class Partition:
         return out
 
     # ------------------------------------------------------------------ leader: appends
-    def append(self, data: bytes | memoryview | None) -> AppendResult:
+    def append(self, data: bytes | memoryview | None, from_coordinator: bool = False) -> AppendResult:
         """Validate and append a produce request's records for this partition. A writable view
-        (into the request frame) is patched in place; anything else is copied first."""
+        (into the request frame) is patched in place; anything else is copied first.
+        `from_coordinator`: a group coordinator's transactional offset commit, which carries the
+        producer's id and epoch but no sequence numbers (only the epoch is checked)."""
         result = AppendResult()
         if not data:
             result.error, result.message = ErrorCode.CORRUPT_MESSAGE, "empty or null records"
@@ -297,7 +349,10 @@ class Partition:
                 result.error, result.message = error, message
                 break
             if header.producer_id >= 0:
-                check = self.producers.check(header)
+                if from_coordinator:
+                    check = self.producers.check_fence(header.producer_id, header.producer_epoch)
+                else:
+                    check = self.producers.check(header)
                 if check.is_error:
                     result.error, result.message = ErrorCode(check.error_code), check.message
                     break
@@ -342,20 +397,39 @@ class Partition:
             return ErrorCode.INVALID_RECORD, "record count does not match lastOffsetDelta", header
         if header.is_control:
             return ErrorCode.INVALID_RECORD, "clients may not produce control batches", header
-        if header.is_transactional:
-            return ErrorCode.INVALID_TXN_STATE, "transactions are not supported by this broker yet", header
+        if header.is_transactional and header.producer_id < 0:
+            return ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id", header
         return ErrorCode.NONE, None, header
+
+    def append_marker(self, producer_id: int, producer_epoch: int, committed: bool,
+                      coordinator_epoch: int) -> AppendResult:
+        """The leader writes a transaction marker (WriteTxnMarkers): it ends the producer's
+        transaction here, COMMIT or ABORT."""
+        result = AppendResult()
+        check = self.producers.check_fence(producer_id, producer_epoch, coordinator_epoch)
+        if check.is_error:
+            result.error, result.message = ErrorCode(check.error_code), check.message
+            return result
+        buf = bytearray(records.encode_marker(producer_id, producer_epoch, committed, coordinator_epoch,
+                                              now_ms()))
+        records.set_leader_epoch(buf, 0, self.leader_epoch)
+        base, last = self.log.append(buf)
+        header = records.read_header(buf)
+        self._track(self.producers, header, buf)
+        result.base_offset, result.last_offset, result.appended_batches = base, last, 1
+        self._advance_hw()
+        self.wake_all()
+        return result
 
     # ------------------------------------------------------------------ follower: appends
     def append_as_follower(self, data: bytes | memoryview, leader_high_watermark: int) -> None:
         """Batches fetched from the leader, offsets as the leader assigned them."""
         if data:
-            start = self.log.log_end_offset
             self.log.append_with_offsets(data)
-            for header in self.log.batch_headers(start):
+            for pos, header in records.iter_batches(data):
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
                 if header.producer_id >= 0:
-                    self.producers.update(header, header.base_offset, header.last_offset)
+                    self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
         self.update_follower_hw(leader_high_watermark)
 
     def update_follower_hw(self, leader_high_watermark: int) -> None:
@@ -363,6 +437,7 @@ class Partition:
         hw = min(leader_high_watermark, self.log.log_end_offset)
         if hw > self._high_watermark and not self.is_leader:
             self._high_watermark = hw
+            self._prune_unreplicated()
             self.wake_all()
 
     def truncate_to(self, offset: int) -> None:
@@ -383,6 +458,7 @@ class Partition:
                     self.topic, self.index, self.log.log_end_offset, offset)
         self.log.reset_to(offset)
         self.producers = ProducerStateManager(snapshot_offset=offset)
+        self._unreplicated = []
         self.epochs.clear()
         self._high_watermark = offset
 

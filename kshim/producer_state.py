@@ -60,6 +60,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_RECORD = 87
+TRANSACTION_COORDINATOR_FENCED = 52
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
@@ -181,6 +182,9 @@ class ProducerEntry:
     # transaction it closed (to reopen it if the marker is truncated away)
     marker_offset: int = -1
     closed_txn_first_offset: int = -1
+    # epoch of the transaction coordinator that wrote the last marker: markers from an older
+    # coordinator (one that lost its partition of __transaction_state) are fenced
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -210,6 +214,9 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         # log end offset the state covers: batches below it are reflected.
         self.snapshot_offset = snapshot_offset
+        # producer id -> first offset of its open transaction (kept in step with the entries'
+        # txn_first_offset, so the last stable offset costs O(open transactions), not O(producers))
+        self.ongoing: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -318,19 +325,40 @@ class ProducerStateManager:
                 f"Expected transactional write from producer {pid}")
         return _OK
 
+    def check_fence(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1) -> CheckResult:
+        """The checks for what a coordinator writes (markers, transactional offset commits): no
+        sequence numbers, only the epochs. An older producer epoch is INVALID_PRODUCER_EPOCH, a
+        marker from an older coordinator TRANSACTION_COORDINATOR_FENCED."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return _OK
+        if producer_epoch < entry.epoch:
+            return CheckResult.error(
+                INVALID_PRODUCER_EPOCH,
+                f"Epoch {producer_epoch} of producer {producer_id} is older than {entry.epoch}")
+        if coordinator_epoch >= 0 and coordinator_epoch < entry.coordinator_epoch:
+            return CheckResult.error(
+                TRANSACTION_COORDINATOR_FENCED,
+                f"Marker from coordinator epoch {coordinator_epoch} for producer {producer_id}, "
+                f"which already saw coordinator epoch {entry.coordinator_epoch}")
+        return _OK
+
     # ----------------------------------------------------------------- update
 
-    def update(self, header: BatchHeaderLike, base_offset: int, last_offset: int) -> None:
+    def update(self, header: BatchHeaderLike, base_offset: int, last_offset: int,
+               coordinator_epoch: int = -1) -> int:
         """Record a batch appended at [base_offset, last_offset].
 
         Unconditional (trusts the caller): used after a successful
         :meth:`check` + append, and to rebuild state by replaying the log.
+        For a control batch (a marker, written by ``coordinator_epoch``) returns the first
+        offset of the transaction it closed, or -1 if none was open; -1 otherwise.
         """
         if last_offset + 1 > self.snapshot_offset:
             self.snapshot_offset = last_offset + 1
         pid = header.producer_id
         if pid < 0:
-            return
+            return -1
         entry = self.producers.get(pid)
         if entry is None:
             entry = self.producers[pid] = ProducerEntry(pid)
@@ -343,16 +371,22 @@ class ProducerStateManager:
             entry.last_timestamp = header.max_timestamp
 
         if _is_control(header):
+            closed = entry.txn_first_offset
             entry.marker_offset = base_offset
-            entry.closed_txn_first_offset = entry.txn_first_offset
+            entry.closed_txn_first_offset = closed
             entry.txn_first_offset = -1
-            return
+            self.ongoing.pop(pid, None)
+            if coordinator_epoch > entry.coordinator_epoch:
+                entry.coordinator_epoch = coordinator_epoch
+            return closed
         if header.base_sequence >= 0:
             entry.batches.append(BatchMetadata(
                 header.base_sequence, last_sequence(header), base_offset,
                 last_offset, header.max_timestamp))
         if header.is_transactional and entry.txn_first_offset < 0:
             entry.txn_first_offset = base_offset
+            self.ongoing[pid] = base_offset
+        return -1
 
     # ---------------------------------------------------- log maintenance
 
@@ -385,6 +419,10 @@ class ProducerStateManager:
                 entry.last_timestamp = batches[-1].max_timestamp
         if self.snapshot_offset > offset:
             self.snapshot_offset = offset
+        self._reindex_ongoing()
+
+    def _reindex_ongoing(self) -> None:
+        self.ongoing = {pid: e.txn_first_offset for pid, e in self.producers.items() if e.txn_first_offset >= 0}
 
     def forget_before(self, log_start_offset: int) -> None:
         """The log start advanced: drop producers whose last data batch lies
@@ -396,6 +434,7 @@ class ProducerStateManager:
         if self.snapshot_offset < log_start_offset:
             self.producers.clear()
             self.snapshot_offset = log_start_offset
+        self._reindex_ongoing()
 
     def remove_expired(self, now_ms: int,
                        expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
@@ -408,8 +447,7 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> Optional[int]:
         """Smallest first offset of an open transaction, or None."""
-        offs = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
-        return min(offs) if offs else None
+        return min(self.ongoing.values()) if self.ongoing else None
 
     # --------------------------------------------------------------- snapshot
     #
@@ -417,15 +455,16 @@ class ProducerStateManager:
     #   magic "KSPS" | version u8 | snapshot_offset i64 | count u32
     #   count x ( producer_id i64 | epoch i16 | epoch_offset i64 |
     #             txn_first_offset i64 | last_timestamp i64 |
-    #             marker_offset i64 | closed_txn_first_offset i64 | nbatches u8 |
+    #             marker_offset i64 | closed_txn_first_offset i64 |
+    #             coordinator_epoch i32 | nbatches u8 |
     #             nbatches x (first_seq i32 | last_seq i32 | base_offset i64 |
     #                         last_offset i64 | max_timestamp i64) )
     #   crc32 u32 of everything before it
 
     _MAGIC = b"KSPS"
-    _VERSION = 1
+    _VERSION = 2
     _HEAD = struct.Struct(">4sBqI")
-    _ENTRY = struct.Struct(">qhqqqqqB")
+    _ENTRY = struct.Struct(">qhqqqqqiB")
     _BATCH = struct.Struct(">iiqqq")
     _CRC = struct.Struct(">I")
 
@@ -436,7 +475,7 @@ class ProducerStateManager:
             parts.append(self._ENTRY.pack(e.producer_id, e.epoch, e.epoch_offset,
                                           e.txn_first_offset, e.last_timestamp,
                                           e.marker_offset, e.closed_txn_first_offset,
-                                          len(e.batches)))
+                                          e.coordinator_epoch, len(e.batches)))
             for b in e.batches:
                 parts.append(self._BATCH.pack(b.first_seq, b.last_seq, b.base_offset,
                                               b.last_offset, b.max_timestamp))
@@ -464,13 +503,14 @@ class ProducerStateManager:
         try:
             for _ in range(count):
                 (pid, epoch, epoch_off, txn_off, last_ts, marker_off, closed_off,
-                 n) = cls._ENTRY.unpack_from(body, pos)
+                 coordinator_epoch, n) = cls._ENTRY.unpack_from(body, pos)
                 pos += cls._ENTRY.size
                 if pid < 0 or n > NUM_BATCHES_TO_RETAIN or pid in mgr.producers:
                     raise ValueError("invalid producer entry in snapshot")
                 entry = ProducerEntry(pid, epoch, epoch_off, txn_first_offset=txn_off,
                                       last_timestamp=last_ts, marker_offset=marker_off,
-                                      closed_txn_first_offset=closed_off)
+                                      closed_txn_first_offset=closed_off,
+                                      coordinator_epoch=coordinator_epoch)
                 for _ in range(n):
                     entry.batches.append(BatchMetadata(*cls._BATCH.unpack_from(body, pos)))
                     pos += cls._BATCH.size
@@ -479,4 +519,5 @@ class ProducerStateManager:
             raise ValueError(f"truncated producer state snapshot: {exc}") from None
         if pos != len(body):
             raise ValueError("trailing bytes in producer state snapshot")
+        mgr._reindex_ongoing()
         return mgr

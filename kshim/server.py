@@ -106,6 +106,7 @@ class Server:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.broker.housekeeping)
                 tg.start_soon(self.broker.groups.run)
+                tg.start_soon(self.broker.transactions.run)
                 task_status.started(listener.getsockname()[1])
                 while True:
                     await anyio.wait_readable(listener)

@@ -300,4 +300,7 @@ async def test_not_coordinator_before_the_offsets_topic_exists(broker):
     assert resp.error_code == ErrorCode.NONE and resp.node_id == broker.node_id
     assert broker.groups.check("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     resp = await call(broker, find_coordinator, 3, {"key": "tx", "key_type": 1})
-    assert resp.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert resp.error_code == ErrorCode.NONE and resp.node_id == broker.node_id
+    assert broker.transactions.check("tx") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    resp = await call(broker, find_coordinator, 3, {"key": "tx", "key_type": 2})
+    assert resp.error_code == ErrorCode.INVALID_REQUEST

@@ -412,3 +412,42 @@ def encode_batch(records: Iterable[RecordInput], *, base_offset: int = 0,
     out[HEADER_SIZE:] = payload
     _pack_I(out, CRC_OFFSET, compute_crc(out, 0, size))
     return bytes(out)
+
+
+# ---------------------------------------------------------------------------- transaction markers
+# A marker is a control batch (transactional + control attributes) holding one record whose key is
+# (version int16 = 0, type int16: 0 = ABORT, 1 = COMMIT) and whose value is (version int16 = 0,
+# coordinator epoch int32): Kafka's ControlRecordType and EndTransactionMarker.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+class Marker(NamedTuple):
+    committed: bool
+    coordinator_epoch: int
+
+
+def encode_marker(producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+                  timestamp: int | None = None) -> bytes:
+    """One transaction marker batch (base offset 0: the log assigns it)."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if committed else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, coordinator_epoch)
+    return encode_batch([(key, value, (), timestamp)], producer_id=producer_id,
+                        producer_epoch=producer_epoch, transactional=True, control=True)
+
+
+def read_marker(batch) -> Marker | None:
+    """The marker of a control batch (its whole bytes); None if it is no transaction marker."""
+    found = decode_records(batch)
+    if not found or found[0].key is None or len(found[0].key) < _CONTROL_KEY.size:
+        return None
+    _version, kind = _CONTROL_KEY.unpack_from(found[0].key)
+    if kind not in (CONTROL_ABORT, CONTROL_COMMIT):
+        return None
+    epoch = -1
+    value = found[0].value
+    if value is not None and len(value) >= _MARKER_VALUE.size:
+        epoch = _MARKER_VALUE.unpack_from(value)[1]
+    return Marker(kind == CONTROL_COMMIT, epoch)

@@ -28,10 +28,10 @@ from typing import Any
 
 import anyio
 
-from kshim.errors import BrokerError
 from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
+from kshim.internal_topic import InternalTopic
 from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
@@ -42,19 +42,6 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 10
 EXPIRY_INTERVAL_MS = 60_000
 LOAD_CHUNK_BYTES = 1 << 20
-
-
-def java_string_hashcode(s: str) -> int:
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
 
 
 def monotonic_ms() -> int:
@@ -76,94 +63,48 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
-        self.loaded: set[int] = set()
-        self.loading: set[int] = set()
+        self.topic = InternalTopic(broker, OFFSETS_TOPIC, getattr(broker.config, "offsets_topic_partitions",
+                                                                  DEFAULT_OFFSETS_PARTITIONS))
+        self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
         self._wake = Signal()
         self._next_expiry = 0
 
     # ------------------------------------------------------------------ placement
     @property
-    def num_partitions(self) -> int:
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None and topic.partitions:
-            return len(topic.partitions)
-        return getattr(self.broker.config, "offsets_topic_partitions", DEFAULT_OFFSETS_PARTITIONS)
+    def loaded(self) -> set[int]:
+        return self.topic.loaded
+
+    @property
+    def loading(self) -> set[int]:
+        return self.topic.loading
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        return self.topic.partition_of(group_id)
 
     def check(self, group_id: str) -> ErrorCode:
         """NONE when this broker coordinates the group and has loaded its offsets."""
-        index = self.partition_of(group_id)
-        if index in self.loaded:
-            return ErrorCode.NONE
-        if index in self.loading:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if OFFSETS_TOPIC not in self.broker.topics:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NOT_COORDINATOR
+        return self.topic.status(group_id)
 
-    async def ensure_topic(self):
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        if topic is not None:
-            return topic
-        n = getattr(self.broker.config, "offsets_topic_partitions", DEFAULT_OFFSETS_PARTITIONS)
-        rf = max(1, min(3, self.broker.cluster_size))
-        try:
-            topic = await self.broker.create_topic(OFFSETS_TOPIC, n, {"retention.ms": "-1"}, replication_factor=rf)
-        except BrokerError as e:
-            if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                raise
-        return self.broker.topics.get(OFFSETS_TOPIC)
-
-    async def find(self, key: str, key_type: int) -> dict:
-        """A FindCoordinator answer for one key: error_code, error_message, node_id, host, port."""
-        def error(code: ErrorCode, message: str | None = None) -> dict:
-            return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
-        if key_type == 1:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet")
-        if key_type != 0:
-            return error(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
-        try:
-            topic = await self.ensure_topic()
-        except BrokerError as e:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message)
-        if topic is None:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-        info = topic.partitions[partition_for(key, len(topic.partitions))]
-        alive = {b.node_id: b for b in self.broker.image.alive_brokers()}
-        node = alive.get(info.leader)
-        if node is None:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}-{info.index} has no leader")
-        return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
-                "host": node.host, "port": node.port}
+    async def find(self, key: str) -> dict:
+        return await self.topic.find(key)
 
     # ------------------------------------------------------------------ leadership and loading
     def on_image(self) -> None:
         """After each metadata image: start loading newly led offsets partitions, drop lost ones."""
-        topic = self.broker.topics.get(OFFSETS_TOPIC)
-        leading = set()
-        if topic is not None:
-            for info in topic.partitions:
-                replica = self.broker.partition(OFFSETS_TOPIC, info.index)
-                if replica is not None and replica.is_leader:
-                    leading.add(info.index)
-        for index in list(self.loaded):
-            if index not in leading:
-                self._unload(index)
-        self.loading &= leading
-        new = leading - self.loaded - self.loading
+        lost, new = self.topic.on_image()
+        for index in lost:
+            self._unload(index)
         if new:
-            self.loading |= new
             self._wake.fire()
 
     def _unload(self, index: int) -> None:
-        self.loaded.discard(index)
         for group_id in [g for g in set(self.groups) | set(self.offsets) if self.partition_of(g) == index]:
             group = self.groups.pop(group_id, None)
             if group is not None:
                 group.shut_down(ErrorCode.NOT_COORDINATOR)
             self.offsets.pop(group_id, None)
+        for by_partition in self.pending_txn.values():
+            by_partition.pop(index, None)
         log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, index)
 
     def load_pending(self) -> None:
@@ -177,16 +118,34 @@ class GroupCoordinator:
             return
         offset, end, count = replica.log_start_offset, replica.log_end_offset, 0
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
         while offset < end:
             data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
             if not data:
                 break
             for pos, header in records.iter_batches(data):
-                if not header.is_control:
-                    for rec in records.decode_records(memoryview(data)[pos:pos + header.size]):
-                        count += 1
-                        self._apply_record(loaded, rec.key, rec.value, rec.offset)
+                batch = memoryview(data)[pos:pos + header.size]
                 offset = header.next_offset
+                if header.is_control:
+                    marker = records.read_marker(batch)
+                    for rec in open_txns.pop(header.producer_id, ()):
+                        if marker is not None and marker.committed:
+                            self._apply_record(loaded, rec.key, rec.value, rec.offset)
+                    continue
+                for rec in records.decode_records(batch):
+                    count += 1
+                    if header.is_transactional:
+                        open_txns.setdefault(header.producer_id, []).append(rec)
+                    else:
+                        self._apply_record(loaded, rec.key, rec.value, rec.offset)
+        for producer_id, recs in open_txns.items():
+            for rec in recs:
+                parsed = decode_key(bytes(rec.key)) if rec.key else None
+                entry = decode_value(bytes(rec.value)) if parsed and rec.value else None
+                if entry is not None:
+                    entry.log_offset = rec.offset
+                    self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).append(
+                        (parsed[0], (parsed[1], parsed[2]), entry))
         for group_id, entries in loaded.items():
             if entries:
                 self.offsets[group_id] = entries
@@ -202,6 +161,9 @@ class GroupCoordinator:
             return
         group_id, topic, partition = parsed
         entries = into.setdefault(group_id, {})
+        current = entries.get((topic, partition))
+        if current is not None and current.log_offset > log_offset:
+            return  # a transaction's commit applied at its marker: a later plain commit wins
         if value is None:
             entries.pop((topic, partition), None)
             return
@@ -272,23 +234,31 @@ class GroupCoordinator:
         member.session_deadline = self.clock() + member.session_timeout_ms  # a commit is a sign of life
         return ErrorCode.NONE
 
-    async def write(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]]) -> ErrorCode:
+    async def write(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]],
+                    producer: tuple[int, int] | None = None) -> ErrorCode:
         """Append offset records (None = tombstone) for one group and wait until COMMITTED; then
-        apply them to the in-memory map."""
+        apply them to the in-memory map. With `producer` (id, epoch) the records belong to that
+        producer's transaction (TxnOffsetCommit): they wait, invisible, for its marker."""
         if not updates:
             return ErrorCode.NONE
         index = self.partition_of(group_id)
         replica = self.broker.partition(OFFSETS_TOPIC, index)
         if replica is None or not replica.is_leader or index not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
+        pid, epoch = producer or (-1, -1)
         batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
-                                      for (t, p), e in updates])
-        result = replica.append(batch)
+                                      for (t, p), e in updates],
+                                     producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
+        result = replica.append(batch, from_coordinator=True)
         if result.error:
             if result.error == ErrorCode.MESSAGE_TOO_LARGE:
                 return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+            if result.error == ErrorCode.INVALID_PRODUCER_EPOCH:
+                return ErrorCode.PRODUCER_FENCED
             log.warning("offset commit for %s failed: %s %s", group_id, result.error.name, result.message or "")
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if producer is not None:
+            return await self._await_txn_write(replica, index, group_id, updates, result, pid)
         flight = self.in_flight.setdefault(group_id, {})
         for tp, _ in updates:
             flight[tp] = flight.get(tp, 0) + 1
@@ -322,6 +292,39 @@ class GroupCoordinator:
             self.groups[group_id] = self._new_group(group_id)
         return ErrorCode.NONE
 
+    async def _await_txn_write(self, replica, index: int, group_id: str, updates, result, producer_id: int) -> ErrorCode:
+        if not await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000):
+            return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        pending = self.pending_txn.setdefault(producer_id, {}).setdefault(index, [])
+        for i, (tp, entry) in enumerate(updates):
+            entry.log_offset = result.base_offset + i
+            pending.append((group_id, tp, entry))
+        if group_id not in self.groups:
+            self.groups[group_id] = self._new_group(group_id)
+        return ErrorCode.NONE
+
+    def on_txn_marker(self, producer_id: int, index: int, committed: bool) -> None:
+        """A transaction marker was written to offsets partition `index`: its transactional
+        offset commits become visible (COMMIT) or are dropped (ABORT)."""
+        by_partition = self.pending_txn.get(producer_id)
+        pending = by_partition.pop(index, None) if by_partition else None
+        if by_partition is not None and not by_partition:
+            del self.pending_txn[producer_id]
+        if not committed or not pending or index not in self.loaded:
+            return
+        for group_id, tp, entry in pending:
+            entries = self.offsets.setdefault(group_id, {})
+            current = entries.get(tp)
+            if current is None or current.log_offset < entry.log_offset:
+                entries[tp] = entry
+
+    def _pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        index = self.partition_of(group_id)
+        return {tp for by_partition in self.pending_txn.values() for g, tp, _ in by_partition.get(index, ())
+                if g == group_id}
+
     def fetch(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
               member_id: str | None = None, member_epoch: int = -1
               ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None, ErrorCode]]]:
@@ -335,6 +338,8 @@ class GroupCoordinator:
                 return code, []
         entries = self.offsets.get(group_id, {})
         flight = self.in_flight.get(group_id, {})
+        if require_stable and self.pending_txn:
+            flight = {**flight, **dict.fromkeys(self._pending_txn_partitions(group_id), 1)}
         wanted = sorted(entries) if partitions is None else partitions
         out = []
         for tp in wanted:

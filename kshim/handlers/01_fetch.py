@@ -4,9 +4,11 @@ follower replicas (replica id >= 0) both use it.
 - Fetch sessions (KIP-227) are declined: every response carries session_id 0, so clients keep
   sending full fetch requests.
 - Consumers read from the leader only (others get NOT_LEADER_OR_FOLLOWER), bounded per isolation
-  level: read_committed up to the high watermark (the last stable offset once transactions
-  exist), read_uncommitted up to the log end offset, or the high watermark where the topic sets
-  kshim.uncommitted.read.limit=high-watermark. The response watermarks are the leader's.
+  level: read_committed up to the last stable offset (the first offset of the earliest open
+  transaction, else the high watermark) with the aborted transactions overlapping the returned
+  batches, so the client drops their records; read_uncommitted up to the log end offset, or the
+  last stable offset where the topic sets kshim.uncommitted.read.limit=high-watermark. The
+  response watermarks are the leader's.
 - A follower's fetch offset tells the leader what the follower has: the leader records it
   (advancing the high watermark, which may complete acks=all produces) and answers with batches up
   to its log end and its high watermark. A follower or leader cut off with `kshim ctl isolate`
@@ -26,6 +28,7 @@ from __future__ import annotations
 import anyio
 
 from kshim.partition import OffsetOutOfRange, now_ms
+from wire import records
 from wire.errors import ErrorCode
 
 API_KEY = 1
@@ -88,8 +91,18 @@ def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[l
                 continue
             entry["records"] = data
             total += len(data)
+            if data and req.isolation_level == 1:
+                entry["aborted_transactions"] = partition.aborted_transactions(p.fetch_offset, _end_of(data))
         responses.append({"topic": topic_req.get("topic"), "topic_id": topic_req.get("topic_id"), "partitions": parts})
     return responses, total
+
+
+def _end_of(data: bytes) -> int:
+    """The offset after the last batch of a read."""
+    end = -1
+    for _pos, header in records.iter_batches(data):
+        end = header.next_offset
+    return end
 
 
 def _cut_off(ctx, replica_id: int) -> bool:

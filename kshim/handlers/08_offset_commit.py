@@ -16,24 +16,18 @@ from __future__ import annotations
 
 from kshim.groups.offsets_format import OffsetEntry
 from kshim.partition import now_ms
+from kshim.handlers.group_common import commit_response
 from wire.errors import ErrorCode
 
 API_KEY = 8
 VERSIONS = (2, 9)
 
 
-def _response(req, codes: dict) -> dict:
-    return {"throttle_time_ms": 0, "topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
-                                         "error_code": codes[(t.name, p.partition_index)]}
-                                        for p in t.partitions]} for t in req.topics]}
-
-
 async def _write(coordinator, req, updates, codes) -> dict:
     code = await coordinator.write(req.group_id, updates)
     for tp, _ in updates:
         codes[tp] = code
-    return _response(req, codes)
+    return commit_response(req, codes)
 
 
 async def handle(ctx, req):
@@ -61,5 +55,5 @@ async def handle(ctx, req):
                 epoch = p.get("committed_leader_epoch", -1) if v >= 6 else -1
                 updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
     if not updates:
-        return _response(req, codes)
+        return commit_response(req, codes)
     return _write(coordinator, req, updates, codes)

@@ -4,8 +4,8 @@
 - topics null (v2+) means every partition the group has committed; a partition without a
   committed offset answers offset -1, empty metadata.
 - v8+ asks for several groups at once, each with its own error.
-- require_stable (v7+): a partition whose commit is still waiting to be COMMITTED answers
-  UNSTABLE_OFFSET_COMMIT, and the client retries.
+- require_stable (v7+): a partition whose commit is still waiting to be COMMITTED, or belongs to
+  a transaction not yet ended (TxnOffsetCommit), answers UNSTABLE_OFFSET_COMMIT; the client retries.
 - v9 member_id / member_epoch of a consumer group (KIP-848) member: UNKNOWN_MEMBER_ID,
   STALE_MEMBER_EPOCH (older epoch), FENCED_MEMBER_EPOCH (newer); no member id and epoch -1 (admin
   clients) are always served. Classic groups do not check them.

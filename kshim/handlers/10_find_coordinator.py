@@ -1,29 +1,39 @@
-"""FindCoordinator: where a consumer group's coordinator is.
+"""FindCoordinator: where a consumer group's or a transactional id's coordinator is.
 
-- Key type 0 (group): the leader of `__consumer_offsets` partition
-  abs(java_string_hashcode(group)) % N (Kafka's placement). The first request creates that topic
-  through the controller (N = `offsets_topic_partitions`, 10 by default; replication factor
-  min(3, live brokers); retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no
-  live leader; clients retry.
-- Key type 1 (transaction): COORDINATOR_NOT_AVAILABLE, transactions are not served yet.
+- Key type 0 (group): the leader of `__consumer_offsets` partition abs(java_string_hashcode(key))
+  % N (Kafka's placement); key type 1 (transaction): the same over `__transaction_state`. The
+  first request creates the topic through the controller (N = `offsets_topic_partitions` or
+  `transaction_state_partitions`, 10 by default; replication factor min(3, live brokers);
+  retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no live leader; clients
+  retry. Other key types are INVALID_REQUEST.
 - v4+ batches keys in `coordinator_keys`, one answer per key.
 """
 from __future__ import annotations
+
+from wire.errors import ErrorCode
 
 API_KEY = 10
 VERSIONS = (0, 6)
 
 
+async def _find(ctx, key: str, key_type: int) -> dict:
+    if key_type == 0:
+        return await ctx.broker.groups.find(key)
+    if key_type == 1:
+        return await ctx.broker.transactions.find(key)
+    return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": f"unknown key type {key_type}",
+            "node_id": -1, "host": "", "port": -1}
+
+
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
     key_type = req.get("key_type", 0) if ctx.version >= 1 else 0
     if ctx.version >= 4:
         answers = []
         for key in req.coordinator_keys:
-            answer = await coordinator.find(key, key_type)
+            answer = await _find(ctx, key, key_type)
             answers.append({"key": key, **answer})
         return {"throttle_time_ms": 0, "coordinators": answers}
-    answer = await coordinator.find(req.key, key_type)
+    answer = await _find(ctx, req.key, key_type)
     if ctx.version == 0:
         answer.pop("error_message")
     return {"throttle_time_ms": 0, **answer}

@@ -37,11 +37,12 @@ from .segment import (
     INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
 )
 from kshim.log.files import fsync_dir, write_atomic
+from kshim.log.txnindex import AbortedTxn
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
 START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
-_INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex)$")
+_INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
 _DAY_MS = 24 * 3600 * 1000
 # The append hot path unpacks the 61-byte batch header with one precompiled struct (the layout of
 # wire.records.BatchHeader) and patches the base offset itself: a few hundred ns cheaper per batch
@@ -131,6 +132,7 @@ class Log:
             self._dir_dirty = True
         active = self._segments[-1]
         self.log_end_offset = active.next_offset
+        active.txn_index.truncate_from(self.log_end_offset)  # aborts whose marker a crash tore off
         self.size_bytes = sum(s.size for s in self._segments)
         first = self._segments[0].base_offset
         self.log_start_offset = max(first, checkpoint if checkpoint is not None else first)
@@ -387,6 +389,25 @@ class Log:
             if pos is not None:
                 for _, h, _ in scan(seg.fd, pos, seg.size, chunk=1 << 16):
                     yield h
+
+    # ================================================================== aborted transactions
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its ABORT marker."""
+        with self._lock:
+            i = bisect_right(self._bases, entry.last_offset) - 1
+            if i >= 0:
+                self._segments[i].txn_index.append(entry)
+
+    def aborted_between(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound): those a consumer
+        reading that range must drop (a read_committed fetch's aborted_transactions)."""
+        found: list[AbortedTxn] = []
+        with self._lock:
+            i = max(bisect_right(self._bases, fetch_offset) - 1, 0)
+            for seg in self._segments[i:]:
+                if seg.txn_index.collect(fetch_offset, upper_bound, found):
+                    break
+        return found
 
     # ================================================================== truncation / deletion
     def truncate_to(self, offset: int) -> None:

@@ -28,6 +28,7 @@ from typing import Iterator
 from crc32c import crc32c
 
 from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
+from kshim.log.txnindex import TxnIndex
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
     read_header,
@@ -113,7 +114,7 @@ def _file_size(path: str) -> int | None:
 class Segment:
     __slots__ = ("base_offset", "stem", "fd", "size", "next_offset", "idx_off", "idx_pos",
                  "ts_ts", "ts_off", "loaded", "idx_fd", "tidx_fd", "bytes_since_index",
-                 "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent")
+                 "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent", "_txn")
 
     def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
         self.base_offset = base_offset
@@ -135,6 +136,7 @@ class Segment:
         self.dirty = False                   # written since the last fsync
         self.interval = interval             # index.interval.bytes (the Log updates it on config change)
         self._recent: dict[int, int] = {}    # base offset -> position of recently appended batches
+        self._txn: TxnIndex | None = None    # aborted transactions, read on first use
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
@@ -180,8 +182,15 @@ class Segment:
         os.close(self.fd)
         self.fd = -1
 
+    @property
+    def txn_index(self) -> TxnIndex:
+        if self._txn is None:
+            self._txn = TxnIndex(self.stem)
+        return self._txn
+
     def delete(self) -> None:
         self.close()
+        self.txn_index.delete()
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
             try:
                 os.unlink(self.stem + suffix)
@@ -531,5 +540,6 @@ class Segment:
         os.ftruncate(self.tidx_fd, len(self.ts_off) * TIDX_ENTRY)
         self._reset_tail_state()
         self._replay(self.idx_pos[-1] if self.idx_pos else 0, validate=False, write=True)
+        self.txn_index.truncate_from(self.next_offset)
         if pos == 0:
             self.first_append_ms = None

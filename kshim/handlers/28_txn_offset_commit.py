@@ -1,0 +1,57 @@
+"""TxnOffsetCommit: a transactional producer commits a consumer group's offsets inside its
+transaction (after AddOffsetsToTxn), sent to the group's coordinator.
+
+- The offsets become records of the group's `__consumer_offsets` partition carrying the
+  producer's id and epoch (a transactional batch), answered once COMMITTED. They stay invisible
+  to OffsetFetch until the transaction's COMMIT marker reaches that partition, and are dropped at
+  an ABORT; meanwhile OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
+- v3+ carries the consumer's generation and member id (KIP-447): they are checked as OffsetCommit
+  checks them (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID); generation -1 skips it.
+- An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+  below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
+  4096 bytes: OFFSET_METADATA_TOO_LARGE.
+"""
+from __future__ import annotations
+
+from kshim.groups.offsets_format import OffsetEntry
+from kshim.handlers.txn_common import for_version
+from kshim.partition import now_ms
+from kshim.handlers.group_common import commit_response
+from wire.errors import ErrorCode
+
+API_KEY = 28
+VERSIONS = (0, 4)
+
+
+async def _answer(ctx, req):
+    coordinator = ctx.broker.groups
+    v = ctx.version
+    if not req.group_id:
+        code = ErrorCode.INVALID_GROUP_ID
+    elif v >= 3:
+        code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+    else:
+        code = coordinator.check(req.group_id)
+    codes: dict = {}
+    updates = []
+    now = now_ms()
+    for t in req.topics:
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if code:
+                codes[tp] = code
+            elif len(metadata.encode()) > coordinator.config.offset_metadata_max_bytes:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                epoch = p.get("committed_leader_epoch", -1) if v >= 2 else -1
+                updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
+    if updates:
+        written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
+        for tp, _ in updates:
+            codes[tp] = for_version(written, v, 3)
+    return commit_response(req, codes)
+
+
+async def handle(ctx, req):
+    return _answer(ctx, req)  # answered once COMMITTED: the connection goes on reading meanwhile

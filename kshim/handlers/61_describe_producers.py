@@ -1,0 +1,38 @@
+"""DescribeProducers: the producers a partition leader knows (idempotent and transactional), for
+tooling such as `kafka-transactions.sh describe-producers` and finding hanging transactions.
+
+- Per partition: producer id and epoch, last sequence and timestamp, the epoch of the coordinator
+  whose marker it saw last, and the first offset of its open transaction (-1 if none).
+- Answered by the partition's leader only: NOT_LEADER_OR_FOLLOWER elsewhere;
+  UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+"""
+from __future__ import annotations
+
+from wire.errors import ErrorCode
+
+API_KEY = 61
+VERSIONS = (0, 0)
+
+
+def _partition(ctx, topic: str, index: int) -> dict:
+    out = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None, "active_producers": []}
+    info = ctx.broker.topics.get(topic)
+    if info is None or not 0 <= index < len(info.partitions):
+        out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return out
+    replica = ctx.broker.partition(topic, index)
+    if replica is None or not replica.is_leader:
+        out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return out
+    out["active_producers"] = [
+        {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,
+         "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
+         "current_txn_start_offset": e.txn_first_offset}
+        for e in sorted(replica.producers.producers.values(), key=lambda e: e.producer_id)]
+    return out
+
+
+async def handle(ctx, req):
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.name, "partitions": [_partition(ctx, t.name, i) for i in t.partition_indexes]}
+        for t in req.topics]}

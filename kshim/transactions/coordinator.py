@@ -1,0 +1,368 @@
+"""The transaction coordinator of one broker: the transactional ids whose `__transaction_state`
+partition it leads (Kafka's placement, see `kshim.internal_topic`).
+
+- Every state change of a transactional id is a record of that partition (`log_format`), appended
+  as the leader and applied in memory only once COMMITTED; while it is being written the id is
+  `pending` and other requests for it get CONCURRENT_TRANSACTIONS (clients retry). A new leader
+  loads the partition (latest record per id wins) before answering, and finishes the
+  transactions it finds in PrepareCommit/PrepareAbort: the decision is durable before any marker.
+- InitProducerId: a new id gets a producer id and epoch 0; a known one gets its epoch bumped
+  (fencing the previous instance: its requests now get PRODUCER_FENCED / INVALID_PRODUCER_EPOCH);
+  if a transaction is open it is aborted first with a bumped epoch and the answer is
+  CONCURRENT_TRANSACTIONS until that is done. At epoch 32766 a new producer id is handed out.
+- AddPartitionsToTxn / AddOffsetsToTxn move the transaction to Ongoing with those partitions.
+- EndTxn writes PrepareCommit/PrepareAbort, answers, then writes the markers to every partition
+  of the transaction (`markers`) and finally CompleteCommit/CompleteAbort.
+- A transaction left Ongoing longer than its transaction.timeout.ms is aborted with a bumped
+  epoch, so the producer that left it is fenced.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Iterable
+
+import anyio
+
+from kshim.internal_topic import InternalTopic
+from kshim.signal import Signal
+from kshim.transactions import log_format
+from kshim.transactions.markers import MarkerWriter
+from kshim.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
+from wire import records
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.transactions")
+
+TRANSACTION_TOPIC = "__transaction_state"
+DEFAULT_PARTITIONS = 10
+MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
+WRITE_TIMEOUT_S = 30.0
+LOAD_CHUNK_BYTES = 1 << 20
+
+TopicPartition = tuple[str, int]
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: Any, clock=wall_ms) -> None:
+        self.broker = broker
+        self.clock = clock
+        self.topic = InternalTopic(broker, TRANSACTION_TOPIC,
+                                   getattr(broker.config, "transaction_state_partitions", DEFAULT_PARTITIONS))
+        self.max_timeout_ms = getattr(broker.config, "transaction_max_timeout_ms", MAX_TIMEOUT_MS)
+        self.txns: dict[str, TxnMetadata] = {}
+        self.markers = MarkerWriter(broker)
+        self._completing: set[str] = set()  # ids whose markers are being written
+        self._to_complete: list[str] = []   # found in Prepare* by a load: the task finishes them
+        self._wake = Signal()
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    # ------------------------------------------------------------------ placement and loading
+    def check(self, transactional_id: str) -> ErrorCode:
+        return self.topic.status(transactional_id)
+
+    async def find(self, transactional_id: str) -> dict:
+        return await self.topic.find(transactional_id)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        replica = self.topic.leader_replica(self.topic.partition_of(transactional_id))
+        return replica.leader_epoch if replica is not None else -1
+
+    def on_image(self) -> None:
+        lost, new = self.topic.on_image()
+        for index in lost:
+            for tid in [t for t in self.txns if self.topic.partition_of(t) == index]:
+                del self.txns[tid]
+            log.info("no longer transaction coordinator for %s-%d", TRANSACTION_TOPIC, index)
+        if new:
+            self._wake.fire()
+
+    def _load(self, index: int) -> None:
+        replica = self.topic.leader_replica(index)
+        self.topic.loading.discard(index)
+        if replica is None:
+            return
+        found: dict[str, TxnMetadata | None] = {}
+        offset, end = replica.log_start_offset, replica.log_end_offset
+        while offset < end:
+            data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
+            if not data:
+                break
+            for pos, header in records.iter_batches(data):
+                offset = header.next_offset
+                if header.is_control:
+                    continue
+                for rec in records.decode_records(memoryview(data)[pos:pos + header.size]):
+                    parsed = log_format.decode(bytes(rec.key), None if rec.value is None else bytes(rec.value)) \
+                        if rec.key is not None else None
+                    if parsed is not None:
+                        found[parsed[0]] = parsed[1]
+        for tid, meta in found.items():
+            if meta is not None:
+                self.txns[tid] = meta
+                if meta.state.preparing:
+                    self._to_complete.append(tid)
+        self.topic.loaded.add(index)
+        log.info("loaded %s-%d: %d transactional ids", TRANSACTION_TOPIC, index, len(found))
+
+    # ------------------------------------------------------------------ durable changes
+    def _validate(self, transactional_id: str, producer_id: int, producer_epoch: int) -> tuple[ErrorCode, TxnMetadata | None]:
+        code = self.check(transactional_id)
+        if code:
+            return code, None
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED, None
+        if meta.pending or transactional_id in self._completing and meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, None
+        return ErrorCode.NONE, meta
+
+    async def _persist(self, new: TxnMetadata) -> ErrorCode:
+        """Write `new` as the id's state and apply it once COMMITTED. The caller checked that no
+        other change is pending."""
+        tid = new.transactional_id
+        index = self.topic.partition_of(tid)
+        replica = self.topic.leader_replica(index)
+        if replica is None or index not in self.topic.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        current = self.txns.get(tid)
+        if current is not None:
+            current.pending = True
+        new.update_ms = self.clock()
+        key, value = log_format.encode(new)
+        try:
+            result = replica.append(records.encode_batch([(key, value)]), from_coordinator=True)
+            if result.error:
+                log.warning("transaction state write for %s failed: %s", tid, result.error.name)
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if not await replica.wait_committed(result.last_offset, WRITE_TIMEOUT_S):
+                if replica.is_leader and index in self.topic.loaded:
+                    self._reload(index)  # the record may still commit: memory must follow the log
+                return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        finally:
+            if current is not None:
+                current.pending = False
+        if index not in self.topic.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        self.txns[tid] = new
+        self._wake.fire()
+        return ErrorCode.NONE
+
+    def _reload(self, index: int) -> None:
+        self.topic.loaded.discard(index)
+        for tid in [t for t in self.txns if self.topic.partition_of(t) == index]:
+            del self.txns[tid]
+        self.topic.loading.add(index)
+        self._wake.fire()
+
+    # ------------------------------------------------------------------ requests
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+        code = self.check(transactional_id)
+        if code:
+            return code, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            new = TxnMetadata(transactional_id, await self.broker.allocate_producer_id(), 0, timeout_ms)
+            if transactional_id in self.txns:  # another request created it while we waited for an id
+                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+            self.txns[transactional_id] = new  # placeholder, pending until written
+            new.pending = True
+            code = await self._persist(new.but())
+            if code and self.txns.get(transactional_id) is new:
+                del self.txns[transactional_id]
+            return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, 0)
+        if meta.pending or meta.state.preparing or transactional_id in self._completing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
+            return ErrorCode.PRODUCER_FENCED, -1, -1  # KIP-360: not the instance that holds the id
+        if meta.state == TxnState.ONGOING:
+            # a previous instance left a transaction open: abort it (fenced), the client retries
+            await self._begin_end(meta, committed=False, bump=True)
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if meta.producer_epoch >= MAX_EPOCH:
+            new = meta.but(producer_id=await self.broker.allocate_producer_id(), producer_epoch=0)
+        else:
+            new = meta.but(producer_epoch=meta.producer_epoch + 1)
+        new = new.but(timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=frozenset(), start_ms=-1)
+        code = await self._persist(new)
+        return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    def unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        out = set()
+        for topic, index in partitions:
+            info = self.broker.topics.get(topic)
+            if info is None or not 0 <= index < len(info.partitions):
+                out.add((topic, index))
+        return out
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: set[TopicPartition]) -> ErrorCode:
+        code, meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if code:
+            return code
+        if meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+            return ErrorCode.NONE
+        if meta.state not in (TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return ErrorCode.INVALID_TXN_STATE
+        start = meta.start_ms if meta.state == TxnState.ONGOING else self.clock()
+        return await self._persist(meta.but(state=TxnState.ONGOING, partitions=meta.partitions | partitions,
+                                            start_ms=start))
+
+    def is_in_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[TopicPartition]) -> ErrorCode:
+        """AddPartitionsToTxn verify_only (KIP-890): are these partitions part of the open transaction?"""
+        code, meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if code == ErrorCode.CONCURRENT_TRANSACTIONS:
+            meta, code = self.txns.get(transactional_id), ErrorCode.NONE
+        if code:
+            return code
+        if meta.state != TxnState.ONGOING or not partitions <= meta.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      committed: bool) -> ErrorCode:
+        code = self.check(transactional_id)
+        if code:
+            return code
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        state = meta.state
+        if state == TxnState.ONGOING:
+            return await self._begin_end(meta, committed, bump=False)
+        if state == (TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT):
+            return ErrorCode.NONE  # a retry of what already happened
+        if state == (TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.INVALID_TXN_STATE
+
+    async def _begin_end(self, meta: TxnMetadata, committed: bool, bump: bool) -> ErrorCode:
+        """Ongoing -> PrepareCommit/PrepareAbort (durable), then markers in the background."""
+        epoch = meta.producer_epoch + 1 if bump and meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
+        new = meta.but(state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT, producer_epoch=epoch)
+        code = await self._persist(new)
+        if not code:
+            self._start_completion(new.transactional_id)
+        return code
+
+    def _start_completion(self, transactional_id: str) -> None:
+        if transactional_id in self._completing:
+            return
+        self._completing.add(transactional_id)
+        if self._task_group is not None:
+            self._task_group.start_soon(self._complete, transactional_id)
+        else:
+            self._to_complete.append(transactional_id)
+            self._completing.discard(transactional_id)
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Markers to every partition, then CompleteCommit/CompleteAbort."""
+        try:
+            meta = self.txns.get(transactional_id)
+            if meta is None or not meta.state.preparing:
+                return
+            committed = meta.state == TxnState.PREPARE_COMMIT
+            index = self.topic.partition_of(transactional_id)
+            coordinator_epoch = self.coordinator_epoch(transactional_id)
+
+            def still_coordinator() -> bool:
+                return index in self.topic.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
+
+            if not await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
+                                            meta.partitions, still_coordinator):
+                return
+            current = self.txns.get(transactional_id)
+            if current is not meta:
+                return
+            for _attempt in range(10):
+                code = await self._persist(meta.but(
+                    state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
+                    partitions=frozenset(), start_ms=-1))
+                if code != ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                    break
+                await anyio.sleep(0.5)  # not enough in-sync replicas for a moment: the next write may pass
+            log.debug("transaction %s %s", transactional_id, "committed" if committed else "aborted")
+        finally:
+            self._completing.discard(transactional_id)
+
+    # ------------------------------------------------------------------ tooling
+    def describe(self, transactional_id: str) -> dict:
+        code = self.check(transactional_id)
+        meta = self.txns.get(transactional_id) if not code else None
+        if meta is None:
+            return {"error_code": code or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": transactional_id,
+                    "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
+                    "producer_id": -1, "producer_epoch": -1, "topics": []}
+        topics: dict[str, list[int]] = {}
+        for topic, index in sorted(meta.partitions):
+            topics.setdefault(topic, []).append(index)
+        return {"error_code": ErrorCode.NONE, "transactional_id": transactional_id,
+                "transaction_state": meta.state.value, "transaction_timeout_ms": meta.timeout_ms,
+                "transaction_start_time_ms": meta.start_ms, "producer_id": meta.producer_id,
+                "producer_epoch": meta.producer_epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+
+    def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int) -> list[TxnMetadata]:
+        now = self.clock()
+        out = []
+        for meta in self.txns.values():
+            if states and meta.state.value not in states or producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration_ms):
+                continue
+            out.append(meta)
+        return sorted(out, key=lambda m: m.transactional_id)
+
+    # ------------------------------------------------------------------ the timer task
+    async def _abort_expired(self) -> float:
+        """Abort (and fence) transactions open past their timeout; returns the next deadline (ms)."""
+        now = self.clock()
+        deadline = math.inf
+        for meta in list(self.txns.values()):
+            if meta.state != TxnState.ONGOING or meta.pending:
+                continue
+            expires = meta.start_ms + meta.timeout_ms
+            if expires <= now:
+                log.info("aborting transaction %s: open longer than %d ms", meta.transactional_id, meta.timeout_ms)
+                meta.pending = True  # until the abort is written: no second abort, no racing request
+                self._task_group.start_soon(self._begin_end, meta, False, True)
+            else:
+                deadline = min(deadline, expires)
+        return deadline
+
+    async def run(self) -> None:
+        """Loads `__transaction_state` partitions, finishes transactions found half-ended and aborts
+        timed-out ones; sleeps until woken or the next deadline, never polls."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                while True:
+                    for index in sorted(self.topic.loading):
+                        self._load(index)
+                    pending, self._to_complete = self._to_complete, []
+                    for tid in pending:
+                        self._start_completion(tid)
+                    deadline = await self._abort_expired()
+                    with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000 if deadline != math.inf else 60):
+                        await self._wake.wait()
+        finally:
+            self._task_group = None
+            with anyio.CancelScope(shield=True):
+                await self.markers.aclose()

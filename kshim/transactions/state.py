@@ -1,0 +1,54 @@
+"""What the coordinator knows of one transactional id, and the states its transaction goes through.
+
+    Empty --AddPartitions--> Ongoing --EndTxn--> PrepareCommit --markers--> CompleteCommit
+                                     \\--EndTxn/timeout/re-init--> PrepareAbort --markers--> CompleteAbort
+    Complete* / Empty --AddPartitions--> Ongoing ...;  InitProducerId bumps the epoch from
+    Empty / Complete*, and fences an Ongoing transaction by aborting it with a bumped epoch.
+
+The names are Kafka's (DescribeTransactions and ListTransactions report them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+
+class TxnState(str, Enum):
+    EMPTY = "Empty"
+    ONGOING = "Ongoing"
+    PREPARE_COMMIT = "PrepareCommit"
+    PREPARE_ABORT = "PrepareAbort"
+    COMPLETE_COMMIT = "CompleteCommit"
+    COMPLETE_ABORT = "CompleteAbort"
+    DEAD = "Dead"
+    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
+
+    @property
+    def preparing(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+    @property
+    def completed(self) -> bool:
+        return self in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+STATE_IDS = {s: i for i, s in enumerate(TxnState)}
+STATES_BY_ID = {i: s for s, i in STATE_IDS.items()}
+MAX_EPOCH = 32766  # Short.MaxValue - 1: at it, InitProducerId hands out a new producer id
+
+
+@dataclass(slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState = TxnState.EMPTY
+    partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    start_ms: int = -1     # when the transaction began (first AddPartitions), -1 when none is open
+    update_ms: int = -1    # last change
+    pending: bool = False  # a change is being written to the log: other requests must wait
+
+    def but(self, **changes) -> "TxnMetadata":
+        """A copy with changes: what the coordinator writes before it applies it."""
+        return replace(self, pending=False, **changes)

@@ -1,0 +1,241 @@
+"""Transactions inside one broker: the aborted transaction index, a partition's last stable offset
+and aborted list (also after a restart, a crash and a truncation), and the coordinator's state
+machine through its handlers (a standalone broker, requests through the codec)."""
+from __future__ import annotations
+
+import importlib
+
+import anyio
+import pytest
+
+from kshim.broker import BrokerConfig
+from kshim.log.txnindex import ENTRY_SIZE, AbortedTxn, TxnIndex
+from kshim.standalone import open_standalone
+from kshim.transactions import TxnState
+from tests.test_groups import call_awaiting
+from wire import records
+from wire.errors import ErrorCode
+
+find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
+init_producer_id = importlib.import_module("kshim.handlers.22_init_producer_id")
+add_partitions = importlib.import_module("kshim.handlers.24_add_partitions_to_txn")
+end_txn = importlib.import_module("kshim.handlers.26_end_txn")
+describe_txns = importlib.import_module("kshim.handlers.65_describe_transactions")
+list_txns = importlib.import_module("kshim.handlers.66_list_transactions")
+describe_producers = importlib.import_module("kshim.handlers.61_describe_producers")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+# ---------------------------------------------------------------------------------- the index
+def test_txn_index_survives_reopen_and_ignores_a_torn_tail(tmp_path):
+    stem = str(tmp_path / "00000000000000000000")
+    index = TxnIndex(stem)
+    index.append(AbortedTxn(7, 0, 5, 6))
+    index.append(AbortedTxn(8, 3, 9, 10))
+    index.append(AbortedTxn(8, 3, 9, 10))  # a replay: ignored
+    with open(stem + ".txnindex", "ab") as f:
+        f.write(b"\x00\x00\x01")  # a torn entry
+    again = TxnIndex(stem)
+    assert again.entries == [AbortedTxn(7, 0, 5, 6), AbortedTxn(8, 3, 9, 10)]
+    assert (tmp_path / "00000000000000000000.txnindex").stat().st_size == 2 * ENTRY_SIZE
+    found: list = []
+    assert again.collect(6, 9, found)  # complete: nothing aborted later can start before 9
+    assert found == [AbortedTxn(8, 3, 9, 10)]
+    found = []
+    assert not again.collect(0, 12, found) and len(found) == 2  # a later segment may hold more
+    again.truncate_from(9)
+    assert TxnIndex(stem).entries == [AbortedTxn(7, 0, 5, 6)]
+
+
+# ---------------------------------------------------------------------------------- a partition
+def data(pid: int, seq: int, *values: bytes, epoch: int = 0, transactional: bool = True) -> bytes:
+    return records.encode_batch([(None, v) for v in values], producer_id=pid, producer_epoch=epoch,
+                                base_sequence=seq, transactional=transactional)
+
+
+async def standalone_topic(tmp_path, name: str = "t"):
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    await broker.create_topic(name, 1)
+    return broker, broker.partition(name, 0)
+
+
+@pytest.mark.anyio
+async def test_last_stable_offset_and_aborted_list_follow_markers(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        assert not p.append(data(1, 0, b"a0", b"a1")).error         # offsets 0-1, txn of producer 1
+        assert not p.append(data(2, 0, b"b0")).error                # 2, txn of producer 2
+        assert not p.append(data(3, 0, b"plain", transactional=False)).error  # 3
+        assert p.last_stable_offset == 0 and p.high_watermark == 4
+        assert p.read(0, 1 << 20, 1) == b""
+        assert not p.append_marker(1, 0, False, 0).error            # 4: abort producer 1
+        assert p.last_stable_offset == 2
+        assert p.aborted_transactions(0, 5) == [{"producer_id": 1, "first_offset": 0}]
+        assert not p.append_marker(2, 0, True, 0).error             # 5: commit producer 2
+        assert p.last_stable_offset == 6 == p.log_end_offset
+        assert p.aborted_transactions(5, 6) == [] and p.aborted_transactions(2, 6) != []  # its marker is at 4
+        # a zombie's data or marker with an older epoch is refused
+        assert not p.append_marker(1, 1, False, 0).error            # 6: producer 1 now at epoch 1
+        assert p.append(data(1, 0, b"late")).error == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert p.append_marker(1, 0, True, 0).error == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert p.append_marker(1, 1, True, -1).error == ErrorCode.NONE
+        assert not p.append_marker(2, 0, True, 3).error
+        assert p.append_marker(2, 0, True, 2).error == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        assert not p.append(data(4, 0, b"open")).error
+        open_at = p.log_end_offset - 1
+    finally:
+        broker.close()
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))  # a clean restart: snapshot + index files
+    try:
+        p = broker.partition("t", 0)
+        assert p.last_stable_offset == open_at
+        assert p.aborted_transactions(0, open_at) == [{"producer_id": 1, "first_offset": 0}]
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_a_crash_rebuilds_producer_state_and_the_aborted_index_from_the_log(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    p.append(data(1, 0, b"x"))
+    p.append_marker(1, 0, False, 0)
+    p.append(data(2, 0, b"y"))
+    p.log.flush()
+    (p.directory / "00000000000000000000.txnindex").unlink()  # as if the crash lost the index write
+    # no broker.close(): no clean-shutdown marker, no producer state snapshot, as after SIGKILL
+    reopened = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        q = reopened.partition("t", 0)
+        assert q.last_stable_offset == 2  # producer 2's transaction is still open
+        assert q.aborted_transactions(0, 3) == [{"producer_id": 1, "first_offset": 0}]
+        q.truncate_to(1)  # the marker goes: producer 1's transaction is open again
+        assert q.last_stable_offset == 0 and q.aborted_transactions(0, 1) == []
+    finally:
+        reopened.close()
+
+
+# ---------------------------------------------------------------------------------- the coordinator
+async def coordinated(broker, tid: str) -> None:
+    resp = await call_awaiting(broker, find_coordinator, 4, {"key_type": 1, "coordinator_keys": [tid]})
+    assert resp.coordinators[0].error_code == ErrorCode.NONE
+    for index in sorted(broker.transactions.topic.loading):
+        broker.transactions._load(index)
+    assert broker.transactions.check(tid) == ErrorCode.NONE
+
+
+async def init(broker, tid: str, timeout_ms: int = 60_000, version: int = 4):
+    return await call_awaiting(broker, init_producer_id, version, {
+        "transactional_id": tid, "transaction_timeout_ms": timeout_ms, "producer_id": -1, "producer_epoch": -1})
+
+
+async def add(broker, tid: str, pid: int, epoch: int, topic: str = "t", version: int = 3):
+    resp = await call_awaiting(broker, add_partitions, version, {
+        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+    return resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+
+async def end(broker, tid: str, pid: int, epoch: int, committed: bool, version: int = 3):
+    resp = await call_awaiting(broker, end_txn, version, {
+        "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": committed})
+    return resp.error_code
+
+
+async def settle(broker, tid: str, state: TxnState) -> None:
+    with anyio.fail_after(10):
+        while broker.transactions.txns[tid].state != state:
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_init_add_end_and_fencing(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.transactions.run)
+            await coordinated(broker, "tx")
+            first = await init(broker, "tx")
+            assert first.error_code == ErrorCode.NONE and first.producer_epoch == 0
+            pid = first.producer_id
+            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
+            assert await add(broker, "tx", pid, 0, topic="missing") == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            assert await add(broker, "tx", pid + 1, 0) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            assert not p.append(data(pid, 0, b"v")).error
+            assert p.last_stable_offset == 0
+            assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
+            await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
+            assert p.last_stable_offset == p.log_end_offset == 2  # the record and the COMMIT marker
+            assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE  # a retry
+            assert await end(broker, "tx", pid, 0, False) == ErrorCode.INVALID_TXN_STATE
+
+            # an open transaction, then a new instance: aborted with a bumped epoch, fenced
+            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
+            assert not p.append(data(pid, 1, b"zombie")).error
+            assert (await init(broker, "tx")).error_code == ErrorCode.CONCURRENT_TRANSACTIONS
+            await settle(broker, "tx", TxnState.COMPLETE_ABORT)
+            second = await init(broker, "tx")
+            assert (second.error_code, second.producer_id, second.producer_epoch) == (ErrorCode.NONE, pid, 2)
+            assert await add(broker, "tx", pid, 0) == ErrorCode.PRODUCER_FENCED
+            assert await add(broker, "tx", pid, 0, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await end(broker, "tx", pid, 1, True) == ErrorCode.PRODUCER_FENCED
+            assert p.aborted_transactions(0, p.log_end_offset) == [{"producer_id": pid, "first_offset": 2}]
+
+            described = await call_awaiting(broker, describe_txns, 0, {"transactional_ids": ["tx", "nope"]})
+            states = {s.transactional_id: s for s in described.transaction_states}
+            assert states["tx"].transaction_state == "Empty" and states["tx"].producer_epoch == 2
+            assert states["nope"].error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            listed = await call_awaiting(broker, list_txns, 1, {"state_filters": ["Empty", "Bogus"],
+                                                                  "producer_id_filters": [], "duration_filter": -1})
+            assert [t.transactional_id for t in listed.transaction_states] == ["tx"]
+            assert listed.unknown_state_filters == ["Bogus"]
+            producers = await call_awaiting(broker, describe_producers, 0, {"topics": [{"name": "t", "partition_indexes": [0]}]})
+            (entry,) = producers.topics[0].partitions[0].active_producers
+            assert (entry.producer_id, entry.producer_epoch, entry.current_txn_start_offset) == (pid, 1, -1)
+            assert (await init(broker, "tx", timeout_ms=0)).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepared(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.transactions.run)
+            await coordinated(broker, "slow")
+            pid = (await init(broker, "slow", timeout_ms=100)).producer_id
+            assert await add(broker, "slow", pid, 0) == ErrorCode.NONE
+            p.append(data(pid, 0, b"left open"))
+            await settle(broker, "slow", TxnState.COMPLETE_ABORT)
+            assert broker.transactions.txns["slow"].producer_epoch == 1  # fenced
+            assert p.last_stable_offset == p.log_end_offset
+            tg.cancel_scope.cancel()
+        # PrepareCommit written, markers not yet: a restart must finish the commit
+        await coordinated(broker, "half")
+        pid = (await init(broker, "half")).producer_id
+        assert await add(broker, "half", pid, 0) == ErrorCode.NONE
+        p.append(data(pid, 0, b"half"))
+        meta = broker.transactions.txns["half"]
+        assert await broker.transactions._persist(meta.but(state=TxnState.PREPARE_COMMIT)) == ErrorCode.NONE
+        assert p.last_stable_offset < p.log_end_offset
+    finally:
+        broker.close()
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.transactions.run)
+            with anyio.fail_after(10):
+                while "half" not in broker.transactions.txns or \
+                        broker.transactions.txns["half"].state != TxnState.COMPLETE_COMMIT:
+                    await anyio.sleep(0.01)
+            p = broker.partition("t", 0)
+            assert p.last_stable_offset == p.log_end_offset
+            assert [a["first_offset"] for a in p.aborted_transactions(0, p.log_end_offset)] == [0]  # "slow"
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
