@@ -1,9 +1,10 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
 
-Every command but `groups` is one request to the controller over <data-dir>/controller.sock.
-Process commands (kill, start, pause, resume) are carried out by the controller, on the processes
-it started: ctl itself never signals anything. `groups` asks the brokers with the Kafka protocol
-(found through the controller, or --bootstrap for a single broker or any Kafka cluster).
+Every command but `groups` and `txns` is one request to the controller over
+<data-dir>/controller.sock. Process commands (kill, start, pause, resume) are carried out by the
+controller, on the processes it started: ctl itself never signals anything. `groups` and `txns`
+ask the brokers with the Kafka protocol (found through the controller, or --bootstrap for a single
+broker or any Kafka cluster).
 
     status [--table]   JSON (or a table): brokers, partitions, leaders, ISRs, replica offsets
     kill NODE          SIGKILL the broker: it stays down until `start`
@@ -14,6 +15,9 @@ it started: ctl itself never signals anything. `groups` asks the brokers with th
     heal NODE          end the isolation
     groups [--bootstrap HOST:PORT] [--group ID] [--table]
                        consumer groups: state, members, assignments, committed offsets, lag
+    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--json]
+                       transactions: coordinator, state, producer, running time, partitions;
+                       --producers TOPIC: each partition's producers and open transactions
 """
 from __future__ import annotations
 
@@ -54,8 +58,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     for name, text in helps.items():
         c = commands.add_parser(name, help=text, description=text + ".")
         c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
-    from kshim import ctl_groups
+    from kshim import ctl_groups, ctl_txns
     ctl_groups.add_parser(commands)
+    ctl_txns.add_parser(commands)
     return p
 
 
@@ -88,7 +93,7 @@ def command(data_dir: Path, name: str, node_id: int) -> str:
     return result.text
 
 
-def _table(rows: list[list[str]]) -> str:
+def text_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
@@ -102,7 +107,7 @@ def format_table(s: dict[str, Any]) -> str:
     for b in s["brokers"]:
         rows.append([str(b["id"]), f"{b['host']}:{b['port']}", str(b["pid"]), yes[b["alive"]], yes[b["isolated"]],
                      str(b.get("epoch", "")), b.get("process", "")])
-    lines.append(_table(rows))
+    lines.append(text_table(rows))
     lines.append("")
     if not s["partitions"]:
         lines.append("no topics")
@@ -114,7 +119,7 @@ def format_table(s: dict[str, Any]) -> str:
             rows.append([p["topic"], str(p["partition"]), str(p["leader"]) if p["leader"] >= 0 else "none",
                          str(p["leader_epoch"]), ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])),
                          offsets or "-"])
-        lines.append(_table(rows))
+        lines.append(text_table(rows))
     return "\n".join(lines)
 
 
@@ -122,6 +127,9 @@ def main(args: argparse.Namespace) -> int:
     if args.ctl_command == "groups":
         from kshim import ctl_groups
         return ctl_groups.main(args)
+    if args.ctl_command == "txns":
+        from kshim import ctl_txns
+        return ctl_txns.main(args)
     try:
         if args.ctl_command == "status":
             s = status(args.data_dir)

@@ -55,7 +55,7 @@ def error_name(code: int) -> str:
         return f"error {code}"
 
 
-def _error(code: int, message: str | None = None) -> str:
+def error_text(code: int, message: str | None = None) -> str:
     return f"{error_name(code)}: {message}" if message else error_name(code)
 
 
@@ -104,9 +104,10 @@ def encode_assignment(assignment: dict[str, list[int]], version: int = 0) -> byt
 class Broker:
     """A connection to one broker with the API versions negotiated."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, wanted: dict[int, tuple[int, int]] | None = None) -> None:
         self.host, self.port = host, port
         self.conn = BrokerConnection(host, port, CLIENT_ID)
+        self.wanted = OUR_VERSIONS if wanted is None else wanted  # other ctl commands speak other APIs
         self.versions: dict[int, int] = {}
 
     @property
@@ -118,7 +119,7 @@ class Broker:
         with anyio.fail_after(REQUEST_TIMEOUT_S):
             resp = await self.conn.request(API_VERSIONS, 0, {})
         served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        for api, (lo, hi) in OUR_VERSIONS.items():
+        for api, (lo, hi) in self.wanted.items():
             if api in served and max(lo, served[api][0]) <= min(hi, served[api][1]):
                 self.versions[api] = min(hi, served[api][1])
 
@@ -138,13 +139,14 @@ class Broker:
 
 
 class Pool:
-    def __init__(self) -> None:
+    def __init__(self, wanted: dict[int, tuple[int, int]] | None = None) -> None:
         self.brokers: dict[tuple[str, int], Broker] = {}
+        self.wanted = wanted
 
     async def get(self, host: str, port: int) -> Broker:
         key = (host, port)
         if key not in self.brokers:
-            b = Broker(host, port)
+            b = Broker(host, port, self.wanted)
             try:
                 await b.open()
             except BaseException:
@@ -164,7 +166,7 @@ class Pool:
         self.brokers.clear()
 
 
-def _failure(e: BaseException) -> str:
+def failure_text(e: BaseException) -> str:
     if isinstance(e, TimeoutError):
         return f"no answer within {REQUEST_TIMEOUT_S:.0f}s"
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -203,7 +205,7 @@ async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
             if code == ErrorCode.NONE:
                 return answer.node_id, answer.host, answer.port
             if code not in RETRIABLE_COORDINATOR:
-                raise GroupsError("FindCoordinator: " + _error(code, answer.get("error_message")))
+                raise GroupsError("FindCoordinator: " + error_text(code, answer.get("error_message")))
             await anyio.sleep(0.2)
     last = f" (last answer {error_name(code)})" if code is not None else ""
     raise GroupsError(f"FindCoordinator: no coordinator within {COORDINATOR_WAIT_S:.0f}s{last}")
@@ -239,7 +241,7 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
     try:
         md = await metadata(bootstrap, topics)
     except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
-        return {tp: (None, f"Metadata: {_failure(e)}") for tp in partitions}
+        return {tp: (None, f"Metadata: {failure_text(e)}") for tp in partitions}
     brokers = {**brokers, **{br.node_id: (br.host, br.port) for br in md.brokers}}
     by_leader: dict[int, list[tuple[str, int]]] = {}
     leaders: dict[tuple[str, int], int] = {}
@@ -272,7 +274,7 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
         except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
             await pool.drop(host, port)
             for tp in tps:
-                out[tp] = (None, f"ListOffsets on broker {leader}: {_failure(e)}")
+                out[tp] = (None, f"ListOffsets on broker {leader}: {failure_text(e)}")
             continue
         for t in resp.topics:
             for p in t.partitions:
@@ -285,13 +287,13 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
 
 
 # --------------------------------------------------------------------------------- the report
-async def _connect_any(pool: Pool, addresses: list[tuple[str, int]]) -> Broker:
+async def connect_any(pool: Pool, addresses: list[tuple[str, int]]) -> Broker:
     failures = []
     for host, port in addresses:
         try:
             return await pool.get(host, port)
         except (OSError, TimeoutError, ConnectionError, GroupsError) as e:
-            failures.append(f"{host}:{port}: {_failure(e)}")
+            failures.append(f"{host}:{port}: {failure_text(e)}")
     raise GroupsError("no broker answered: " + "; ".join(failures))
 
 
@@ -306,7 +308,7 @@ async def collect(addresses: list[tuple[str, int]], group: str | None = None) ->
 
 
 async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | None) -> dict[str, Any]:
-    bootstrap = await _connect_any(pool, addresses)
+    bootstrap = await connect_any(pool, addresses)
     md = await metadata(bootstrap, [])
     brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
     errors: list[str] = []
@@ -322,7 +324,7 @@ async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | No
                     listed.setdefault(g["group_id"], g)
             except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
                 await pool.drop(host, port)
-                errors.append(f"ListGroups on broker {node} ({host}:{port}): {_failure(e)}")
+                errors.append(f"ListGroups on broker {node} ({host}:{port}): {failure_text(e)}")
 
     groups = []
     for group_id in sorted(listed):
@@ -355,7 +357,7 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
     try:
         node, host, port = await find_coordinator(bootstrap, group_id)
     except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
-        out["error"] = _failure(e) if not isinstance(e, GroupsError) else str(e)
+        out["error"] = failure_text(e) if not isinstance(e, GroupsError) else str(e)
         return out
     out["coordinator"] = {"node_id": node, "host": host, "port": port}
     try:
@@ -364,7 +366,7 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
                                                               "include_authorized_operations": False})
     except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
         await pool.drop(host, port)
-        out["error"] = f"DescribeGroups on broker {node}: {_failure(e)}"
+        out["error"] = f"DescribeGroups on broker {node}: {failure_text(e)}"
         return out
     if out["state"] is None:  # --group: what the coordinator's ListGroups says of it (its type, v5+)
         try:
@@ -381,7 +383,7 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
         # Dead); ConsumerGroupDescribe (API 69) does, where the broker serves it
         problems += await _describe_consumer_group(coordinator, group_id, out)
     elif d.error_code:
-        problems.append("DescribeGroups: " + _error(d.error_code, d.get("error_message")))
+        problems.append("DescribeGroups: " + error_text(d.error_code, d.get("error_message")))
     else:
         out.update(state=d.group_state, protocol_type=d.protocol_type, protocol=d.protocol_data or None)
         for mem in d.members:
@@ -400,7 +402,7 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
     except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
         if not isinstance(e, GroupsError):
             await pool.drop(host, port)
-        problems.append(str(e) if isinstance(e, GroupsError) else f"OffsetFetch on broker {node}: {_failure(e)}")
+        problems.append(str(e) if isinstance(e, GroupsError) else f"OffsetFetch on broker {node}: {failure_text(e)}")
         offsets = []
     # partitions assigned but never committed are shown too, without a committed offset
     known = {(o["topic"], o["partition"]) for o in offsets}
@@ -424,10 +426,10 @@ async def _describe_consumer_group(coordinator: Broker, group_id: str, out: dict
     try:
         _, resp = await coordinator.request(CONSUMER_GROUP_DESCRIBE, {"group_ids": [group_id]})
     except (OSError, TimeoutError, ConnectionError) as e:
-        return [f"ConsumerGroupDescribe: {_failure(e)}"]
+        return [f"ConsumerGroupDescribe: {failure_text(e)}"]
     d = resp.groups[0]
     if d.error_code:
-        return ["ConsumerGroupDescribe: " + _error(d.error_code, d.get("error_message"))]
+        return ["ConsumerGroupDescribe: " + error_text(d.error_code, d.get("error_message"))]
     out.update(state=d.group_state, protocol=d.assignor_name)
     for mem in d.members:
         out["members"].append({
@@ -473,7 +475,7 @@ def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None
     try:
         return anyio.run(collect, addresses, group)
     except (OSError, TimeoutError, ConnectionError) as e:
-        raise GroupsError(_failure(e)) from None
+        raise GroupsError(failure_text(e)) from None
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -492,12 +494,12 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return p
 
 
-def _cell(v: Any) -> str:
+def cell_text(v: Any) -> str:
     return "-" if v is None or v == "" else str(v)
 
 
 def format_table(report: dict[str, Any]) -> str:
-    from kshim.ctl import _table
+    from kshim.ctl import text_table
     lines = []
     for e in report["errors"]:
         lines.append(f"error: {e}")
@@ -508,8 +510,8 @@ def format_table(report: dict[str, Any]) -> str:
             lines.append("")
         c = g["coordinator"]
         where = f"{c['node_id']} ({c['host']}:{c['port']})" if c else "-"
-        protocol = f"{_cell(g['protocol_type'])}/{_cell(g['protocol'])}"
-        head = f"GROUP {g['group_id']}  state {_cell(g['state'])}  protocol {protocol}  coordinator {where}"
+        protocol = f"{cell_text(g['protocol_type'])}/{cell_text(g['protocol'])}"
+        head = f"GROUP {g['group_id']}  state {cell_text(g['state'])}  protocol {protocol}  coordinator {where}"
         if g.get("group_type"):
             head += f"  type {g['group_type']}"
         lines.append(head)
@@ -524,16 +526,16 @@ def format_table(report: dict[str, Any]) -> str:
                     assigned = " ".join(f"{t}:{','.join(map(str, ps))}" for t, ps in sorted(m["assignment"].items()))
                 else:
                     assigned = m.get("assignment_error") or f"({m.get('assignment_bytes', 0)} bytes)"
-                rows.append([m["member_id"], _cell(m["client_id"]), _cell(m["host"]), assigned or "-"])
-            lines.extend("  " + line for line in _table(rows).splitlines())
+                rows.append([m["member_id"], cell_text(m["client_id"]), cell_text(m["host"]), assigned or "-"])
+            lines.extend("  " + line for line in text_table(rows).splitlines())
         elif not g.get("note"):
             lines.append("  no members")
         if g["offsets"]:
             rows = [["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "METADATA", "ERROR"]]
             for o in g["offsets"]:
-                rows.append([o["topic"], str(o["partition"]), _cell(o["committed"]), _cell(o["log_end_offset"]),
-                             _cell(o["lag"]), _cell(o["metadata"]), _cell(o["error"])])
-            lines.extend("  " + line for line in _table(rows).splitlines())
+                rows.append([o["topic"], str(o["partition"]), cell_text(o["committed"]), cell_text(o["log_end_offset"]),
+                             cell_text(o["lag"]), cell_text(o["metadata"]), cell_text(o["error"])])
+            lines.extend("  " + line for line in text_table(rows).splitlines())
         else:
             lines.append("  no committed offsets")
     lines.append("")

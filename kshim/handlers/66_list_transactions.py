@@ -1,6 +1,8 @@
 """ListTransactions: the transactional ids this broker coordinates (admin clients ask every
 broker and merge), filtered by state names, producer ids and (v1) a minimum running time in ms.
-State names kshim does not know come back in unknown_state_filters.
+State names kshim does not know come back in unknown_state_filters. While a partition of
+`__transaction_state` is still loading the answer is COORDINATOR_LOAD_IN_PROGRESS, as a partial
+list would silently miss ids.
 """
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ _NAMES = {s.value for s in TxnState}
 
 
 async def handle(ctx, req):
+    if ctx.broker.transactions.topic.loading:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                "unknown_state_filters": [], "transaction_states": []}
     states = set(req.state_filters)
     found = ctx.broker.transactions.list(states & _NAMES, set(req.producer_id_filters),
                                          req.get("duration_filter", -1) if ctx.version >= 1 else -1)

@@ -129,15 +129,15 @@ class TransactionCoordinator:
         other change is pending."""
         tid = new.transactional_id
         index = self.topic.partition_of(tid)
-        replica = self.topic.leader_replica(index)
-        if replica is None or index not in self.topic.loaded:
-            return ErrorCode.NOT_COORDINATOR
         current = self.txns.get(tid)
         if current is not None:
             current.pending = True
-        new.update_ms = self.clock()
-        key, value = log_format.encode(new)
         try:
+            replica = self.topic.leader_replica(index)
+            if replica is None or index not in self.topic.loaded:
+                return ErrorCode.NOT_COORDINATOR
+            new.update_ms = self.clock()
+            key, value = log_format.encode(new)
             result = replica.append(records.encode_batch([(key, value)]), from_coordinator=True)
             if result.error:
                 log.warning("transaction state write for %s failed: %s", tid, result.error.name)
@@ -325,8 +325,8 @@ class TransactionCoordinator:
         for meta in self.txns.values():
             if states and meta.state.value not in states or producer_ids and meta.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms < min_duration_ms):
-                continue
+            if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= min_duration_ms):
+                continue  # Kafka lists only those running strictly longer
             out.append(meta)
         return sorted(out, key=lambda m: m.transactional_id)
 
