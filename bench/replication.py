@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from throughput import (  # noqa: E402  (the sibling script's building blocks)
-    ClientErrors, ManagedProcess, PhaseError, log, make_values, produce_phase, producer_conf,
+    ClientErrors, ManagedProcess, PhaseError, deliveries, log, make_values, produce_phase, producer_conf,
 )
 
 READY = re.compile(r"ready: bootstrap (\S+)")
@@ -66,17 +66,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float) -
 def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     topic = f"bench-acks{acks}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, args.partitions, time.monotonic() + 60)
-    state = {"delivered": 0, "errors": 0, "first_error": None, "latencies": [], "t_last": None, "t0": None}
-
-    def on_delivery(err, msg):
-        if err is None:
-            state["delivered"] += 1
-            state["latencies"].append(msg.latency())
-        else:
-            state["errors"] += 1
-            state["first_error"] = state["first_error"] or err
-        state["t_last"] = time.perf_counter()
-
+    state, on_delivery = deliveries()
     args.acks = acks
     conf = producer_conf(args, bootstrap, ClientErrors(f"acks={acks} producer"))
     conf["on_delivery"] = on_delivery

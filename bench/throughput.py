@@ -522,11 +522,9 @@ def consume_phase(bootstrap: str, topic: str, nparts: int, produced: int, args, 
             pass
 
 
-def run_once(target: dict, topic: str, args, values) -> dict:
-    label = target["name"]
-    errors = ClientErrors(label + " producer")
-    state = {"delivered": 0, "errors": 0, "first_error": None, "latencies": [], "t_last": None,
-             "t0": None}
+def deliveries() -> "tuple[dict, callable]":
+    """A delivery-report state, in the shape produce_phase expects, and its callback."""
+    state = {"delivered": 0, "errors": 0, "first_error": None, "latencies": [], "t_last": None, "t0": None}
     lat_append = state["latencies"].append
     perf = time.perf_counter
 
@@ -539,7 +537,13 @@ def run_once(target: dict, topic: str, args, values) -> dict:
             if state["first_error"] is None:
                 state["first_error"] = err
         state["t_last"] = perf()
+    return state, on_delivery
 
+
+def run_once(target: dict, topic: str, args, values) -> dict:
+    label = target["name"]
+    errors = ClientErrors(label + " producer")
+    state, on_delivery = deliveries()
     conf = producer_conf(args, target["bootstrap"], errors)
     conf["on_delivery"] = on_delivery
     producer = Producer(conf)

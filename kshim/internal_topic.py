@@ -9,12 +9,14 @@ groups, `__transaction_state` transactional ids (Kafka's rule for both).
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
 
+@lru_cache(maxsize=4096)  # asked several times per request for the same few group and transactional ids
 def java_string_hashcode(s: str) -> int:
     h = 0
     data = s.encode("utf-16-be")
