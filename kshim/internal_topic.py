@@ -5,7 +5,9 @@ groups, `__transaction_state` transactional ids (Kafka's rule for both).
   partition count. The first FindCoordinator creates the topic through the controller with
   replication factor min(3, live brokers) and retention.ms=-1.
 - A broker that becomes leader of one of its partitions loads it (reads its log) before answering
-  for its keys: until then they get COORDINATOR_LOAD_IN_PROGRESS; others get NOT_COORDINATOR.
+  for its keys, once the partition's high watermark has reached its log end (a record not yet
+  COMMITTED may still vanish in a failover): until then they get COORDINATOR_LOAD_IN_PROGRESS;
+  others get NOT_COORDINATOR.
 """
 from __future__ import annotations
 
@@ -106,6 +108,12 @@ class InternalTopic:
         new = leading - self.loaded - self.loading
         self.loading |= new
         return lost, new
+
+    @staticmethod
+    def ready_to_load(replica) -> bool:
+        """A new leader's log may end in records not yet COMMITTED, which a failover could still
+        remove; its owner loads it once the high watermark has reached the log end."""
+        return replica.high_watermark >= replica.log_end_offset
 
     def leader_replica(self, index: int):
         """The local replica of `index` if this broker leads it, else None."""

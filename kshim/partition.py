@@ -11,8 +11,8 @@ append path, and the high watermark that separates COMMITTED from UNCOMMITTED re
 - read_committed reads up to the last stable offset: the first offset of the earliest transaction
   still open here (or whose marker is not yet COMMITTED), else the high watermark; fetches also
   name the aborted transactions in what they return (the aborted transaction index).
-  read_uncommitted reads up to the log end offset, or up to the last stable offset when the topic
-  sets kshim.uncommitted.read.limit=high-watermark (Kafka's bound).
+  read_uncommitted reads up to the log end offset, or up to the high watermark when the topic sets
+  kshim.uncommitted.read.limit=high-watermark (Kafka's bound).
 - Transaction markers (control batches) are written here by the transaction coordinator
   (`append_marker`) and replicated like any batch; producer state and the aborted index are
   derived from the log, so a restarted or newly elected replica rebuilds them by replay.
@@ -248,9 +248,9 @@ class Partition:
 
     def read_bound(self, isolation_level: int) -> int:
         """Highest offset (exclusive) a consumer of this isolation level may read."""
-        if isolation_level == 1 or self.uncommitted_reads_to_hw:
+        if isolation_level == 1:
             return self.last_stable_offset
-        return self.log_end_offset
+        return self._high_watermark if self.uncommitted_reads_to_hw else self.log_end_offset
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[dict]:
         """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound) names."""
@@ -446,10 +446,10 @@ class Partition:
         if offset < self.log.log_end_offset:
             log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
             self.log.truncate_to(offset)
+            self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
             # rebuilt, not trimmed: a producer whose last 5 batches were cut still has earlier ones
             # in the log, and its retries must still be recognised (Kafka rebuilds the same way)
             self.producers = self._replay_producer_state(ProducerStateManager(snapshot_offset=self.log.log_start_offset))
-            self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
         self.epochs.truncate_from_end(self.log.log_end_offset)
 
     def reset_to(self, offset: int) -> None:

@@ -7,8 +7,9 @@
 - Committed offsets are records of that partition (format in `offsets_format`), appended as the
   leader and answered once COMMITTED (acks=all). The in-memory map is the answer for OffsetFetch.
 - When this broker becomes leader of an offsets partition (start-up, failover) the partition is
-  marked loading; the coordinator's task reads its log from the start (latest record per key
-  wins, a tombstone deletes) and until then requests for its groups get
+  marked loading; once its high watermark reaches its log end, the coordinator's task reads its
+  log from the start (latest record per key wins, a tombstone deletes; transactional offset
+  commits wait for their transaction's marker) and until then requests for its groups get
   COORDINATOR_LOAD_IN_PROGRESS. Losing the leadership drops its groups: waiting members get
   NOT_COORDINATOR and rejoin elsewhere. Membership is not persisted.
 - A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
@@ -42,6 +43,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 10
 EXPIRY_INTERVAL_MS = 60_000
 LOAD_CHUNK_BYTES = 1 << 20
+LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 
 def monotonic_ms() -> int:
@@ -113,6 +115,8 @@ class GroupCoordinator:
 
     def _load(self, index: int) -> None:
         replica = self.broker.partition(OFFSETS_TOPIC, index)
+        if replica is not None and replica.is_leader and not self.topic.ready_to_load(replica):
+            return  # stays loading until what the log holds is COMMITTED
         self.loading.discard(index)
         if replica is None or not replica.is_leader:
             return
@@ -208,10 +212,16 @@ class GroupCoordinator:
         return [g for g in self.groups.values() if g.state != DEAD]
 
     # ------------------------------------------------------------------ offsets
-    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                        transactional: bool = False) -> ErrorCode:
+        """`transactional` (TxnOffsetCommit, Kafka's rules): a producer that knows only the group id
+        (generation -1, no member) may commit whatever the group's state, and a rebalance in
+        progress does not refuse it (the transaction's own fencing protects it)."""
         code = self.check(group_id)
         if code:
             return code
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return ErrorCode.NONE
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return group.validate_commit(member_id, generation)
@@ -224,7 +234,7 @@ class GroupCoordinator:
         fenced = group._check_fenced(member_id, instance_id)
         if fenced:
             return fenced
-        if group.state == "CompletingRebalance":
+        if group.state == "CompletingRebalance" and not transactional:
             return ErrorCode.REBALANCE_IN_PROGRESS
         member = group.members.get(member_id)
         if member is None:
@@ -293,28 +303,50 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     async def _await_txn_write(self, replica, index: int, group_id: str, updates, result, producer_id: int) -> ErrorCode:
-        if not await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000):
-            return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if index not in self.loaded:
-            return ErrorCode.NOT_COORDINATOR
+        # pending from the append on (as Kafka does): require_stable answers UNSTABLE_OFFSET_COMMIT
+        # at once, and a marker appended after this batch settles it in log order
         pending = self.pending_txn.setdefault(producer_id, {}).setdefault(index, [])
+        mine = []
         for i, (tp, entry) in enumerate(updates):
             entry.log_offset = result.base_offset + i
-            pending.append((group_id, tp, entry))
+            mine.append((group_id, tp, entry))
+        pending.extend(mine)
         if group_id not in self.groups:
             self.groups[group_id] = self._new_group(group_id)
-        return ErrorCode.NONE
+        if await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000) \
+                and index in self.loaded:
+            return ErrorCode.NONE
+        # failed: the producer aborts its transaction; these records must not count at a commit
+        by_partition = self.pending_txn.get(producer_id, {})
+        left = [p for p in by_partition.get(index, []) if not any(p is m for m in mine)]
+        if left:
+            by_partition[index] = left
+        else:
+            by_partition.pop(index, None)
+            if not by_partition:
+                self.pending_txn.pop(producer_id, None)
+        return ErrorCode.NOT_COORDINATOR if not replica.is_leader or index not in self.loaded \
+            else ErrorCode.COORDINATOR_NOT_AVAILABLE
 
-    def on_txn_marker(self, producer_id: int, index: int, committed: bool) -> None:
-        """A transaction marker was written to offsets partition `index`: its transactional
-        offset commits become visible (COMMIT) or are dropped (ABORT)."""
+    def on_txn_marker(self, producer_id: int, index: int, committed: bool, marker_offset: int) -> None:
+        """A transaction marker at `marker_offset` of offsets partition `index` is COMMITTED: the
+        producer's transactional offset commits before it become visible (COMMIT) or are dropped
+        (ABORT); any after it belong to its next transaction."""
         by_partition = self.pending_txn.get(producer_id)
-        pending = by_partition.pop(index, None) if by_partition else None
-        if by_partition is not None and not by_partition:
-            del self.pending_txn[producer_id]
-        if not committed or not pending or index not in self.loaded:
+        pending = by_partition.get(index) if by_partition else None
+        if not pending:
             return
-        for group_id, tp, entry in pending:
+        settled = [p for p in pending if p[2].log_offset < marker_offset]
+        later = [p for p in pending if p[2].log_offset > marker_offset]
+        if later:
+            by_partition[index] = later
+        else:
+            del by_partition[index]
+            if not by_partition:
+                del self.pending_txn[producer_id]
+        if not committed or index not in self.loaded:
+            return
+        for group_id, tp, entry in settled:
             entries = self.offsets.setdefault(group_id, {})
             current = entries.get(tp)
             if current is None or current.log_offset < entry.log_offset:
@@ -405,5 +437,7 @@ class GroupCoordinator:
                     self._next_expiry = now + EXPIRY_INTERVAL_MS
                     tg.start_soon(self.expire_offsets)
                 deadline = min(deadline, self._next_expiry)
+                if self.loading:
+                    deadline = min(deadline, self.clock() + LOAD_RETRY_MS)
                 with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000):
                     await self._wake.wait()

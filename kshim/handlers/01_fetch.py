@@ -7,7 +7,7 @@ follower replicas (replica id >= 0) both use it.
   level: read_committed up to the last stable offset (the first offset of the earliest open
   transaction, else the high watermark) with the aborted transactions overlapping the returned
   batches, so the client drops their records; read_uncommitted up to the log end offset, or the
-  last stable offset where the topic sets kshim.uncommitted.read.limit=high-watermark. The
+  high watermark where the topic sets kshim.uncommitted.read.limit=high-watermark. The
   response watermarks are the leader's.
 - A follower's fetch offset tells the leader what the follower has: the leader records it
   (advancing the high watermark, which may complete acks=all produces) and answers with batches up

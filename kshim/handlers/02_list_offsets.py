@@ -4,7 +4,7 @@
   pending upload) answers -1 as there is no tiered storage.
 - -1 (latest) answers the bound of the request's isolation level, the same as Fetch: the last
   stable offset for read_committed (the first offset of the earliest open transaction, else the
-  high watermark), the log end offset for read_uncommitted (or the last stable offset where
+  high watermark), the log end offset for read_uncommitted (or the high watermark where
   kshim.uncommitted.read.limit=high-watermark).
 - Only the leader answers; other brokers say NOT_LEADER_OR_FOLLOWER.
 - -3 (max timestamp, v7+, KIP-734) answers the offset and timestamp of the record with the

@@ -14,9 +14,7 @@
 """
 from __future__ import annotations
 
-from kshim.groups.offsets_format import OffsetEntry
-from kshim.partition import now_ms
-from kshim.handlers.group_common import commit_response
+from kshim.handlers.group_common import commit_entries, commit_response
 from wire.errors import ErrorCode
 
 API_KEY = 8
@@ -38,22 +36,7 @@ async def handle(ctx, req):
     else:
         code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                            req.get("group_instance_id") if v >= 7 else None)
-    codes: dict = {}
-    updates = []
-    now = now_ms()
-    limit = coordinator.config.offset_metadata_max_bytes
-    for t in req.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if code:
-                codes[tp] = code
-            elif len(metadata.encode()) > limit:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                codes[tp] = ErrorCode.NONE
-                epoch = p.get("committed_leader_epoch", -1) if v >= 6 else -1
-                updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
+    codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v)
     if not updates:
         return commit_response(req, codes)
     return _write(coordinator, req, updates, codes)

@@ -6,17 +6,17 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
   to OffsetFetch until the transaction's COMMIT marker reaches that partition, and are dropped at
   an ABORT; meanwhile OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
 - v3+ carries the consumer's generation and member id (KIP-447): they are checked as OffsetCommit
-  checks them (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID); generation -1 skips it.
+  checks them (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), except that a rebalance
+  in progress is no error; generation -1 with no member id (a producer given only the group id)
+  skips the check, as Kafka does.
 - An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
   below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
   4096 bytes: OFFSET_METADATA_TOO_LARGE.
 """
 from __future__ import annotations
 
-from kshim.groups.offsets_format import OffsetEntry
 from kshim.handlers.txn_common import for_version
-from kshim.partition import now_ms
-from kshim.handlers.group_common import commit_response
+from kshim.handlers.group_common import commit_entries, commit_response
 from wire.errors import ErrorCode
 
 API_KEY = 28
@@ -29,23 +29,11 @@ async def _answer(ctx, req):
     if not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID
     elif v >= 3:
-        code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id)
+        code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+                                           transactional=True)
     else:
         code = coordinator.check(req.group_id)
-    codes: dict = {}
-    updates = []
-    now = now_ms()
-    for t in req.topics:
-        for p in t.partitions:
-            tp = (t.name, p.partition_index)
-            metadata = p.committed_metadata or ""
-            if code:
-                codes[tp] = code
-            elif len(metadata.encode()) > coordinator.config.offset_metadata_max_bytes:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                epoch = p.get("committed_leader_epoch", -1) if v >= 2 else -1
-                updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
+    codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 2, v)
     if updates:
         written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
         for tp, _ in updates:

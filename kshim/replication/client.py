@@ -14,6 +14,9 @@ from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame
 
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+# what a lost or broken broker connection raises: the caller reconnects and retries
+CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                   anyio.ClosedResourceError, TimeoutError, ConnectionError)
 
 
 class BrokerConnection:

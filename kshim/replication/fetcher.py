@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from kshim.partition import Partition
-from kshim.replication.client import BrokerConnection
+from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -42,8 +42,6 @@ BACKOFF_S = 0.2
 # image could mean waiting until the leader drops the follower from the ISR (replica lag time).
 PARK_RETRY_S = 0.1
 
-_CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError, TimeoutError, ConnectionError)
 _REFRESH = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
 
@@ -109,7 +107,7 @@ class Fetcher:
                             self._inflight = None
                     if scope.cancelled_caught:
                         await self._close()  # a response may still be on its way: start afresh
-                except _CONNECTION_LOST as e:
+                except CONNECTION_LOST as e:
                     log.debug("fetching from broker %d failed: %s", self.leader_id, e)
                     await self._close()
                     await anyio.sleep(BACKOFF_S)

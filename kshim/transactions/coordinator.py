@@ -39,7 +39,9 @@ TRANSACTION_TOPIC = "__transaction_state"
 DEFAULT_PARTITIONS = 10
 MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 WRITE_TIMEOUT_S = 30.0
+COMPLETION_RETRY_S = 0.5
 LOAD_CHUNK_BYTES = 1 << 20
+LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 TopicPartition = tuple[str, int]
 
@@ -84,6 +86,8 @@ class TransactionCoordinator:
 
     def _load(self, index: int) -> None:
         replica = self.topic.leader_replica(index)
+        if replica is not None and not self.topic.ready_to_load(replica):
+            return  # stays loading: records above the high watermark may still be lost
         self.topic.loading.discard(index)
         if replica is None:
             return
@@ -184,15 +188,26 @@ class TransactionCoordinator:
         if meta.pending or meta.state.preparing or transactional_id in self._completing:
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
-            return ErrorCode.PRODUCER_FENCED, -1, -1  # KIP-360: not the instance that holds the id
+            # KIP-360: the instance that holds the id names its producer id and epoch; the epoch
+            # from just before the last bump is still its own (a fencing abort bumped it, or the
+            # answer to its own bump was lost)
+            if (producer_id, producer_epoch) != (meta.last_producer_id, meta.last_epoch):
+                return ErrorCode.PRODUCER_FENCED, -1, -1
+            if meta.state == TxnState.EMPTY:
+                return ErrorCode.NONE, meta.producer_id, meta.producer_epoch  # a retry whose answer was lost
         if meta.state == TxnState.ONGOING:
             # a previous instance left a transaction open: abort it (fenced), the client retries
             await self._begin_end(meta, committed=False, bump=True)
             return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        last = {"last_producer_id": meta.producer_id, "last_epoch": meta.producer_epoch}
         if meta.producer_epoch >= MAX_EPOCH:
-            new = meta.but(producer_id=await self.broker.allocate_producer_id(), producer_epoch=0)
+            meta.pending = True  # no other change while a new producer id is allocated
+            try:
+                new = meta.but(producer_id=await self.broker.allocate_producer_id(), producer_epoch=0, **last)
+            finally:
+                meta.pending = False
         else:
-            new = meta.but(producer_epoch=meta.producer_epoch + 1)
+            new = meta.but(producer_epoch=meta.producer_epoch + 1, **last)
         new = new.but(timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=frozenset(), start_ms=-1)
         code = await self._persist(new)
         return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, new.producer_epoch)
@@ -255,8 +270,10 @@ class TransactionCoordinator:
 
     async def _begin_end(self, meta: TxnMetadata, committed: bool, bump: bool) -> ErrorCode:
         """Ongoing -> PrepareCommit/PrepareAbort (durable), then markers in the background."""
-        epoch = meta.producer_epoch + 1 if bump and meta.producer_epoch < MAX_EPOCH else meta.producer_epoch
-        new = meta.but(state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT, producer_epoch=epoch)
+        new = meta.but(state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT)
+        if bump and meta.producer_epoch < MAX_EPOCH:  # fencing: the old epoch stays known as the last one
+            new = new.but(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
+                          last_epoch=meta.producer_epoch)
         code = await self._persist(new)
         if not code:
             self._start_completion(new.transactional_id)
@@ -273,32 +290,34 @@ class TransactionCoordinator:
             self._completing.discard(transactional_id)
 
     async def _complete(self, transactional_id: str) -> None:
-        """Markers to every partition, then CompleteCommit/CompleteAbort."""
+        """Markers to every partition, then CompleteCommit/CompleteAbort. Starts over (after a
+        pause) while the id is still prepared here: a reload replaced its state, this broker lost
+        and regained the partition, or the Complete write failed; ends when it is done or another
+        broker coordinates the id."""
         try:
-            meta = self.txns.get(transactional_id)
-            if meta is None or not meta.state.preparing:
-                return
-            committed = meta.state == TxnState.PREPARE_COMMIT
-            index = self.topic.partition_of(transactional_id)
-            coordinator_epoch = self.coordinator_epoch(transactional_id)
+            while True:
+                meta = self.txns.get(transactional_id)
+                index = self.topic.partition_of(transactional_id)
+                if meta is None or not meta.state.preparing or index not in self.topic.loaded:
+                    return
+                committed = meta.state == TxnState.PREPARE_COMMIT
+                coordinator_epoch = self.coordinator_epoch(transactional_id)
 
-            def still_coordinator() -> bool:
-                return index in self.topic.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
+                def still_coordinator() -> bool:
+                    return index in self.topic.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
 
-            if not await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
-                                            meta.partitions, still_coordinator):
-                return
-            current = self.txns.get(transactional_id)
-            if current is not meta:
-                return
-            for _attempt in range(10):
-                code = await self._persist(meta.but(
-                    state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
-                    partitions=frozenset(), start_ms=-1))
-                if code != ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                    break
-                await anyio.sleep(0.5)  # not enough in-sync replicas for a moment: the next write may pass
-            log.debug("transaction %s %s", transactional_id, "committed" if committed else "aborted")
+                try:
+                    if await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
+                                                meta.partitions, still_coordinator) and \
+                            self.txns.get(transactional_id) is meta:
+                        code = await self._persist(meta.but(
+                            state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
+                            partitions=frozenset(), start_ms=-1))
+                        if code in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
+                            return
+                except Exception:  # a broker must outlive one transaction's trouble: log it, try again
+                    log.exception("ending transaction %s failed", transactional_id)
+                await anyio.sleep(COMPLETION_RETRY_S)
         finally:
             self._completing.discard(transactional_id)
 
@@ -360,6 +379,8 @@ class TransactionCoordinator:
                     for tid in pending:
                         self._start_completion(tid)
                     deadline = await self._abort_expired()
+                    if self.topic.loading:
+                        deadline = min(deadline, self.clock() + LOAD_RETRY_MS)
                     with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000 if deadline != math.inf else 60):
                         await self._wake.wait()
         finally:

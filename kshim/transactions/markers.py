@@ -19,7 +19,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER
 from kshim.groups import OFFSETS_TOPIC
-from kshim.replication.client import BrokerConnection
+from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.transactions")
@@ -34,7 +34,7 @@ TopicPartition = tuple[str, int]
 
 async def write_here(broker, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
                      partitions: Iterable[TopicPartition], timeout_s: float) -> dict[TopicPartition, ErrorCode]:
-    """Markers on partitions led here, answered once COMMITTED; an error code per partition."""
+    """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`."""
     codes: dict[TopicPartition, ErrorCode] = {}
     written = []
     for topic, index in partitions:
@@ -45,17 +45,17 @@ async def write_here(broker, producer_id: int, producer_epoch: int, committed: b
             codes[(topic, index)] = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             continue
         result = replica.append_marker(producer_id, producer_epoch, committed, coordinator_epoch)
-        codes[(topic, index)] = result.error
+        codes[(topic, index)] = result.error or ErrorCode.REQUEST_TIMED_OUT  # until COMMITTED
         if not result.error:
             written.append(((topic, index), replica, result.last_offset))
-    with anyio.move_on_after(timeout_s):
-        for tp, replica, last in written:  # sequential waits: together they last as long as the slowest
-            if not await replica.wait_committed(last, timeout_s):
-                codes[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER if not replica.is_leader else ErrorCode.REQUEST_TIMED_OUT
-            elif tp[0] == OFFSETS_TOPIC:
-                broker.groups.on_txn_marker(producer_id, tp[1], committed)
-    for tp, _replica, _last in written:
-        codes.setdefault(tp, ErrorCode.REQUEST_TIMED_OUT)
+    deadline = anyio.current_time() + timeout_s
+    for tp, replica, last in written:  # sequential waits: together they last as long as the slowest
+        if await replica.wait_committed(last, max(deadline - anyio.current_time(), 0)):
+            codes[tp] = ErrorCode.NONE
+            if tp[0] == OFFSETS_TOPIC:
+                broker.groups.on_txn_marker(producer_id, tp[1], committed, last)
+        elif not replica.is_leader:
+            codes[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
     return codes
 
 
@@ -128,8 +128,7 @@ class MarkerWriter:
                         await conn.connect()
                         self._connections[node_id] = conn
                     response = await conn.request(WRITE_TXN_MARKERS, MARKERS_VERSION, body)
-            except (OSError, TimeoutError, ConnectionError, EOFError, anyio.EndOfStream,
-                    anyio.BrokenResourceError, anyio.ClosedResourceError) as e:
+            except CONNECTION_LOST as e:
                 log.info("WriteTxnMarkers to node %d failed: %s", node_id, e)
                 await self._drop(node_id)
                 return {}

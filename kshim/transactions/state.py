@@ -47,6 +47,10 @@ class TxnMetadata:
     partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     start_ms: int = -1     # when the transaction began (first AddPartitions), -1 when none is open
     update_ms: int = -1    # last change
+    # the producer id and epoch before InitProducerId's last bump: a retry of that bump whose
+    # answer was lost (KIP-360) names them and gets the current ones
+    last_producer_id: int = -1
+    last_epoch: int = -1
     pending: bool = False  # a change is being written to the log: other requests must wait
 
     def but(self, **changes) -> "TxnMetadata":

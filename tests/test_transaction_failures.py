@@ -1,0 +1,188 @@
+"""Transactions when things go wrong inside one broker: markers or offset commits that do not get
+COMMITTED, reloads of the coordinator's partition, commits from producers that know only the group
+id. (Each was a bug found in review; in-process, replication stalled by hand.)"""
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from kshim.broker import BrokerConfig
+from kshim.partition import FollowerState
+from kshim.transactions import TxnState
+from kshim.transactions.markers import write_here
+from tests.test_transactions import add, coordinated, data, end, init, settle, standalone_topic
+from wire.errors import ErrorCode
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def stall_replication(p):
+    """An in-sync follower that stopped fetching (paused / isolated, not yet out of the ISR)."""
+    p.isr = (p.node_id, 99)
+    p.followers = {99: FollowerState(log_end_offset=p.log_end_offset)}
+
+
+@pytest.mark.anyio
+async def test_a_marker_not_committed_is_not_reported_written(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        assert not p.append(data(7, 0, b"x")).error
+        stall_replication(p)
+        codes = await write_here(broker, 7, 0, True, 0, [("t", 0)], timeout_s=0.3)
+        marker_offset = p.log_end_offset - 1
+        assert p.high_watermark <= marker_offset  # the marker is not COMMITTED ...
+        assert codes[("t", 0)] != ErrorCode.NONE, codes  # ... so it is not reported written
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_path, monkeypatch):
+    import kshim.transactions.markers as markers
+    monkeypatch.setattr(markers, "REQUEST_TIMEOUT_S", 0.3)
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.transactions.run)
+            await coordinated(broker, "tx")
+            pid = (await init(broker, "tx")).producer_id
+            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
+            assert not p.append(data(pid, 0, b"v")).error
+            stall_replication(p)            # follower in the ISR, not fetching
+            assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
+            await anyio.sleep(1.0)          # several marker attempts time out meanwhile
+            assert broker.transactions.txns["tx"].state == TxnState.PREPARE_COMMIT
+            assert p.last_stable_offset == 0
+            async def follower_fetches() -> None:  # replication resumes
+                while True:
+                    p.record_follower_fetch(99, p.log_end_offset, 0)
+                    await anyio.sleep(0.02)
+
+            tg.start_soon(follower_fetches)
+            await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
+            assert p.last_stable_offset == p.high_watermark == p.log_end_offset
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp_path, monkeypatch):
+    broker, p = await standalone_topic(tmp_path)
+    coord = broker.transactions
+    gate = anyio.Event()
+    real_write = coord.markers.write
+
+    async def slow_write(*args, **kwargs):  # e.g. a partition whose leader is down for a while
+        await gate.wait()
+        return await real_write(*args, **kwargs)
+
+    monkeypatch.setattr(coord.markers, "write", slow_write)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(coord.run)
+            await coordinated(broker, "tx")
+            pid = (await init(broker, "tx")).producer_id
+            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
+            assert not p.append(data(pid, 0, b"v")).error
+            assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
+            await anyio.sleep(0.1)
+            # a state write of ANOTHER transactional id of the same __transaction_state partition
+            # timed out in wait_committed: _persist calls _reload(index)
+            coord._reload(coord.topic.partition_of("tx"))
+            await anyio.sleep(0.2)   # the run loop reloads; "tx" is PrepareCommit again
+            gate.set()               # the markers now go through
+            await anyio.sleep(1.0)
+            assert coord.txns["tx"].state == TxnState.COMPLETE_COMMIT, coord.txns["tx"].state
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+async def offsets_setup(tmp_path):
+    from tests.test_groups import find
+    broker, p = await standalone_topic(tmp_path)
+    assert (await find(broker, "g")).coordinators[0].error_code == ErrorCode.NONE
+    broker.groups.load_pending()
+    index = broker.groups.partition_of("g")
+    return broker, p, broker.partition("__consumer_offsets", index), index
+
+
+@pytest.mark.anyio
+async def test_txn_offsets_are_unstable_from_their_append(tmp_path):
+    from kshim.groups.offsets_format import OffsetEntry
+    broker, p, o, index = await offsets_setup(tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            stall_replication(o)
+            tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
+            await anyio.sleep(0.05)   # TxnOffsetCommit appended, waiting for the ISR
+            code, out = broker.groups.fetch("g", [("t", 0)], require_stable=True)
+            # a consumer taking over waits for the transaction instead of reading "no offset"
+            assert out[0][2] == ErrorCode.UNSTABLE_OFFSET_COMMIT, out
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_an_abort_marker_drops_txn_offsets_appended_before_it(tmp_path):
+    """TxnOffsetCommit (offset X) waits for the HW; the transaction is aborted (timeout / fence)
+    and its marker (Y > X) written to [t-0, offsets-N]; one follower fetch moves both HWs."""
+    from kshim.groups.offsets_format import OffsetEntry
+    broker, p, o, index = await offsets_setup(tmp_path)
+    try:
+        assert not p.append(data(5, 0, b"v")).error
+        async with anyio.create_task_group() as tg:
+            stall_replication(p)
+            stall_replication(o)
+            tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
+            await anyio.sleep(0.05)
+            tg.start_soon(write_here, broker, 5, 1, False, 0, [("t", 0), ("__consumer_offsets", index)], 5.0)
+            await anyio.sleep(0.05)
+            # one replica fetch request covering both partitions
+            p.record_follower_fetch(99, p.log_end_offset, 0)
+            o.record_follower_fetch(99, o.log_end_offset, 0)
+            await anyio.sleep(0.2)
+            # dropped: not left pending for producer 5's next COMMIT to apply
+            assert 5 not in broker.groups.pending_txn, broker.groups.pending_txn
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_txn_offset_commit_with_only_the_group_id_is_accepted(tmp_path):
+    import importlib
+    from tests.test_groups import call_awaiting, joined, sync
+    txn_offset_commit = importlib.import_module("kshim.handlers.28_txn_offset_commit")
+    broker, p, o, index = await offsets_setup(tmp_path)
+    try:
+        group = broker.groups.get_group("g", create=True)
+        member_id, _ = joined(group, broker.groups.clock())
+        sync(group, broker.groups.clock(), member_id, 1, [(member_id, b"x")])
+        body = {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0,
+                "generation_id": -1, "member_id": "", "group_instance_id": None,
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                        "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
+        # Java's sendOffsetsToTransaction(offsets, "g") / librdkafka's consumer_group_metadata_new("g")
+        resp = await call_awaiting(broker, txn_offset_commit, 3, body)
+        assert resp.topics[0].partitions[0].error_code == ErrorCode.NONE  # Kafka: accepted
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_read_uncommitted_with_the_hw_limit_is_not_held_by_open_transactions(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        p.uncommitted_reads_to_hw = True   # kshim.uncommitted.read.limit=high-watermark
+        assert not p.append(data(1, 0, b"open txn")).error
+        assert not p.append(data(2, 0, b"plain", transactional=False)).error
+        # Kafka: read_uncommitted reads to the high watermark, open transactions or not
+        assert p.read_bound(0) == p.high_watermark == 2, (p.read_bound(0), p.high_watermark)
+    finally:
+        broker.close()
