@@ -28,7 +28,7 @@ from typing import Iterator
 from crc32c import crc32c
 
 from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
-from kshim.log.txnindex import TxnIndex
+from kshim.log.txnindex import TXNINDEX_SUFFIX, TxnIndex
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
     read_header,
@@ -190,8 +190,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        self.txn_index.delete()
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
             try:
                 os.unlink(self.stem + suffix)
             except FileNotFoundError:
