@@ -106,6 +106,22 @@ async def find_coordinators(b: Broker, ids: list[str]) -> dict[str, tuple[int, s
     return out
 
 
+async def ask_broker(pool: Pool, node: int, host: str, port: int, api_key: int, body: dict,
+                     items: list[dict]) -> Any | None:
+    """One request to one broker; if it fails, every item it was about gets the error and the
+    answer is None (the other brokers' items are still shown)."""
+    try:
+        broker = await pool.get(host, port)
+        _, resp = await broker.request(api_key, body)
+        return resp
+    except FAILURES as e:
+        await pool.drop(host, port)
+        name = {DESCRIBE_TRANSACTIONS: "DescribeTransactions", DESCRIBE_PRODUCERS: "DescribeProducers"}[api_key]
+        for item in items:
+            item["error"] = f"{name} on broker {node}: {_why(e)}"
+        return None
+
+
 async def describe_transactions(pool: Pool, bootstrap: Broker, listed: dict[str, dict]) -> list[dict]:
     now_ms = time.time_ns() // 1_000_000
     out = {tid: {"transactional_id": tid, "coordinator": None, "state": t["state"], "producer_id": t["producer_id"],
@@ -126,13 +142,9 @@ async def describe_transactions(pool: Pool, bootstrap: Broker, listed: dict[str,
             out[tid]["coordinator"] = {"node_id": where[0], "host": where[1], "port": where[2]}
             by_coordinator.setdefault(where, []).append(tid)
     for (node, host, port), ids in sorted(by_coordinator.items()):
-        try:
-            coordinator = await pool.get(host, port)
-            _, resp = await coordinator.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": ids})
-        except FAILURES as e:
-            await pool.drop(host, port)
-            for tid in ids:
-                out[tid]["error"] = f"DescribeTransactions on broker {node}: {_why(e)}"
+        resp = await ask_broker(pool, node, host, port, DESCRIBE_TRANSACTIONS, {"transactional_ids": ids},
+                                [out[tid] for tid in ids])
+        if resp is None:
             continue
         for d in resp.transaction_states:
             t = out.get(d.transactional_id)
@@ -168,14 +180,10 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
             by_leader.setdefault(p["leader"], []).append(index)
     for leader, indexes in sorted(by_leader.items()):
         host, port = brokers[leader]
-        try:
-            b = await pool.get(host, port)
-            _, resp = await b.request(DESCRIBE_PRODUCERS, {"topics": [{"name": topic,
-                                                                       "partition_indexes": sorted(indexes)}]})
-        except FAILURES as e:
-            await pool.drop(host, port)
-            for index in indexes:
-                parts[index]["error"] = f"DescribeProducers on broker {leader}: {_why(e)}"
+        resp = await ask_broker(pool, leader, host, port, DESCRIBE_PRODUCERS,
+                                {"topics": [{"name": topic, "partition_indexes": sorted(indexes)}]},
+                                [parts[i] for i in indexes])
+        if resp is None:
             continue
         for rt in resp.topics:
             for rp in rt.partitions:
