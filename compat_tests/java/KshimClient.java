@@ -39,7 +39,12 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.OutOfOrderSequenceException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -63,6 +68,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *            wait-group G STATE MEMBERS, group-offsets G, list-offsets T earliest|latest|max-timestamp,
  *            delete-topic T
  *   txn      BOOTSTRAP TRANSACTIONAL_ID TOPIC PLAN    PLAN: commit:N,abort:N,... (one transaction each)
+ *   copy     BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID N [--timeout-ms MS] [--min-txn-ms MS]
+ *            exactly-once consume-transform-produce: "out-" + value to the same partition of OUTPUT,
+ *            the input offsets committed in the same transaction; stops once the group's committed
+ *            input offsets add up to N (an input of plain records from offset 0); progress lines
+ *            {"type":"progress","committed":n,"aborts":a,"restarts":r,...}
  *
  * Options valid everywhere: --prop k=v (repeatable), --deadline-ms MS.
  */
@@ -88,7 +98,7 @@ public final class KshimClient {
             }
         }
         startWatchdog(deadlineMs);
-        if (args.size() < 2) fail("usage: KshimClient produce|consume|admin|txn BOOTSTRAP ...");
+        if (args.size() < 2) fail("usage: KshimClient produce|consume|admin|txn|copy BOOTSTRAP ...");
         String command = args.get(0);
         String bootstrap = args.get(1);
         List<String> rest = args.subList(2, args.size());
@@ -98,6 +108,7 @@ public final class KshimClient {
                 case "consume": consume(bootstrap, rest, props); break;
                 case "admin": admin(bootstrap, rest, props); break;
                 case "txn": txn(bootstrap, rest, props); break;
+                case "copy": copy(bootstrap, rest, props); break;
                 default: fail("unknown subcommand " + command);
             }
         } catch (Throwable t) {
@@ -461,6 +472,166 @@ public final class KshimClient {
             producer.close(CALL_TIMEOUT);
         }
         emit(obj("type", "done"));
+    }
+
+
+    // ------------------------------------------------------------------------------- copy
+    /**
+     * The Java client's standard exactly-once loop. Per poll batch: beginTransaction, send, then
+     * sendOffsetsToTransaction(offsets, consumer.groupMetadata()), commitTransaction. A fatal error
+     * (fenced, out-of-order sequence, authorization, unsupported version) closes the producer and
+     * starts a new one with the same transactional id; any other KafkaException aborts (or, if the
+     * abort fails too, restarts the producer). Either way the consumer rewinds to the committed offsets.
+     * Progress is the sum of the committed input offsets as this copier last knew them (from its own
+     * commits, and re-read from the group at every rewind, so a commit that timed out but went through
+     * is counted once its offsets are read back).
+     */
+    static void copy(String bootstrap, List<String> args, Map<String, String> extra) throws Exception {
+        Opts o = new Opts(args, 5);
+        String input = o.positional.get(0), output = o.positional.get(1), group = o.positional.get(2);
+        String txId = o.positional.get(3);
+        long n = Long.parseLong(o.positional.get(4));
+        long timeoutMs = Long.parseLong(o.get("timeout-ms", "60000"));
+        long minTxnMs = Long.parseLong(o.get("min-txn-ms", "0"));
+        long deadline = System.currentTimeMillis() + timeoutMs;
+
+        Map<String, Object> cconf = base(bootstrap, extra);
+        cconf.put("key.deserializer", StringDeserializer.class.getName());
+        cconf.put("value.deserializer", StringDeserializer.class.getName());
+        cconf.put("group.id", group);
+        cconf.put("isolation.level", "read_committed");
+        cconf.put("enable.auto.commit", "false");
+        cconf.put("auto.offset.reset", "earliest");
+        cconf.keySet().removeIf(k -> k.startsWith("producer."));
+        Map<String, Object> pconf = base(bootstrap, Collections.emptyMap());
+        for (Map.Entry<String, String> e : extra.entrySet())   // --prop producer.k=v: producer only
+            if (e.getKey().startsWith("producer.")) pconf.put(e.getKey().substring("producer.".length()), e.getValue());
+        pconf.put("key.serializer", StringSerializer.class.getName());
+        pconf.put("value.serializer", StringSerializer.class.getName());
+        pconf.put("transactional.id", txId);
+
+        Map<TopicPartition, Long> done = new TreeMap<>((a, b) -> Integer.compare(a.partition(), b.partition()));
+        long[] stats = new long[3];   // aborts, restarts, transactions
+        KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cconf);
+        KafkaProducer<String, String> producer = null;
+        try {
+            consumer.subscribe(Collections.singletonList(input));
+            producer = newTxnProducer(pconf, deadline);
+            emit(obj("type", "initialized", "transactional_id", txId, "group", group));
+            while (sum(done) < n) {
+                if (System.currentTimeMillis() > deadline) {
+                    emit(progress("timed_out", done, stats));
+                    throw new IllegalStateException("copied " + sum(done) + " of " + n + " records within " + timeoutMs
+                            + " ms (" + stats[0] + " aborts, " + stats[1] + " producer restarts); committed " + done);
+                }
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) continue;
+                long started = System.currentTimeMillis();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                try {
+                    producer.beginTransaction();
+                    for (ConsumerRecord<String, String> r : records) {
+                        producer.send(new ProducerRecord<>(output, r.partition(), r.key(), "out-" + r.value()));
+                        offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    producer.commitTransaction();
+                    for (Map.Entry<TopicPartition, OffsetAndMetadata> e : offsets.entrySet())
+                        done.put(e.getKey(), e.getValue().offset());
+                    stats[2]++;
+                    emit(progress("progress", done, stats));
+                } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException
+                         | UnsupportedVersionException e) {
+                    emit(obj("type", "error", "kind", "fatal", "error", e.toString()));
+                    producer = restartProducer(producer, pconf, deadline, stats);
+                    rewind(consumer, done, deadline);
+                    emit(progress("progress", done, stats));
+                } catch (KafkaException e) {
+                    emit(obj("type", "error", "kind", "abortable", "error", e.toString()));
+                    try {
+                        producer.abortTransaction();
+                        stats[0]++;
+                    } catch (KafkaException abortFailed) {
+                        emit(obj("type", "error", "kind", "abort failed", "error", abortFailed.toString()));
+                        producer = restartProducer(producer, pconf, deadline, stats);
+                    }
+                    rewind(consumer, done, deadline);
+                    emit(progress("progress", done, stats));
+                }
+                long left = minTxnMs - (System.currentTimeMillis() - started);
+                if (left > 0) Thread.sleep(left);
+            }
+            emit(progress("done", done, stats));
+            producer.close(CALL_TIMEOUT);
+            consumer.close(CloseOptions.timeout(CALL_TIMEOUT));
+            producer = null;
+            consumer = null;
+        } finally {
+            if (producer != null) producer.close(Duration.ZERO);
+            if (consumer != null) consumer.close(CloseOptions.timeout(Duration.ZERO));
+        }
+    }
+
+    static Map<String, Object> progress(String type, Map<TopicPartition, Long> done, long[] stats) {
+        Map<String, Object> parts = new TreeMap<>();
+        for (Map.Entry<TopicPartition, Long> e : done.entrySet()) parts.put(Integer.toString(e.getKey().partition()), e.getValue());
+        return obj("type", type, "committed", sum(done), "aborts", stats[0], "restarts", stats[1], "transactions", stats[2],
+                "offsets", parts);
+    }
+
+    static long sum(Map<TopicPartition, Long> done) {
+        long s = 0;
+        for (long v : done.values()) s += v;
+        return s;
+    }
+
+    /** A transactional producer, initialized; initTransactions is retried (as the API allows) until the deadline. */
+    static KafkaProducer<String, String> newTxnProducer(Map<String, Object> conf, long deadline) {
+        KafkaProducer<String, String> producer = new KafkaProducer<>(conf);
+        while (true) {
+            try {
+                producer.initTransactions();
+                return producer;
+            } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                if (System.currentTimeMillis() > deadline) {
+                    producer.close(Duration.ZERO);
+                    throw e;
+                }
+                emit(obj("type", "error", "kind", "init timeout", "error", e.toString()));
+            }
+        }
+    }
+
+    static KafkaProducer<String, String> restartProducer(KafkaProducer<String, String> old, Map<String, Object> conf,
+                                                         long deadline, long[] stats) {
+        old.close(Duration.ZERO);
+        stats[1]++;
+        return newTxnProducer(conf, deadline);
+    }
+
+    /** Seek every assigned partition to the group's committed offset (or the beginning), and record
+     *  those offsets as the progress. Retried until the deadline (the coordinator may be failing over). */
+    static void rewind(KafkaConsumer<String, String> consumer, Map<TopicPartition, Long> done, long deadline) {
+        while (true) {
+            try {
+                Set<TopicPartition> assigned = consumer.assignment();
+                Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned, CALL_TIMEOUT);
+                for (TopicPartition tp : assigned) {
+                    OffsetAndMetadata c = committed.get(tp);
+                    if (c == null) {
+                        consumer.seekToBeginning(Collections.singletonList(tp));
+                        done.remove(tp);
+                    } else {
+                        consumer.seek(tp, c.offset());
+                        done.put(tp, c.offset());
+                    }
+                }
+                return;
+            } catch (KafkaException e) {
+                if (System.currentTimeMillis() > deadline) throw e;
+                emit(obj("type", "error", "kind", "rewind", "error", e.toString()));
+            }
+        }
     }
 
     // ------------------------------------------------------------------------------- plumbing
