@@ -17,8 +17,8 @@ from compat_tests.cluster import Cluster, running
 from compat_tests.java_client import JavaClient, Running, build
 from compat_tests.kshim_process import wait_until
 from compat_tests.test_transactions_cluster import (FAILOVER_S, LAG_TIME_MS, SESSION_TIMEOUT_MS, coordinator,
-                                                    create_topics, kill, read_committed, restart, seal)
-from confluent_kafka import Producer
+                                                    create_topics, kill, load_input, read_committed, restart,
+                                                    seal)
 
 RECORDS = 30_000
 PER_TXN = 500          # max.poll.records: the size of most transactions
@@ -67,13 +67,7 @@ def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills
     source, sink = f"{topic_name}-in", f"{topic_name}-out"
     group, tid = f"eos-{topic_name}", f"copy-{topic_name}"
     create_topics(cluster, source, sink)
-    inputs = [b"%06d" % i for i in range(RECORDS)]
-    loader = Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 3, "linger.ms": 20})
-    for i, v in enumerate(inputs):
-        loader.produce(source, v, partition=i % 3)
-        if i % 5_000 == 0:
-            loader.poll(0)
-    assert loader.flush(30) == 0
+    inputs = load_input(cluster.bootstrap, source, RECORDS)
 
     run = java.start("copy", cluster.bootstrap, source, sink, group, tid, RECORDS,
                      "--timeout-ms", int((COPY_S - 8) * 1000), "--min-txn-ms", MIN_TXN_MS, timeout=COPY_S,

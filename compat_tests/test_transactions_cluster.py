@@ -271,16 +271,22 @@ class Chaos(threading.Thread):
             self.error = e
 
 
+def load_input(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """`count` plain numbered records spread over partitions 0-2; returns their values."""
+    inputs = [b"%06d" % i for i in range(count)]
+    loader = Producer({"bootstrap.servers": bootstrap, "log_level": 3, "linger.ms": 20})
+    for i, v in enumerate(inputs):
+        loader.produce(topic, v, partition=i % 3)
+        if i % 5_000 == 0:
+            loader.poll(0)
+    assert loader.flush(60) == 0
+    return inputs
+
+
 def test_exactly_once_copy_under_broker_kills(cluster, topic_name):
     source, sink = f"{topic_name}-in", f"{topic_name}-out"
     create_topics(cluster, source, sink)
-    inputs = [b"%06d" % i for i in range(RECORDS)]
-    loader = Producer({"bootstrap.servers": cluster.bootstrap, "log_level": 3, "linger.ms": 20})
-    for i, v in enumerate(inputs):
-        loader.produce(source, v, partition=i % 3)
-        if i % 10_000 == 0:
-            loader.poll(0)
-    assert loader.flush(60) == 0
+    inputs = load_input(cluster.bootstrap, source, RECORDS)
 
     watcher = Watcher(cluster.bootstrap, sink)
     watcher.start()
