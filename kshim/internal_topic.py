@@ -12,10 +12,13 @@ groups, `__transaction_state` transactional ids (Kafka's rule for both).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 from kshim.errors import BrokerError
+from wire import records
 from wire.errors import ErrorCode
+
+LOAD_CHUNK_BYTES = 1 << 20
 
 
 @lru_cache(maxsize=4096)  # asked several times per request for the same few group and transactional ids
@@ -109,11 +112,28 @@ class InternalTopic:
         self.loading |= new
         return lost, new
 
+    def take_for_loading(self, index: int):
+        """The replica of `index` to load now, leaving `loading`; None if it is not ready yet (it
+        stays loading: a new leader's log may end in records not yet COMMITTED, which a failover
+        could still remove, so it waits for the high watermark to reach the log end) or no longer
+        led here (it leaves `loading`)."""
+        replica = self.leader_replica(index)
+        if replica is not None and replica.high_watermark < replica.log_end_offset:
+            return None
+        self.loading.discard(index)
+        return replica
+
     @staticmethod
-    def ready_to_load(replica) -> bool:
-        """A new leader's log may end in records not yet COMMITTED, which a failover could still
-        remove; its owner loads it once the high watermark has reached the log end."""
-        return replica.high_watermark >= replica.log_end_offset
+    def stored_batches(replica) -> Iterator[tuple[records.BatchHeader, memoryview]]:
+        """Every batch of the partition, log start to log end, read in chunks: what a load replays."""
+        offset, end = replica.log_start_offset, replica.log_end_offset
+        while offset < end:
+            data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
+            if not data:
+                return
+            for pos, header in records.iter_batches(data):
+                offset = header.next_offset
+                yield header, memoryview(data)[pos:pos + header.size]
 
     def leader_replica(self, index: int):
         """The local replica of `index` if this broker leads it, else None."""

@@ -42,7 +42,6 @@ log = logging.getLogger("kshim.groups")
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_OFFSETS_PARTITIONS = 10
 EXPIRY_INTERVAL_MS = 60_000
-LOAD_CHUNK_BYTES = 1 << 20
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 
@@ -114,34 +113,25 @@ class GroupCoordinator:
             self._load(index)
 
     def _load(self, index: int) -> None:
-        replica = self.broker.partition(OFFSETS_TOPIC, index)
-        if replica is not None and replica.is_leader and not self.topic.ready_to_load(replica):
-            return  # stays loading until what the log holds is COMMITTED
-        self.loading.discard(index)
-        if replica is None or not replica.is_leader:
+        replica = self.topic.take_for_loading(index)
+        if replica is None:
             return
-        offset, end, count = replica.log_start_offset, replica.log_end_offset, 0
+        count = 0
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
-        while offset < end:
-            data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
-            if not data:
-                break
-            for pos, header in records.iter_batches(data):
-                batch = memoryview(data)[pos:pos + header.size]
-                offset = header.next_offset
-                if header.is_control:
-                    marker = records.read_marker(batch)
-                    for rec in open_txns.pop(header.producer_id, ()):
-                        if marker is not None and marker.committed:
-                            self._apply_record(loaded, rec.key, rec.value, rec.offset)
-                    continue
-                for rec in records.decode_records(batch):
-                    count += 1
-                    if header.is_transactional:
-                        open_txns.setdefault(header.producer_id, []).append(rec)
-                    else:
+        for header, batch in self.topic.stored_batches(replica):
+            if header.is_control:
+                marker = records.read_marker(batch)
+                for rec in open_txns.pop(header.producer_id, ()):
+                    if marker is not None and marker.committed:
                         self._apply_record(loaded, rec.key, rec.value, rec.offset)
+                continue
+            for rec in records.decode_records(batch):
+                count += 1
+                if header.is_transactional:
+                    open_txns.setdefault(header.producer_id, []).append(rec)
+                else:
+                    self._apply_record(loaded, rec.key, rec.value, rec.offset)
         for producer_id, recs in open_txns.items():
             for rec in recs:
                 parsed = decode_key(bytes(rec.key)) if rec.key else None

@@ -40,7 +40,6 @@ DEFAULT_PARTITIONS = 10
 MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 WRITE_TIMEOUT_S = 30.0
 COMPLETION_RETRY_S = 0.5
-LOAD_CHUNK_BYTES = 1 << 20
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 TopicPartition = tuple[str, int]
@@ -85,27 +84,18 @@ class TransactionCoordinator:
             self._wake.fire()
 
     def _load(self, index: int) -> None:
-        replica = self.topic.leader_replica(index)
-        if replica is not None and not self.topic.ready_to_load(replica):
-            return  # stays loading: records above the high watermark may still be lost
-        self.topic.loading.discard(index)
+        replica = self.topic.take_for_loading(index)
         if replica is None:
             return
         found: dict[str, TxnMetadata | None] = {}
-        offset, end = replica.log_start_offset, replica.log_end_offset
-        while offset < end:
-            data = replica.read(offset, LOAD_CHUNK_BYTES, 0)
-            if not data:
-                break
-            for pos, header in records.iter_batches(data):
-                offset = header.next_offset
-                if header.is_control:
-                    continue
-                for rec in records.decode_records(memoryview(data)[pos:pos + header.size]):
-                    parsed = log_format.decode(bytes(rec.key), None if rec.value is None else bytes(rec.value)) \
-                        if rec.key is not None else None
-                    if parsed is not None:
-                        found[parsed[0]] = parsed[1]
+        for header, batch in self.topic.stored_batches(replica):
+            if header.is_control:
+                continue
+            for rec in records.decode_records(batch):
+                parsed = log_format.decode(bytes(rec.key), None if rec.value is None else bytes(rec.value)) \
+                    if rec.key is not None else None
+                if parsed is not None:
+                    found[parsed[0]] = parsed[1]
         for tid, meta in found.items():
             if meta is not None:
                 self.txns[tid] = meta
