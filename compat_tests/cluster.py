@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from compat_tests.kshim_process import KshimProcess
-from kshim import ctl
+from kshim.ctl import status as ctl_status
+from kshim.ctl.common import CtlError
 
 SESSION_TIMEOUT_MS = 2000
 
@@ -65,7 +66,7 @@ class Cluster:
         return self.process.bootstrap
 
     def status(self) -> dict:
-        return ctl.status(self.data_dir)
+        return ctl_status.status(self.data_dir)
 
     def broker(self, node_id: int) -> dict:
         return next(b for b in self.status()["brokers"] if b["id"] == node_id)
@@ -86,7 +87,7 @@ class Cluster:
         if self.process.proc and self.process.proc.poll() is None:
             try:
                 pids = [b["pid"] for b in self.status()["brokers"]]
-            except ctl.CtlError:
+            except CtlError:
                 pids = []
             self.process.kill()
             for pid in pids:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
-from kshim.ctl_groups import decode_assignment, encode_assignment
+from kshim.ctl.groups import decode_assignment, encode_assignment
 
 FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 60000}
 DEADLINE_S = 30.0

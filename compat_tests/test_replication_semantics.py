@@ -28,7 +28,7 @@ from kafka.errors import NotEnoughReplicasError
 
 from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
-from kshim import ctl
+from kshim.ctl.status import command as ctl_command
 
 TIMEOUT = 15.0  # seconds, for one client operation or one state change of the cluster
 WHOLE_S = 30.0  # to get back to a whole cluster after a test (re-registering, catching up)
@@ -61,7 +61,7 @@ def quick(tmp_path_factory):
 def run(cluster: Cluster, command: str, *nodes: int) -> None:
     """`kshim ctl <command> NODE` for each node (in-process: the same request to the controller)."""
     for node in nodes:
-        ctl.command(cluster.data_dir, command, node)
+        ctl_command(cluster.data_dir, command, node)
 
 
 def address(cluster: Cluster, *nodes: int) -> str:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import anyio
 
-from kshim import tuning
+from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
+from kshim.cluster import broker_process
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -57,8 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
                          help="broker default of min.insync.replicas (default 1)")
     cluster.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default=None,
                          help="broker default of kshim.uncommitted.read.limit (default log-end)")
-    from kshim import ctl
-    from kshim.cluster import broker_process
     broker_process.add_parser(sub)
     ctl.add_parser(sub)
     return parser
@@ -68,6 +67,7 @@ _CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag
 
 
 def _serve_cluster(args: argparse.Namespace) -> int:
+    # lazy, like the server below: only `serve --brokers` runs the controller process
     from kshim.controller.process import ClusterSettings, run_cluster
 
     if args.port == 0:
@@ -92,6 +92,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
+    # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.server import Server
 
     broker = open_standalone(config)
@@ -115,10 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "ctl":
-        from kshim import ctl
         return ctl.main(args)
     if args.command == "broker":
-        from kshim.cluster import broker_process
         tuning.keep_freed_buffers()
         return broker_process.main(args)
     if args.command == "serve" and args.brokers is not None:

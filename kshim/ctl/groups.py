@@ -27,36 +27,19 @@ from typing import Any
 
 import anyio
 
-from kshim.replication.client import BrokerConnection
+from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
+                               REQUEST_TIMEOUT_S, RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster,
+                               connect_any, failure_text, metadata, parse_addresses)
+from kshim.ctl.common import GROUPS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
 from wire.errors import ErrorCode
 
-CLIENT_ID = "kshim-ctl-groups"
-REQUEST_TIMEOUT_S = 10.0
-COORDINATOR_WAIT_S = 10.0  # FindCoordinator retries COORDINATOR_NOT_AVAILABLE / LOAD_IN_PROGRESS this long
 END_OFFSETS = "ListOffsets latest, isolation read_uncommitted (the high watermark), asked of each partition's leader"
 
-API_VERSIONS, METADATA, LIST_GROUPS, FIND_COORDINATOR, DESCRIBE_GROUPS, OFFSET_FETCH, LIST_OFFSETS = \
-    18, 3, 16, 10, 15, 9, 2
+LIST_GROUPS, DESCRIBE_GROUPS, OFFSET_FETCH, LIST_OFFSETS = 16, 15, 9, 2
 CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 groups
 # the versions this module can speak, per API; the highest one the broker serves too is used
-OUR_VERSIONS = {METADATA: (1, 12), LIST_GROUPS: (0, 5), FIND_COORDINATOR: (0, 6), DESCRIBE_GROUPS: (0, 5),
-                OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9), CONSUMER_GROUP_DESCRIBE: (0, 0)}
-RETRIABLE_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
-
-
-class GroupsError(Exception):
-    """No broker could be asked at all; ctl exits 1."""
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
-
-
-def error_text(code: int, message: str | None = None) -> str:
-    return f"{error_name(code)}: {message}" if message else error_name(code)
+OUR_VERSIONS = {METADATA: METADATA_VERSIONS, LIST_GROUPS: (0, 5), FIND_COORDINATOR: (0, 6),
+                DESCRIBE_GROUPS: (0, 5), OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9), CONSUMER_GROUP_DESCRIBE: (0, 0)}
 
 
 # ------------------------------------------------------------------------- consumer protocol
@@ -100,96 +83,18 @@ def encode_assignment(assignment: dict[str, list[int]], version: int = 0) -> byt
     return out + struct.pack(">i", -1)
 
 
-# ------------------------------------------------------------------------------ connections
-class Broker:
-    """A connection to one broker with the API versions negotiated."""
-
-    def __init__(self, host: str, port: int, wanted: dict[int, tuple[int, int]] | None = None) -> None:
-        self.host, self.port = host, port
-        self.conn = BrokerConnection(host, port, CLIENT_ID)
-        self.wanted = OUR_VERSIONS if wanted is None else wanted  # other ctl commands speak other APIs
-        self.versions: dict[int, int] = {}
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    async def open(self) -> None:
-        await self.conn.connect(REQUEST_TIMEOUT_S)
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            resp = await self.conn.request(API_VERSIONS, 0, {})
-        served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-        for api, (lo, hi) in self.wanted.items():
-            if api in served and max(lo, served[api][0]) <= min(hi, served[api][1]):
-                self.versions[api] = min(hi, served[api][1])
-
-    async def request(self, api: int, body: dict) -> tuple[int, Any]:
-        """(version used, response)."""
-        if api not in self.versions:
-            raise GroupsError(f"broker {self.address} serves no version of API {api} this tool speaks")
-        version = self.versions[api]
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            return version, await self.conn.request(api, version, body)
-
-    async def close(self) -> None:
-        try:
-            await self.conn.aclose()
-        except Exception:  # noqa: BLE001 - closing a broken connection
-            pass
-
-
-class Pool:
-    def __init__(self, wanted: dict[int, tuple[int, int]] | None = None) -> None:
-        self.brokers: dict[tuple[str, int], Broker] = {}
-        self.wanted = wanted
-
-    async def get(self, host: str, port: int) -> Broker:
-        key = (host, port)
-        if key not in self.brokers:
-            b = Broker(host, port, self.wanted)
-            try:
-                await b.open()
-            except BaseException:
-                await b.close()
-                raise
-            self.brokers[key] = b
-        return self.brokers[key]
-
-    async def drop(self, host: str, port: int) -> None:
-        b = self.brokers.pop((host, port), None)
-        if b is not None:
-            await b.close()
-
-    async def close(self) -> None:
-        for b in self.brokers.values():
-            await b.close()
-        self.brokers.clear()
-
-
-def failure_text(e: BaseException) -> str:
-    if isinstance(e, TimeoutError):
-        return f"no answer within {REQUEST_TIMEOUT_S:.0f}s"
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
 # ---------------------------------------------------------------------------------- requests
-async def metadata(b: Broker, topics: list[str] | None) -> Any:
-    body = {"topics": [{"name": t} for t in topics] if topics is not None else [],
-            "allow_auto_topic_creation": False}
-    return (await b.request(METADATA, body))[1]
-
-
 async def list_groups(b: Broker) -> list[dict]:
     version, resp = await b.request(LIST_GROUPS, {"states_filter": [], "types_filter": []})
     if resp.error_code:
-        raise GroupsError(f"ListGroups on {b.address}: {error_name(resp.error_code)}")
+        raise CtlError(f"ListGroups on {b.address}: {error_name(resp.error_code)}")
     return [{"group_id": g.group_id, "protocol_type": g.protocol_type,
              "state": g.get("group_state") if version >= 4 else None,
              "group_type": g.get("group_type") if version >= 5 else None} for g in resp.groups]
 
 
 async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
-    """(node id, host, port); GroupsError with the error after retrying the retriable ones."""
+    """(node id, host, port); CtlError with the error after retrying the retriable ones."""
     code = None
     with anyio.move_on_after(COORDINATOR_WAIT_S):
         while True:
@@ -198,17 +103,17 @@ async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
             if version >= 4:
                 answer = resp.coordinators[0] if resp.coordinators else None
                 if answer is None:
-                    raise GroupsError("FindCoordinator: empty answer")
+                    raise CtlError("FindCoordinator: empty answer")
             else:
                 answer = resp
             code = answer.error_code
             if code == ErrorCode.NONE:
                 return answer.node_id, answer.host, answer.port
             if code not in RETRIABLE_COORDINATOR:
-                raise GroupsError("FindCoordinator: " + error_text(code, answer.get("error_message")))
+                raise CtlError("FindCoordinator: " + error_text(code, answer.get("error_message")))
             await anyio.sleep(0.2)
     last = f" (last answer {error_name(code)})" if code is not None else ""
-    raise GroupsError(f"FindCoordinator: no coordinator within {COORDINATOR_WAIT_S:.0f}s{last}")
+    raise CtlError(f"FindCoordinator: no coordinator within {COORDINATOR_WAIT_S:.0f}s{last}")
 
 
 async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
@@ -221,7 +126,7 @@ async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
     else:
         code, topics = resp.error_code, resp.topics
     if code:
-        raise GroupsError("OffsetFetch: " + error_name(code))
+        raise CtlError("OffsetFetch: " + error_name(code))
     rows = []
     for t in topics:
         for p in t.partitions:
@@ -240,7 +145,7 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
     topics = sorted({t for t, _ in partitions})
     try:
         md = await metadata(bootstrap, topics)
-    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+    except (CtlError, OSError, TimeoutError, ConnectionError) as e:
         return {tp: (None, f"Metadata: {failure_text(e)}") for tp in partitions}
     brokers = {**brokers, **{br.node_id: (br.host, br.port) for br in md.brokers}}
     by_leader: dict[int, list[tuple[str, int]]] = {}
@@ -271,7 +176,7 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
             _, resp = await b.request(LIST_OFFSETS, {
                 "replica_id": -1, "isolation_level": 0, "timeout_ms": int(REQUEST_TIMEOUT_S * 1000),
                 "topics": [{"name": t, "partitions": ps} for t, ps in topics_body.items()]})
-        except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+        except (CtlError, OSError, TimeoutError, ConnectionError) as e:
             await pool.drop(host, port)
             for tp in tps:
                 out[tp] = (None, f"ListOffsets on broker {leader}: {failure_text(e)}")
@@ -287,19 +192,9 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
 
 
 # --------------------------------------------------------------------------------- the report
-async def connect_any(pool: Pool, addresses: list[tuple[str, int]]) -> Broker:
-    failures = []
-    for host, port in addresses:
-        try:
-            return await pool.get(host, port)
-        except (OSError, TimeoutError, ConnectionError, GroupsError) as e:
-            failures.append(f"{host}:{port}: {failure_text(e)}")
-    raise GroupsError("no broker answered: " + "; ".join(failures))
-
-
 async def collect(addresses: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:
     """The report (see the module docstring) from the brokers reachable through `addresses`."""
-    pool = Pool()
+    pool = Pool(GROUPS_CLIENT_ID, OUR_VERSIONS)
     try:
         return await _collect(pool, addresses, group)
     finally:
@@ -322,7 +217,7 @@ async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | No
             try:
                 for g in await list_groups(await pool.get(host, port)):
                     listed.setdefault(g["group_id"], g)
-            except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+            except (CtlError, OSError, TimeoutError, ConnectionError) as e:
                 await pool.drop(host, port)
                 errors.append(f"ListGroups on broker {node} ({host}:{port}): {failure_text(e)}")
 
@@ -356,22 +251,22 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
                            "protocol": None, "coordinator": None, "members": [], "offsets": [], "error": None}
     try:
         node, host, port = await find_coordinator(bootstrap, group_id)
-    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
-        out["error"] = failure_text(e) if not isinstance(e, GroupsError) else str(e)
+    except (CtlError, OSError, TimeoutError, ConnectionError) as e:
+        out["error"] = failure_text(e)
         return out
     out["coordinator"] = {"node_id": node, "host": host, "port": port}
     try:
         coordinator = await pool.get(host, port)
         _, resp = await coordinator.request(DESCRIBE_GROUPS, {"groups": [group_id],
                                                               "include_authorized_operations": False})
-    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
+    except (CtlError, OSError, TimeoutError, ConnectionError) as e:
         await pool.drop(host, port)
         out["error"] = f"DescribeGroups on broker {node}: {failure_text(e)}"
         return out
     if out["state"] is None:  # --group: what the coordinator's ListGroups says of it (its type, v5+)
         try:
             mine = [g for g in await list_groups(coordinator) if g["group_id"] == group_id]
-        except (GroupsError, OSError, TimeoutError, ConnectionError):
+        except (CtlError, OSError, TimeoutError, ConnectionError):
             mine = []
         if mine:
             out.update(state=mine[0]["state"], group_type=mine[0]["group_type"],
@@ -399,10 +294,10 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
             out["members"].append(member)
     try:
         offsets = await offset_fetch(coordinator, group_id)
-    except (GroupsError, OSError, TimeoutError, ConnectionError) as e:
-        if not isinstance(e, GroupsError):
+    except (CtlError, OSError, TimeoutError, ConnectionError) as e:
+        if not isinstance(e, CtlError):
             await pool.drop(host, port)
-        problems.append(str(e) if isinstance(e, GroupsError) else f"OffsetFetch on broker {node}: {failure_text(e)}")
+        problems.append(str(e) if isinstance(e, CtlError) else f"OffsetFetch on broker {node}: {failure_text(e)}")
         offsets = []
     # partitions assigned but never committed are shown too, without a committed offset
     known = {(o["topic"], o["partition"]) for o in offsets}
@@ -440,42 +335,18 @@ async def _describe_consumer_group(coordinator: Broker, group_id: str, out: dict
 
 
 # ------------------------------------------------------------------------------- entry points
-def parse_addresses(text: str) -> list[tuple[str, int]]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise GroupsError(f"--bootstrap wants HOST:PORT[,HOST:PORT...], got {text!r}")
-        out.append((host.strip("[]"), int(port)))
-    return out
-
-
-def addresses_from_cluster(data_dir) -> list[tuple[str, int]]:
-    from kshim import ctl
-    try:
-        s = ctl.status(data_dir)
-    except ctl.CtlError as e:
-        raise GroupsError(f"{e}; for a single broker (`kshim serve` without --brokers) or any Kafka "
-                          "cluster give --bootstrap HOST:PORT") from None
-    brokers = sorted(s["brokers"], key=lambda b: not b.get("alive", True))
-    if not brokers:
-        raise GroupsError(f"the cluster in {data_dir} has no brokers")
-    return [(b["host"], b["port"]) for b in brokers]
-
-
 def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None) -> dict[str, Any]:
-    """The report, for scripts and tests. GroupsError when no broker can be asked."""
+    """The report, for scripts and tests. CtlError when no broker can be asked."""
     if bootstrap:
         addresses = parse_addresses(bootstrap)
     elif data_dir is not None:
         addresses = addresses_from_cluster(data_dir)
     else:
-        raise GroupsError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
+        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
     try:
         return anyio.run(collect, addresses, group)
     except (OSError, TimeoutError, ConnectionError) as e:
-        raise GroupsError(failure_text(e)) from None
+        raise CtlError(failure_text(e)) from None
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -494,12 +365,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
     return p
 
 
-def cell_text(v: Any) -> str:
-    return "-" if v is None or v == "" else str(v)
-
-
 def format_table(report: dict[str, Any]) -> str:
-    from kshim.ctl import text_table
     lines = []
     for e in report["errors"]:
         lines.append(f"error: {e}")
@@ -546,7 +412,7 @@ def format_table(report: dict[str, Any]) -> str:
 def main(args: argparse.Namespace) -> int:
     try:
         report = groups(args.data_dir, args.bootstrap, args.group)
-    except GroupsError as e:
+    except CtlError as e:
         print(f"kshim ctl groups: {e}", file=sys.stderr)
         return 1
     print(format_table(report) if args.table else json.dumps(report, indent=2))

@@ -20,9 +20,8 @@ producer holding an open transaction on a partition while its transactional id i
 (or Prepare*), or has no transactional id, is a hanging transaction.
 
 The brokers come from --bootstrap HOST:PORT[,...], else from the controller of the cluster in
---data-dir, as for `ctl groups` (whose connection helpers this uses). An id or partition that
-cannot be described is shown with its error; the others are still shown. Output is a table, or
-JSON with --json.
+--data-dir, as for `ctl groups`. An id or partition that cannot be described is shown with its
+error; the others are still shown. Output is a table, or JSON with --json.
 """
 from __future__ import annotations
 
@@ -35,28 +34,25 @@ from typing import Any
 
 import anyio
 
-from kshim.ctl_groups import (FIND_COORDINATOR, METADATA, OUR_VERSIONS, RETRIABLE_COORDINATOR,
-                              COORDINATOR_WAIT_S, Broker, GroupsError, Pool, cell_text, connect_any, error_text,
-                              failure_text, addresses_from_cluster, error_name, metadata, parse_addresses)
+from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
+                               RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster, connect_any,
+                               failure_text, metadata, parse_addresses)
+from kshim.ctl.common import TXNS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 TRANSACTION_KEY = 1  # FindCoordinator key type of a transactional id
-WANTED = {METADATA: OUR_VERSIONS[METADATA], FIND_COORDINATOR: (4, 6),  # v4: batched coordinator_keys
+WANTED = {METADATA: METADATA_VERSIONS, FIND_COORDINATOR: (4, 6),  # v4: batched coordinator_keys
           LIST_TRANSACTIONS: (0, 1), DESCRIBE_TRANSACTIONS: (0, 0), DESCRIBE_PRODUCERS: (0, 0)}
 OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"}  # a transaction is running
 KNOWN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
                 "PrepareEpochFence", "Dead")
-FAILURES = (GroupsError, OSError, TimeoutError, ConnectionError)
+FAILURES = (CtlError, OSError, TimeoutError, ConnectionError)
 
 Nodes = dict[int, tuple[str, int]]
 
 
 def _none_if_negative(v: int) -> int | None:
     return v if v >= 0 else None  # the protocol's -1 means "none"
-
-
-def _why(e: BaseException) -> str:
-    return str(e) if isinstance(e, GroupsError) else failure_text(e)  # GroupsError already says it all
 
 
 # ---------------------------------------------------------------------------------- requests
@@ -72,7 +68,7 @@ async def list_transactions(pool: Pool, brokers: Nodes, states: list[str],
                                                           "duration_filter": -1})
         except FAILURES as e:
             await pool.drop(host, port)
-            errors.append(f"ListTransactions on broker {node} ({host}:{port}): {_why(e)}")
+            errors.append(f"ListTransactions on broker {node} ({host}:{port}): {failure_text(e)}")
             continue
         if resp.error_code:
             errors.append(f"ListTransactions on broker {node}: {error_name(resp.error_code)}")
@@ -118,7 +114,7 @@ async def ask_broker(pool: Pool, node: int, host: str, port: int, api_key: int, 
         await pool.drop(host, port)
         name = {DESCRIBE_TRANSACTIONS: "DescribeTransactions", DESCRIBE_PRODUCERS: "DescribeProducers"}[api_key]
         for item in items:
-            item["error"] = f"{name} on broker {node}: {_why(e)}"
+            item["error"] = f"{name} on broker {node}: {failure_text(e)}"
         return None
 
 
@@ -132,7 +128,7 @@ async def describe_transactions(pool: Pool, bootstrap: Broker, listed: dict[str,
     try:
         found = await find_coordinators(bootstrap, sorted(out))
     except FAILURES as e:
-        found = dict.fromkeys(out, f"FindCoordinator: {_why(e)}")
+        found = dict.fromkeys(out, f"FindCoordinator: {failure_text(e)}")
     by_coordinator: dict[tuple[int, str, int], list[str]] = {}
     for tid in out:
         where = found.get(tid, "FindCoordinator: no answer for the id")
@@ -168,7 +164,7 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
     md = await metadata(bootstrap, [topic])
     t = next((t for t in md.topics if t.name == topic), None)
     if t is None or t.error_code:
-        raise GroupsError(f"topic {topic}: {error_name(t.error_code) if t else 'not in the Metadata answer'}")
+        raise CtlError(f"topic {topic}: {error_name(t.error_code) if t else 'not in the Metadata answer'}")
     brokers = {**brokers, **{br.node_id: (br.host, br.port) for br in md.brokers}}
     parts = {p.partition_index: {"partition": p.partition_index, "leader": _none_if_negative(p.leader_id),
                                  "error": None, "producers": []} for p in t.partitions}
@@ -209,7 +205,7 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
 # --------------------------------------------------------------------------------- the report
 async def collect(addresses: list[tuple[str, int]], states: list[str], topic: str | None) -> dict[str, Any]:
     """The report (see the module docstring) from the brokers reachable through `addresses`."""
-    pool = Pool(WANTED)
+    pool = Pool(TXNS_CLIENT_ID, WANTED)
     try:
         bootstrap = await connect_any(pool, addresses)
         brokers = {b.node_id: (b.host, b.port) for b in (await metadata(bootstrap, [])).brokers}
@@ -232,14 +228,14 @@ async def collect(addresses: list[tuple[str, int]], states: list[str], topic: st
 
 def txns(data_dir=None, bootstrap: str | None = None, states: list[str] | None = None,
          producers: str | None = None) -> dict[str, Any]:
-    """The report, for scripts and tests. GroupsError when no broker can be asked."""
+    """The report, for scripts and tests. CtlError when no broker can be asked."""
     if not bootstrap and data_dir is None:
-        raise GroupsError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
+        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
     addresses = parse_addresses(bootstrap) if bootstrap else addresses_from_cluster(data_dir)
     try:
         return anyio.run(collect, addresses, states or [], producers)
     except (OSError, TimeoutError, ConnectionError) as e:
-        raise GroupsError(failure_text(e)) from None
+        raise CtlError(failure_text(e)) from None
 
 
 # ------------------------------------------------------------------------------------ output
@@ -258,7 +254,6 @@ def _time(ms: int | None) -> str:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    from kshim.ctl import text_table
     lines = [f"error: {e}" for e in report["errors"]]
     if "topic" in report:
         rows = [["PARTITION", "LEADER", "PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP",
@@ -311,7 +306,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         report = txns(args.data_dir, args.bootstrap, args.states, args.producers)
-    except GroupsError as e:
+    except CtlError as e:
         print(f"kshim ctl txns: {e}", file=sys.stderr)
         return 1
     print(json.dumps(report, indent=2) if args.json else format_table(report))

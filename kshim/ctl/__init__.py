@@ -1,0 +1,57 @@
+"""`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
+
+Every command but `groups` and `txns` is one request to the controller over
+<data-dir>/controller.sock. Process commands (kill, start, pause, resume) are carried out by the
+controller, on the processes it started: ctl itself never signals anything. `groups` and `txns`
+ask the brokers with the Kafka protocol (found through the controller, or --bootstrap for a single
+broker or any Kafka cluster).
+
+    status [--table]   JSON (or a table): brokers, partitions, leaders, ISRs, replica offsets
+    kill NODE          SIGKILL the broker: it stays down until `start`
+    start NODE         start a stopped broker again on its data dir; returns once it registered
+    pause NODE         SIGSTOP: it stops heartbeating and is fenced after the session timeout
+    resume NODE        SIGCONT: it registers again
+    isolate NODE       replication traffic to and from it is dropped, while it stays up
+    heal NODE          end the isolation
+    groups [--bootstrap HOST:PORT] [--group ID] [--table]
+                       consumer groups: state, members, assignments, committed offsets, lag
+    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--json]
+                       transactions: coordinator, state, producer, running time, partitions;
+                       --producers TOPIC: each partition's producers and open transactions
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kshim.ctl import groups, status, txns
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("ctl", help="control a running cluster (kshim serve --brokers N)",
+                       description="Inspect and disturb a running `kshim serve --brokers N` cluster through its "
+                                   "controller.", epilog=__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data-dir", type=Path, default=Path("kshim-data"),
+                   help="the cluster's data dir, as given to serve (default ./kshim-data)")
+    commands = p.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
+    status_parser = commands.add_parser("status", help="brokers and partitions as JSON",
+                                 description="Print the cluster's brokers and partitions as JSON.")
+    status_parser.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
+    helps = {"kill": "SIGKILL a broker", "start": "start a stopped broker again",
+             "pause": "SIGSTOP a broker", "resume": "SIGCONT a paused broker",
+             "isolate": "cut a broker's replication traffic", "heal": "restore a broker's replication traffic"}
+    for name, text in helps.items():
+        c = commands.add_parser(name, help=text, description=text + ".")
+        c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
+    groups.add_parser(commands)
+    txns.add_parser(commands)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.ctl_command == "groups":
+        return groups.main(args)
+    if args.ctl_command == "txns":
+        return txns.main(args)
+    return status.main(args)

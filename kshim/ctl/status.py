@@ -1,0 +1,86 @@
+"""`kshim ctl status` and the node commands (kill, start, pause, resume, isolate, heal): each is one
+request to the cluster's controller over <data-dir>/controller.sock."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from kshim.controller import messages as m
+from kshim.controller import rpc
+from kshim.ctl.common import CtlError, text_table
+from kshim.errors import BrokerError
+
+SOCKET_NAME = "controller.sock"
+TIMEOUT_S = 60.0  # `start` waits for the broker to register
+
+
+async def request(data_dir: Path, message: Any) -> Any:
+    """Send one request to the cluster's controller. CtlError when it is not running or refuses."""
+    path = Path(data_dir) / SOCKET_NAME
+    try:
+        return await rpc.call_once(path, message, TIMEOUT_S)
+    except BrokerError as e:
+        raise CtlError(e.message) from None
+    except TimeoutError:
+        raise CtlError(f"the controller at {path} did not answer within {TIMEOUT_S:.0f}s") from None
+    except rpc.RpcConnectionError as e:
+        raise CtlError(f"the controller at {path} closed the connection: {e}") from None
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise CtlError(f"no kshim cluster is running with data in {data_dir} (nothing answers on {path})") from None
+    except OSError as e:
+        raise CtlError(f"cannot reach the controller at {path}: {e}") from None
+
+
+def status(data_dir: Path) -> dict[str, Any]:
+    """The cluster status (for scripts and tests)."""
+    result: m.StatusResult = anyio.run(request, data_dir, m.Status())
+    return json.loads(result.json)
+
+
+def command(data_dir: Path, name: str, node_id: int) -> str:
+    """Run a node command (kill, start, pause, resume, isolate, heal); what was done."""
+    result: m.CommandResult = anyio.run(request, data_dir, m.NODE_COMMANDS[name](node_id))
+    return result.text
+
+
+def format_table(s: dict[str, Any]) -> str:
+    yes = {True: "yes", False: "no"}
+    ctl = s["controller"]
+    lines = [f"cluster {s['cluster_id']}  controller pid {ctl['pid']}  metadata version {ctl.get('image_version', '?')}",
+             ""]
+    rows = [["BROKER", "ADDRESS", "PID", "ALIVE", "ISOLATED", "EPOCH", "PROCESS"]]
+    for b in s["brokers"]:
+        rows.append([str(b["id"]), f"{b['host']}:{b['port']}", str(b["pid"]), yes[b["alive"]], yes[b["isolated"]],
+                     str(b.get("epoch", "")), b.get("process", "")])
+    lines.append(text_table(rows))
+    lines.append("")
+    if not s["partitions"]:
+        lines.append("no topics")
+    else:
+        rows = [["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFSETS (node:log end/high watermark)"]]
+        for p in s["partitions"]:
+            offsets = " ".join(f"{node}:{o['log_end_offset']}/{o['high_watermark']}"
+                               for node, o in sorted(p["replica_offsets"].items(), key=lambda kv: int(kv[0])))
+            rows.append([p["topic"], str(p["partition"]), str(p["leader"]) if p["leader"] >= 0 else "none",
+                         str(p["leader_epoch"]), ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])),
+                         offsets or "-"])
+        lines.append(text_table(rows))
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.ctl_command == "status":
+            s = status(args.data_dir)
+            print(format_table(s) if args.table else json.dumps(s, indent=2))
+        else:
+            print(command(args.data_dir, args.ctl_command, args.node))
+    except CtlError as e:
+        print(f"kshim ctl: {e}", file=sys.stderr)
+        return 1
+    return 0
