@@ -1,6 +1,6 @@
 """Exactly-once consume-transform-produce with the Apache Kafka Java client (KshimClient `copy`)
 on a 3-broker cluster while the consumer group's coordinator, then the transaction coordinator
-(or a partition leader, if that is the same node), are SIGKILLed and restarted.
+(the transactional id is chosen so that another broker coordinates it), are SIGKILLed and restarted.
 
 test_transactions_cluster.py's librdkafka copy never kills the group coordinator: librdkafka's
 send_offsets_to_transaction hangs once its cached group coordinator is gone
@@ -18,7 +18,7 @@ from compat_tests.java_client import JavaClient, Running, build
 from compat_tests.kshim_process import wait_until
 from compat_tests.test_transactions_cluster import (FAILOVER_S, LAG_TIME_MS, SESSION_TIMEOUT_MS, coordinator,
                                                     create_topics, kill, load_input, read_committed, restart,
-                                                    seal)
+                                                    seal, transactional_id_elsewhere)
 
 RECORDS = 30_000
 PER_TXN = 500          # max.poll.records: the size of most transactions
@@ -65,8 +65,9 @@ def wait_committed(run: Running, at: int, timeout: float) -> dict:
 def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills(cluster, java, topic_name):
     began = time.monotonic()
     source, sink = f"{topic_name}-in", f"{topic_name}-out"
-    group, tid = f"eos-{topic_name}", f"copy-{topic_name}"
+    group = f"eos-{topic_name}"
     create_topics(cluster, source, sink)
+    tid = transactional_id_elsewhere(cluster, group, f"copy-{topic_name}")
     inputs = load_input(cluster.bootstrap, source, RECORDS)
 
     run = java.start("copy", cluster.bootstrap, source, sink, group, tid, RECORDS,
@@ -83,17 +84,14 @@ def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills
         killed.append(("group coordinator", group_node, at))
         restart(cluster, group_node)
 
-        # 2. the transaction coordinator if it is another node, else the leader of a partition
+        # 2. the transaction coordinator, on another node (the id was chosen so), mid-copy
         at = wait_committed(run, int(KILLS_AT[1] * RECORDS), 30)
-        node, what = coordinator(cluster, tid, 1), "transaction coordinator"
-        if node == group_node:
-            leaders = [cluster.partition(t, p)["leader"] for t in (sink, source) for p in range(3)]
-            node, what = next(n for n in leaders if n != group_node and n >= 0), "partition leader"
+        node = coordinator(cluster, tid, 1)
+        assert node != group_node, f"the transaction coordinator moved onto the killed group coordinator {node}"
         kill(cluster, node)
-        killed.append((what, node, at))
-        if what == "transaction coordinator":
-            wait_until(lambda: coordinator(cluster, tid, 1) != node, FAILOVER_S,
-                       message="the transaction coordinator failover")
+        killed.append(("transaction coordinator", node, at))
+        wait_until(lambda: coordinator(cluster, tid, 1) != node, FAILOVER_S,
+                   message="the transaction coordinator failover")
         restart(cluster, node)
 
         result = java.finish(run)

@@ -16,9 +16,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.kshim_process import wait_until
 from compat_tests.raw_kafka import RawConnection
+from compat_tests.test_consistency import fetch_watermarks
 
 SENTINEL = b"--end--"
-LIST_OFFSETS = 2
+LIST_OFFSETS, DESCRIBE_TRANSACTIONS = 2, 65
 TIMEOUT_S = 20.0
 
 
@@ -71,6 +72,14 @@ def list_offset(bootstrap: str, topic: str, isolation_level: int, partition: int
     p = response.topics[0].partitions[0]
     assert p.error_code == 0, p
     return p.offset
+
+
+def describe_transaction(bootstrap: str, transactional_id: str) -> tuple[str, int]:
+    """(state, producer epoch) the coordinator holds for a transactional id (DescribeTransactions)."""
+    with RawConnection(bootstrap) as conn:
+        state = conn.request(DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}).transaction_states[0]
+    assert state.error_code == 0, state
+    return state.transaction_state, state.producer_epoch
 
 
 def test_committed_aborted_and_plain_records_by_isolation_level(kshim, topic_name):
@@ -138,6 +147,27 @@ def test_an_open_transaction_holds_read_committed_at_its_first_offset(kshim, top
         assert list_offset(kshim.bootstrap, topic_name, 1) == 5  # four records and the marker
     finally:
         reader.close()
+
+
+def test_list_offsets_and_fetch_watermarks_follow_the_same_bound_per_isolation_level(kshim, topic_name):
+    """With a transaction open from offset 1 and plain records after it: read_committed's
+    ListOffsets latest and a Fetch's last stable offset are both 1, read_uncommitted's latest and
+    the high watermark are the log end, 4; after the commit all agree on 5 (the marker included)."""
+    create_topic(kshim.bootstrap, topic_name)
+    plain_produce(kshim.bootstrap, topic_name, b"before")
+    open_txn = txn_producer(kshim.bootstrap)
+    open_txn.begin_transaction()
+    open_txn.produce(topic_name, b"open", partition=0)
+    assert open_txn.flush(TIMEOUT_S) == 0
+    plain_produce(kshim.bootstrap, topic_name, b"after-1", b"after-2")
+
+    assert list_offset(kshim.bootstrap, topic_name, 1) == 1
+    assert list_offset(kshim.bootstrap, topic_name, 0) == 4
+    assert fetch_watermarks(kshim.bootstrap, topic_name, 1) == (4, 1)
+    assert fetch_watermarks(kshim.bootstrap, topic_name, 0) == (4, 1)
+    open_txn.commit_transaction(TIMEOUT_S)
+    assert list_offset(kshim.bootstrap, topic_name, 1) == list_offset(kshim.bootstrap, topic_name, 0) == 5
+    assert fetch_watermarks(kshim.bootstrap, topic_name, 1) == (5, 5)
 
 
 def test_consume_transform_produce_commits_offsets_with_the_output(kshim, topic_name):
@@ -216,13 +246,22 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction(kshim, topi
 
 def test_a_transaction_left_open_is_aborted_at_its_timeout(kshim, topic_name):
     create_topic(kshim.bootstrap, topic_name)
-    idle = txn_producer(kshim.bootstrap, f"idle-{topic_name}", **{"transaction.timeout.ms": 2000})
+    tid = f"idle-{topic_name}"
+    idle = txn_producer(kshim.bootstrap, tid, **{"transaction.timeout.ms": 2000})
     idle.begin_transaction()
     idle.produce(topic_name, b"abandoned", partition=0)
     assert idle.flush(TIMEOUT_S) == 0
+    state, epoch = describe_transaction(kshim.bootstrap, tid)
+    assert state == "Ongoing"
     plain_produce(kshim.bootstrap, topic_name, b"later", SENTINEL)
     assert list_offset(kshim.bootstrap, topic_name, 1) == 0  # held by the open transaction
     # the coordinator aborts it after 2 s: read_committed moves on, without the abandoned record
     assert read_to_sentinel(kshim.bootstrap, topic_name, "read_committed") == [b"later"]
-    with pytest.raises(KafkaException):
-        idle.commit_transaction(TIMEOUT_S)  # its epoch was bumped by the abort: fenced
+    # ... and fences its producer: the abort bumped the epoch, so the old one is refused as fenced
+    wait_until(lambda: describe_transaction(kshim.bootstrap, tid)[0] == "CompleteAbort", TIMEOUT_S,
+               message="the timed-out transaction to complete its abort")
+    assert describe_transaction(kshim.bootstrap, tid)[1] == epoch + 1
+    with pytest.raises(KafkaException) as raised:
+        idle.commit_transaction(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED), error

@@ -66,6 +66,17 @@ def coordinator(cluster: Cluster, key: str, key_type: int) -> int:
     return wait_until(found, 20, message=f"the coordinator of {key}")[0]
 
 
+def transactional_id_elsewhere(cluster: Cluster, group: str, prefix: str) -> str:
+    """A transactional id coordinated by another broker than the group, so that a test kills the
+    coordinator it means to (placement hashes the id)."""
+    group_node = coordinator(cluster, group, 0)
+    for i in range(64):
+        tid = f"{prefix}-{i}"
+        if txn_coordinator(cluster, tid) != group_node:
+            return tid
+    raise AssertionError(f"every transactional id {prefix}-* is coordinated by the group's broker {group_node}")
+
+
 def kill(cluster: Cluster, node: int) -> None:
     result = run_ctl(cluster.data_dir, "kill", str(node))
     assert result.returncode == 0, result.stderr
@@ -157,9 +168,9 @@ class Copier:
     transaction. Abortable errors abort and rewind to the committed offsets; a fatal one starts a
     new producer with the same transactional id (which fences the old)."""
 
-    def __init__(self, bootstrap: str, source: str, sink: str, group: str) -> None:
+    def __init__(self, bootstrap: str, source: str, sink: str, group: str, tid: str) -> None:
         self.bootstrap, self.source, self.sink = bootstrap, source, sink
-        self.tid = f"copier-{group}"
+        self.tid = tid
         self.group = group
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3,
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
@@ -290,13 +301,16 @@ def test_exactly_once_copy_under_broker_kills(cluster, topic_name):
 
     watcher = Watcher(cluster.bootstrap, sink)
     watcher.start()
-    copier = Copier(cluster.bootstrap, source, sink, f"eos-{topic_name}")
-    # Every broker but the group's coordinator, the transaction coordinator first: librdkafka's
-    # send_offsets_to_transaction can hang for good once the group coordinator it cached is gone
-    # from Metadata (confluentinc/librdkafka#5511, #5456), as it is from a real Kafka's.
-    group_coordinator = coordinator(cluster, copier.group, 0)
-    others = sorted({0, 1, 2} - {group_coordinator}, key=lambda n: n != txn_coordinator(cluster, copier.tid))
-    victims = [others[0], others[1], others[0]]
+    group = f"eos-{topic_name}"
+    tid = transactional_id_elsewhere(cluster, group, f"copier-{topic_name}")
+    copier = Copier(cluster.bootstrap, source, sink, group, tid)
+    # The transaction coordinator, then the third broker, then the first again; never the group's
+    # coordinator: librdkafka's send_offsets_to_transaction can hang for good once the group
+    # coordinator it cached is gone from Metadata (confluentinc/librdkafka#5511, #5456), as it is
+    # from a real Kafka's.
+    group_coordinator, transaction_coordinator = coordinator(cluster, group, 0), txn_coordinator(cluster, tid)
+    [third] = {0, 1, 2} - {group_coordinator, transaction_coordinator}
+    victims = [transaction_coordinator, third, transaction_coordinator]
     chaos = Chaos(cluster, copier, victims)
     chaos.start()
     deadline = time.monotonic() + COPY_S
