@@ -286,7 +286,7 @@ class ControllerService:
             return sup.pause(node_id)
         if action is m.NodeAction.RESUME:
             return sup.resume(node_id)
-        broker = sup.spawn(node_id)
+        broker = sup.spawn(node_id)  # START: it answers once the new process registered
         try:
             await self.wait_registered(node_id, READY_TIMEOUT_S)
         except StartupFailed as e:
