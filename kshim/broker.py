@@ -12,12 +12,14 @@ import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 
 from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.controller.messages import (
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition, now_ms
 from kshim.signal import Signal
@@ -27,6 +29,8 @@ __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_t
 log = logging.getLogger("kshim.broker")
 
 HOUSEKEEPING_INTERVAL_S = 1.0
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -51,19 +55,13 @@ class BrokerConfig:
 
 
 class ControllerClient(Protocol):
-    """What a broker asks of the controller. Each mutating call returns once this broker has
-    applied an image that includes its effect, so a handler can answer with the new state."""
+    """What a broker asks of the controller: `await call(CreateTopic(...))` with an operation of
+    kshim.controller.messages (kshim.controller.client.ControllerClient implements it). An
+    operation that publishes returns once this broker has applied an image that includes its
+    effect, so a handler can answer with the new state. `alter_partition` is this broker's ISR
+    proposal, under its session (node id and broker epoch)."""
 
-    async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str | None], validate_only: bool) -> TopicInfo | None: ...
-
-    async def delete_topic(self, name: str) -> uuid.UUID: ...
-
-    async def create_partitions(self, name: str, total: int, validate_only: bool) -> None: ...
-
-    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None: ...
-
-    async def allocate_producer_ids(self, count: int) -> int: ...
+    async def call(self, request: Operation[R]) -> R: ...
 
     async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
                               new_isr: list[int]) -> PartitionInfo: ...
@@ -162,8 +160,8 @@ class Broker:
     # ------------------------------------------------------------------ metadata changes
     async def create_topic(self, name: str, partitions: int | None = None, configs: dict[str, str | None] | None = None,
                            *, replication_factor: int = -1, validate_only: bool = False) -> TopicInfo | None:
-        return await self.controller.create_topic(name, -1 if partitions is None else partitions,
-                                                  replication_factor, configs or {}, validate_only)
+        return await self.controller.call(CreateTopic(name, -1 if partitions is None else partitions,
+                                                      replication_factor, dict(configs or {}), validate_only))
 
     async def auto_create(self, name: str) -> TopicInfo | None:
         """The topic, created with the broker defaults if auto-creation is on; None otherwise."""
@@ -179,16 +177,16 @@ class Broker:
         return topic
 
     async def delete_topic(self, name: str) -> uuid.UUID:
-        return await self.controller.delete_topic(name)
+        return await self.controller.call(DeleteTopic(name))
 
     async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        await self.controller.create_partitions(name, total, validate_only)
+        await self.controller.call(CreatePartitions(name, total, validate_only))
 
     async def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
-        await self.controller.set_topic_configs(name, configs, validate_only)
+        await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))
 
     async def allocate_producer_id(self) -> int:
-        return await self.controller.allocate_producer_ids(1)
+        return await self.controller.call(AllocateProducerIds(1))
 
     # ------------------------------------------------------------------ housekeeping
     async def housekeeping(self) -> None:

@@ -2,6 +2,7 @@
 Controller over it (register, heartbeat long-poll, fencing, registering again), in one process."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
@@ -58,30 +59,48 @@ REQUESTS = [
     m.AllocateProducerIds(1000),
     m.AlterPartition(1, 4, "orders", 0, 3, 5, (0, 2, 1)),
     m.Status(),
-    m.Kill(1), m.Start(2), m.Pause(0), m.Resume(0), m.Isolate(1), m.Heal(1),
+    *[m.NodeCommand(action, 2) for action in m.NodeAction],
 ]
 
-RESPONSES = [
-    (m.MessageType.REGISTER, m.RegisterResult(7, IMAGE)),
-    (m.MessageType.HEARTBEAT, m.HeartbeatResult(IMAGE)),
-    (m.MessageType.HEARTBEAT, m.HeartbeatResult(None)),
-    (m.MessageType.CREATE_TOPIC, m.CreateTopicResult(43, IMAGE.topics["orders"])),
-    (m.MessageType.CREATE_TOPIC, m.CreateTopicResult(43, None)),
-    (m.MessageType.DELETE_TOPIC, m.DeleteTopicResult(44, uuid.uuid4())),
-    (m.MessageType.CREATE_PARTITIONS, m.VersionResult(45)),
-    (m.MessageType.SET_TOPIC_CONFIGS, m.VersionResult(46)),
-    (m.MessageType.ALLOCATE_PRODUCER_IDS, m.AllocateProducerIdsResult(46, 1 << 40)),
-    (m.MessageType.ALTER_PARTITION, m.AlterPartitionResult(47, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6))),
-    (m.MessageType.STATUS, m.StatusResult(json.dumps({"brokers": [], "ünï": "code"}))),
-    *[(t, m.CommandResult(48, f"done {t.name}")) for t in (m.MessageType.KILL, m.MessageType.START,
-                                                            m.MessageType.PAUSE, m.MessageType.RESUME,
-                                                            m.MessageType.ISOLATE, m.MessageType.HEAL)],
+RESULTS = [
+    (m.Register, m.Registration(7, IMAGE)),
+    (m.Heartbeat, IMAGE),
+    (m.Heartbeat, None),
+    (m.CreateTopic, IMAGE.topics["orders"]),
+    (m.CreateTopic, None),
+    (m.DeleteTopic, uuid.uuid4()),
+    (m.CreatePartitions, None),
+    (m.SetTopicConfigs, None),
+    (m.AllocateProducerIds, 1 << 40),
+    (m.AlterPartition, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6)),
+    (m.Status, json.dumps({"brokers": [], "ünï": "code"})),
+    (m.NodeCommand, "killed broker 1 (pid 4321)"),
 ]
 
+# whose methods serve each kind of operation (messages.Server)
+SERVERS = {m.Server.CONTROLLER: Controller, m.Server.PROCESS: ControllerService}
 
-def test_every_message_type_is_covered():
-    assert {r.TYPE for r in REQUESTS} == set(m.MessageType)
-    assert {t for t, _ in RESPONSES} == set(m.MessageType)
+
+def test_every_operation_is_covered():
+    assert {type(r) for r in REQUESTS} == set(m.OPERATIONS.values())
+    assert {op for op, _ in RESULTS} == set(m.OPERATIONS.values())
+    assert set(m.NodeAction) == {r.action for r in REQUESTS if isinstance(r, m.NodeCommand)}
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
+def test_every_operation_binds_to_the_method_that_serves_it(request_):
+    """The schema's fields are exactly the serving method's parameters (what `invoke` passes)."""
+    method = getattr(SERVERS[request_.SERVED_BY], request_.METHOD)
+    parameters = list(inspect.signature(method).parameters)[1:]  # after self
+    assert set(parameters) == set(request_.arguments())
+    inspect.signature(method).bind(None, **request_.arguments())
+
+
+def test_a_type_code_is_registered_once():
+    with pytest.raises(TypeError, match="share type code 3"):
+        class Again(m.Operation[None], code=m.CreateTopic.CODE):
+            pass
+    assert m.OPERATIONS[3] is m.CreateTopic
 
 
 @pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
@@ -91,28 +110,37 @@ def test_request_round_trip(request_):
     assert m.decode_request(frame[4:]) == (123456, request_)
 
 
-@pytest.mark.parametrize("type_, body", RESPONSES, ids=lambda x: getattr(x, "name", type(x).__name__))
-def test_response_round_trip(type_, body):
-    frame = m.encode_response(-7, type_, body)
-    response = m.decode_response(frame[4:])
-    assert response == m.Response(-7, type_, ErrorCode.NONE, None, body)
+@pytest.mark.parametrize("op, result", RESULTS, ids=lambda x: getattr(x, "__name__", type(x).__name__))
+def test_response_round_trip(op, result):
+    frame = m.encode_response(-7, op, m.Reply(1 << 40, result))
+    assert m.decode_response(frame[4:]) == m.Response(-7, op.CODE, ErrorCode.NONE, None, m.Reply(1 << 40, result))
 
 
 def test_metadata_image_round_trips_exactly():
-    decoded = m.decode_response(m.encode_response(1, m.MessageType.REGISTER, m.RegisterResult(1, IMAGE))[4:]).body.image
-    assert decoded == IMAGE
-    assert list(decoded.brokers) == [2, 0] and list(decoded.topics) == list(IMAGE.topics)
-    orders = decoded.topics["orders"]
+    decoded = m.decode_response(m.encode_response(1, m.Register, m.Reply(1, m.Registration(1, IMAGE)))[4:]).reply
+    image = decoded.result.image
+    assert image == IMAGE
+    assert list(image.brokers) == [2, 0] and list(image.topics) == list(IMAGE.topics)
+    orders = image.topics["orders"]
     assert isinstance(orders.topic_id, uuid.UUID) and orders.topic_id == IMAGE.topics["orders"].topic_id
     assert isinstance(orders.partitions, tuple) and isinstance(orders.partitions[0].replicas, tuple)
     assert list(orders.configs.items()) == list(IMAGE.topics["orders"].configs.items())
 
 
+def test_integers_keep_their_width():
+    with pytest.raises(m.FrameError):
+        m.encode_request(1, m.CreatePartitions("t", 1 << 31))  # an Int32 field
+    with pytest.raises(m.FrameError):
+        m.encode_request(1, m.NodeCommand("reboot", 1))  # type: ignore[arg-type]
+
+
 def test_error_response_round_trip():
-    frame = m.encode_response(5, m.MessageType.HEARTBEAT, error_code=ErrorCode.STALE_BROKER_EPOCH,
+    frame = m.encode_response(5, m.Heartbeat, error_code=ErrorCode.STALE_BROKER_EPOCH,
                               message="broker 1 epoch 2 is not current")
-    assert m.decode_response(frame[4:]) == m.Response(5, m.MessageType.HEARTBEAT, ErrorCode.STALE_BROKER_EPOCH,
+    assert m.decode_response(frame[4:]) == m.Response(5, m.Heartbeat.CODE, ErrorCode.STALE_BROKER_EPOCH,
                                                       "broker 1 epoch 2 is not current", None)
+    with pytest.raises(m.FrameError):
+        m.decode_response(frame[4:] + b"\x00")  # trailing byte
 
 
 @pytest.mark.parametrize("body", [
@@ -122,6 +150,7 @@ def test_error_response_round_trip():
     m.encode_request(1, m.Register(1, "h", 2, 3))[4:] + b"\x00",  # trailing byte
     m.encode_request(1, m.Register(1, "h", 2, 3))[4:-1],  # truncated
     b"\x00\x00\x00\x01\x00\x01\x00\x00\x00\x01\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00",  # huge string
+    m.encode_request(1, m.NodeCommand(m.NodeAction.KILL, 1))[4:].replace(b"kill", b"kilt"),  # unknown action
 ])
 def test_malformed_requests_are_frame_errors(body):
     with pytest.raises(m.FrameError):
@@ -137,7 +166,9 @@ def test_frame_size_is_bounded():
 
 def test_response_body_must_match_its_type():
     with pytest.raises(m.FrameError):
-        m.encode_response(1, m.MessageType.HEARTBEAT, m.VersionResult(1))
+        m.encode_response(1, m.Heartbeat, m.Reply(1, PartitionInfo(0, (0,), 0, 0, (0,))))
+    with pytest.raises(m.FrameError):
+        m.encode_response(1, m.Heartbeat, IMAGE)  # not a Reply
 
 
 # ------------------------------------------------------------------------------------------ RPC
@@ -232,10 +263,10 @@ async def test_heartbeat_long_poll_answers_when_the_image_changes(tmp_path, sock
         # nothing new: the answer comes after the wait, with no image
         start = anyio.current_time()
         idle = await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 100))
-        assert idle.image is None and anyio.current_time() - start >= 0.09
+        assert idle is None and anyio.current_time() - start >= 0.09
         # already behind: answered at once
         c.create_topic("early", 1, 1)
-        assert (await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 5000))).image.version == c.version
+        assert (await conn.call(m.Heartbeat(0, reg.broker_epoch, known, 5000))).version == c.version
         known = c.version
         # waiting: answered as soon as the change is published, long before wait_ms
         results = []
@@ -248,10 +279,10 @@ async def test_heartbeat_long_poll_answers_when_the_image_changes(tmp_path, sock
                 tg.start_soon(poll)
                 await anyio.sleep(0.05)
                 # the same connection answers other requests while the long-poll waits
-                status = json.loads((await conn.call(m.Status())).json)
+                status = json.loads(await conn.call(m.Status()))
                 assert not results and [b["id"] for b in status["brokers"]] == [0]
                 c.create_topic("late", 1, 1)
-        assert "late" in results[0].image.topics and results[0].image.version == c.version
+        assert "late" in results[0].topics and results[0].version == c.version
 
 
 @pytest.mark.anyio
@@ -260,7 +291,7 @@ async def test_heartbeat_offsets_show_in_status(tmp_path, sock_dir):
     async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
         await broker.create_topic("t", 1)
         broker.partition("t", 0).append(_one_batch())
-        status = await wait_for(lambda: (s := service.status())["partitions"][0]["replica_offsets"].get("0", {})
+        status = await wait_for(lambda: (s := service.status_report())["partitions"][0]["replica_offsets"].get("0", {})
                                 .get("log_end_offset") == 1 and s)
         p = status["partitions"][0]
         assert (p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"]) == ("t", 0, 0, [0], [0])
@@ -360,7 +391,7 @@ async def test_malformed_frame_closes_only_that_connection(tmp_path, sock_dir):
                 with anyio.fail_after(TIMEOUT_S), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError,
                                                                   ConnectionError)):
                     await stream.receive()
-        assert isinstance(await good.call(m.Status()), m.StatusResult)
+        assert json.loads(await good.call(m.Status()))["brokers"] == []
 
 
 @pytest.mark.anyio
@@ -368,15 +399,16 @@ async def test_process_commands_need_a_supervisor_and_isolation_needs_a_broker(t
     sock = sock_dir / "c.sock"
     async with controller_server(tmp_path, sock) as service, rpc.connect(sock) as conn:
         with pytest.raises(BrokerError) as e:
-            await conn.call(m.Kill(0))
+            await conn.call(m.NodeCommand(m.NodeAction.KILL, 0))
         assert e.value.code == ErrorCode.INVALID_REQUEST
         with pytest.raises(BrokerError) as e:
-            await conn.call(m.Isolate(5))
+            await conn.call(m.NodeCommand(m.NodeAction.ISOLATE, 5))
         assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
         await conn.call(m.Register(5, "127.0.0.1", 9097, 1))
-        result = await conn.call(m.Isolate(5))
-        assert result.version == service.controller.version and service.controller.image.brokers[5].isolated
-        await conn.call(m.Heal(5))
+        reply = await conn.answer(m.NodeCommand(m.NodeAction.ISOLATE, 5))
+        assert reply.result == "isolated broker 5"
+        assert reply.version == service.controller.version and service.controller.image.brokers[5].isolated
+        await conn.call(m.NodeCommand(m.NodeAction.HEAL, 5))
         assert not service.controller.image.brokers[5].isolated
 
 

@@ -8,22 +8,22 @@ images arrive without delay and idle heartbeats go out every HEARTBEAT_WAIT_MS. 
 register again. If the controller goes away, the broker keeps serving with its last image and
 reconnects with backoff, registering again once it is back.
 
-The mutating calls of the ControllerClient protocol send their request on the same connection
-(requests are multiplexed, see kshim.controller.rpc) and return once the broker has applied the
-image version the controller answered with, so the caller sees its change in effect.
+`call` sends an operation on the same connection (requests are multiplexed, see
+kshim.controller.rpc); an operation that publishes returns once the broker has applied the image
+version the controller answered with, so the caller sees its change in effect.
 """
 from __future__ import annotations
 
 import logging
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from kshim.cluster.image import PartitionInfo, TopicInfo
+from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
+from kshim.controller.client import ControllerClient
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
@@ -39,8 +39,10 @@ BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
 ERROR_RETRY_S = 0.2  # after an unexpected error answer to a heartbeat
 
+R = TypeVar("R")
 
-class RemoteControllerClient:
+
+class RemoteControllerClient(ControllerClient):
     def __init__(self, socket_path: Path, node_id: int, *, heartbeat_wait_ms: int = HEARTBEAT_WAIT_MS,
                  call_timeout_s: float = CALL_TIMEOUT_S) -> None:
         self.socket_path = Path(socket_path)
@@ -91,8 +93,7 @@ class RemoteControllerClient:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     async def _register(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
-        result: m.RegisterResult = await connection.call(m.Register(self.node_id, host, port, pid),
-                                                         self.call_timeout_s)
+        result = await connection.call(m.Register(self.node_id, host, port, pid), self.call_timeout_s)
         self.broker_epoch = result.broker_epoch
         self.registrations += 1
         if self.broker is not None:
@@ -101,7 +102,7 @@ class RemoteControllerClient:
     async def _heartbeats(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
         while True:
             try:
-                result: m.HeartbeatResult = await self.heartbeat(connection)
+                image = await self.heartbeat(connection)
             except BrokerError as e:
                 if e.code != ErrorCode.STALE_BROKER_EPOCH:
                     log.warning("heartbeat refused: %s %s", e.code.name, e.message)
@@ -111,11 +112,11 @@ class RemoteControllerClient:
                 await self._register(connection, host, port, pid)
                 log.info("registered again (epoch %d)", self.broker_epoch)
                 continue
-            if result.image is not None and self.broker is not None:
-                self.broker.apply_image(result.image)
+            if image is not None and self.broker is not None:
+                self.broker.apply_image(image)
 
-    async def heartbeat(self, connection: rpc.RpcConnection) -> m.HeartbeatResult:
-        """One heartbeat long-poll (tests override this to stop heartbeats)."""
+    async def heartbeat(self, connection: rpc.RpcConnection) -> MetadataImage | None:
+        """One heartbeat long-poll: a newer image, or None (tests override this to stop heartbeats)."""
         return await connection.call(
             m.Heartbeat(self.node_id, self.broker_epoch, self._image_version(), self.heartbeat_wait_ms,
                         self._offsets()),
@@ -136,18 +137,21 @@ class RemoteControllerClient:
             self._state = state
             (log.info if state == "connected" else log.warning)(message, *args)
 
-    # ------------------------------------------------------------------ the ControllerClient protocol
-    async def _call(self, request: Any) -> Any:
+    # ------------------------------------------------------------------ the ControllerClient
+    async def call(self, request: m.Operation[R]) -> R:
         connection = self._connection
         if connection is None:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "the controller is not reachable; retry later")
         try:
-            return await connection.call(request, self.call_timeout_s)
+            reply = await connection.answer(request, self.call_timeout_s)
         except TimeoutError:
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
                               f"the controller did not answer within {self.call_timeout_s:.0f}s") from None
         except rpc.RpcConnectionError:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "the connection to the controller closed; retry") from None
+        if request.PUBLISHES:
+            await self._applied(reply.version)
+        return reply.result
 
     async def _applied(self, version: int) -> None:
         if self.broker is not None:
@@ -156,38 +160,6 @@ class RemoteControllerClient:
             except TimeoutError:
                 raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
                                   f"metadata version {version} did not reach this broker in time") from None
-
-    async def create_topic(self, name: str, partitions: int, replication_factor: int,
-                           configs: dict[str, str | None], validate_only: bool) -> TopicInfo | None:
-        result: m.CreateTopicResult = await self._call(
-            m.CreateTopic(name, partitions, replication_factor, dict(configs), validate_only))
-        await self._applied(result.version)
-        return result.topic
-
-    async def delete_topic(self, name: str) -> uuid.UUID:
-        result: m.DeleteTopicResult = await self._call(m.DeleteTopic(name))
-        await self._applied(result.version)
-        return result.topic_id
-
-    async def create_partitions(self, name: str, total: int, validate_only: bool) -> None:
-        result: m.VersionResult = await self._call(m.CreatePartitions(name, total, validate_only))
-        await self._applied(result.version)
-
-    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
-        result: m.VersionResult = await self._call(m.SetTopicConfigs(name, dict(configs), validate_only))
-        await self._applied(result.version)
-
-    async def allocate_producer_ids(self, count: int) -> int:
-        result: m.AllocateProducerIdsResult = await self._call(m.AllocateProducerIds(count))
-        return result.first_id
-
-    async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
-                              new_isr: list[int]) -> PartitionInfo:
-        result: m.AlterPartitionResult = await self._call(
-            m.AlterPartition(self.node_id, self.broker_epoch, topic, index, leader_epoch, partition_epoch,
-                             tuple(new_isr)))
-        await self._applied(result.version)
-        return result.partition
 
 
 __all__ = ["RemoteControllerClient", "HEARTBEAT_WAIT_MS"]

@@ -240,18 +240,18 @@ class Controller:
                 self.store.save_partitions(topic.name, changed)
 
     # ------------------------------------------------------------------ ISR changes from leaders
-    def alter_partition(self, node_id: int, broker_epoch: int, topic_name: str, index: int, leader_epoch: int,
-                        partition_epoch: int, new_isr: list[int]) -> PartitionInfo:
+    def alter_partition(self, node_id: int, broker_epoch: int, topic: str, index: int, leader_epoch: int,
+                        partition_epoch: int, new_isr: tuple[int, ...]) -> PartitionInfo:
         """A leader shrinks or expands its ISR (Kafka's AlterPartition). Stale requests are fenced."""
         broker = self._brokers.get(node_id)
         if broker is None or broker.info.epoch != broker_epoch or not broker.info.alive:
             raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} epoch {broker_epoch} is not current")
-        topic = self._topics.get(topic_name)
-        if topic is None or not 0 <= index < len(topic.partitions):
-            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic_name}-{index}")
-        p = topic.partitions[index]
+        t = self._topics.get(topic)
+        if t is None or not 0 <= index < len(t.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{index}")
+        p = t.partitions[index]
         if p.leader != node_id:
-            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {node_id} does not lead {topic_name}-{index}")
+            raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {node_id} does not lead {topic}-{index}")
         if leader_epoch != p.leader_epoch:
             raise BrokerError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} is not {p.leader_epoch}")
         if partition_epoch != p.partition_epoch:
@@ -265,10 +265,10 @@ class Controller:
             raise BrokerError(ErrorCode.INELIGIBLE_REPLICA, f"cannot add fenced replicas {added} to the ISR")
         p.isr = [r for r in p.replicas if r in new_isr]
         p.partition_epoch += 1
-        self.store.save_partitions(topic.name, [p])
-        log.info("%s-%d: isr %s (partition epoch %d)", topic.name, index, p.isr, p.partition_epoch)
+        self.store.save_partitions(topic, [p])
+        log.info("%s-%d: isr %s (partition epoch %d)", topic, index, p.isr, p.partition_epoch)
         self._publish()
-        return self.image.topics[topic.name].partitions[index]
+        return self.image.topics[topic].partitions[index]
 
     # ------------------------------------------------------------------ topic admin
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,

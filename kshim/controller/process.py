@@ -234,8 +234,9 @@ class Supervisor:
 # ------------------------------------------------------------------------------------------ RPC handling
 @dataclass
 class ControllerService:
-    """Answers control-plane requests against a Controller. Process commands (kill, start, pause,
-    resume) need a Supervisor; without one (tests) they are refused."""
+    """Serves the control-plane operations of the controller process (messages.Server.PROCESS):
+    broker sessions, status and node commands. Process commands (kill, start, pause, resume)
+    need a Supervisor; without one (tests) they are refused."""
 
     controller: Controller
     supervisor: Supervisor | None = None
@@ -243,75 +244,54 @@ class ControllerService:
     offsets: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)  # latest heartbeats
     _registrations: Signal = field(default_factory=Signal)
 
-    async def handle(self, request: Any) -> Any:
-        c = self.controller
-        if isinstance(request, m.Heartbeat):
-            return await self._heartbeat(request)
-        if isinstance(request, m.Register):
-            epoch = c.register_broker(request.node_id, request.host, request.port, request.pid)
-            self.registered[request.node_id] = request.pid
-            self._registrations.fire()
-            return m.RegisterResult(epoch, c.image)
-        if isinstance(request, m.CreateTopic):
-            topic = c.create_topic(request.name, request.partitions, request.replication_factor,
-                                   dict(request.configs), validate_only=request.validate_only)
-            return m.CreateTopicResult(c.version, topic)
-        if isinstance(request, m.DeleteTopic):
-            topic_id = c.delete_topic(request.name)
-            return m.DeleteTopicResult(c.version, topic_id)
-        if isinstance(request, m.CreatePartitions):
-            c.create_partitions(request.name, request.total, validate_only=request.validate_only)
-            return m.VersionResult(c.version)
-        if isinstance(request, m.SetTopicConfigs):
-            c.set_topic_configs(request.name, dict(request.configs), validate_only=request.validate_only)
-            return m.VersionResult(c.version)
-        if isinstance(request, m.AllocateProducerIds):
-            first = c.allocate_producer_ids(request.count)
-            return m.AllocateProducerIdsResult(c.version, first)
-        if isinstance(request, m.AlterPartition):
-            info = c.alter_partition(request.node_id, request.broker_epoch, request.topic, request.index,
-                                     request.leader_epoch, request.partition_epoch, list(request.new_isr))
-            return m.AlterPartitionResult(c.version, info)
-        if isinstance(request, m.Status):
-            return m.StatusResult(json.dumps(self.status()))
-        if isinstance(request, (m.Isolate, m.Heal)):
-            isolated = isinstance(request, m.Isolate)
-            if request.node_id not in c.image.brokers:
-                raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {request.node_id} has ever registered")
-            c.set_isolated(request.node_id, isolated)
-            return m.CommandResult(c.version, f"{'isolated' if isolated else 'healed'} broker {request.node_id}")
-        if isinstance(request, (m.Kill, m.Start, m.Pause, m.Resume)):
-            if self.supervisor is None:
-                raise BrokerError(ErrorCode.INVALID_REQUEST, "this controller does not run broker processes")
-            return m.CommandResult(c.version, await self._process_command(request))
-        raise BrokerError(ErrorCode.INVALID_REQUEST, f"unexpected request {type(request).__name__}")
+    async def handle(self, request: m.Operation) -> m.Reply:
+        """The RPC handler: the Controller or this service serves it, as its schema says."""
+        result = await m.invoke({m.Server.CONTROLLER: self.controller, m.Server.PROCESS: self}, request)
+        return m.Reply(self.controller.version, result)
 
-    async def _heartbeat(self, request: m.Heartbeat) -> m.HeartbeatResult:
-        c = self.controller
-        c.heartbeat(request.node_id, request.broker_epoch)  # STALE_BROKER_EPOCH: register again
-        self.offsets[request.node_id] = {(o.topic, o.partition): (o.log_end_offset, o.high_watermark)
-                                         for o in request.offsets}
-        c.report_log_ends(request.node_id, {key: ends[0] for key, ends in self.offsets[request.node_id].items()})
-        if c.version > request.known_image_version:
-            return m.HeartbeatResult(c.image)
-        wait_ms = max(0, min(request.wait_ms, c.config.session_timeout_ms // MAX_HEARTBEAT_WAIT_FRACTION))
-        return m.HeartbeatResult(await c.wait_for_change(request.known_image_version, wait_ms / 1000))
+    def register(self, node_id: int, host: str, port: int, pid: int) -> m.Registration:
+        epoch = self.controller.register_broker(node_id, host, port, pid)
+        self.registered[node_id] = pid
+        self._registrations.fire()
+        return m.Registration(epoch, self.controller.image)
 
-    async def _process_command(self, request: Any) -> str:
+    async def heartbeat(self, node_id: int, broker_epoch: int, known_image_version: int, wait_ms: int,
+                        offsets: tuple[m.ReplicaOffsets, ...]) -> MetadataImage | None:
+        c = self.controller
+        c.heartbeat(node_id, broker_epoch)  # STALE_BROKER_EPOCH: register again
+        self.offsets[node_id] = {(o.topic, o.partition): (o.log_end_offset, o.high_watermark) for o in offsets}
+        c.report_log_ends(node_id, {key: ends[0] for key, ends in self.offsets[node_id].items()})
+        if c.version > known_image_version:
+            return c.image
+        wait_ms = max(0, min(wait_ms, c.config.session_timeout_ms // MAX_HEARTBEAT_WAIT_FRACTION))
+        return await c.wait_for_change(known_image_version, wait_ms / 1000)
+
+    def status(self) -> str:
+        return json.dumps(self.status_report())
+
+    async def node_command(self, action: m.NodeAction, node_id: int) -> str:
+        c = self.controller
+        if action in (m.NodeAction.ISOLATE, m.NodeAction.HEAL):
+            if node_id not in c.image.brokers:
+                raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {node_id} has ever registered")
+            isolated = action is m.NodeAction.ISOLATE
+            c.set_isolated(node_id, isolated)
+            return f"{'isolated' if isolated else 'healed'} broker {node_id}"
         sup = self.supervisor
-        assert sup is not None
-        if isinstance(request, m.Kill):
-            return await sup.kill(request.node_id)
-        if isinstance(request, m.Pause):
-            return sup.pause(request.node_id)
-        if isinstance(request, m.Resume):
-            return sup.resume(request.node_id)
-        broker = sup.spawn(request.node_id)
+        if sup is None:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "this controller does not run broker processes")
+        if action is m.NodeAction.KILL:
+            return await sup.kill(node_id)
+        if action is m.NodeAction.PAUSE:
+            return sup.pause(node_id)
+        if action is m.NodeAction.RESUME:
+            return sup.resume(node_id)
+        broker = sup.spawn(node_id)  # START: it answers once the new process registered
         try:
-            await self.wait_registered(request.node_id, READY_TIMEOUT_S)
+            await self.wait_registered(node_id, READY_TIMEOUT_S)
         except StartupFailed as e:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, str(e)) from None
-        return f"started broker {request.node_id} (pid {broker.proc.pid})"
+        return f"started broker {node_id} (pid {broker.proc.pid})"
 
     async def wait_registered(self, node_id: int, timeout_s: float) -> None:
         """Until the process the supervisor started for node_id has registered; StartupFailed if it
@@ -329,7 +309,7 @@ class ControllerService:
             with anyio.move_on_after(REAP_INTERVAL_S):
                 await self._registrations.wait()
 
-    def status(self) -> dict[str, Any]:
+    def status_report(self) -> dict[str, Any]:
         image: MetadataImage = self.controller.image
         processes = self.supervisor.brokers if self.supervisor else {}
         brokers = []

@@ -16,13 +16,13 @@ import math
 import os
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
 from kshim.controller import messages
-from kshim.controller.messages import FrameError, MessageType
+from kshim.controller.messages import FrameError, Operation, Reply
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
@@ -99,12 +99,13 @@ class _FrameSocket:
 
 
 # ------------------------------------------------------------------------------------------ server
-Handler = Callable[[Any], Awaitable[Any]]
+R = TypeVar("R")
+Handler = Callable[[Operation], Awaitable[Reply]]
 
 
 class RpcServer:
-    """Serves `handler(request) -> response body` on a unix socket. BrokerError from the handler
-    is answered as its error code and message; any other exception as UNKNOWN_SERVER_ERROR."""
+    """Serves `handler(request) -> Reply` on a unix socket. BrokerError from the handler is
+    answered as its error code and message; any other exception as UNKNOWN_SERVER_ERROR."""
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
@@ -147,16 +148,16 @@ class RpcServer:
             tg.cancel_scope.cancel()
 
     async def _answer(self, conn: _FrameSocket, write_lock: anyio.Lock, limit: anyio.Semaphore,
-                      correlation_id: int, request: Any) -> None:
+                      correlation_id: int, request: Operation) -> None:
+        op = type(request)
         try:
             try:
-                body = await self.handler(request)
-                frame = messages.encode_response(correlation_id, request.TYPE, body)
+                frame = messages.encode_response(correlation_id, op, await self.handler(request))
             except BrokerError as e:
-                frame = messages.encode_response(correlation_id, request.TYPE, error_code=e.code, message=e.message)
+                frame = messages.encode_response(correlation_id, op, error_code=e.code, message=e.message)
             except Exception as e:  # a controller bug answers this request only
-                log.exception("control request %s failed", type(request).__name__)
-                frame = messages.encode_response(correlation_id, request.TYPE,
+                log.exception("control request %s failed", op.__name__)
+                frame = messages.encode_response(correlation_id, op,
                                                  error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
                                                  message=f"{type(e).__name__}: {e}")
             async with write_lock:
@@ -187,9 +188,14 @@ class RpcConnection:
         self._next_id = 0
         self.closed: Exception | None = None
 
-    async def call(self, request: Any, timeout_s: float = math.inf) -> Any:
-        """The typed response to `request`. Raises BrokerError for an error answer, TimeoutError
-        after timeout_s, RpcConnectionError when the connection closes before the answer."""
+    async def call(self, request: Operation[R], timeout_s: float = math.inf) -> R:
+        """The result of `request` (see `answer`)."""
+        return (await self.answer(request, timeout_s)).result
+
+    async def answer(self, request: Operation[R], timeout_s: float = math.inf) -> Reply[R]:
+        """The result of `request` with the controller's image version. Raises BrokerError for an
+        error answer, TimeoutError after timeout_s, RpcConnectionError when the connection closes
+        before the answer."""
         if self.closed is not None:
             raise RpcConnectionError(f"connection to the controller closed: {self.closed}")
         self._next_id = (self._next_id + 1) & 0x7FFFFFFF
@@ -210,11 +216,12 @@ class RpcConnection:
             raise RpcConnectionError(f"connection to the controller closed: {pending.error}")
         response = pending.response
         assert response is not None
-        if response.type != request.TYPE:
-            raise RpcConnectionError(f"the controller answered {response.type.name} to {request.TYPE.name}")
+        if response.code != request.CODE:
+            raise RpcConnectionError(f"the controller answered type {response.code} to {type(request).__name__}")
         if response.error_code != ErrorCode.NONE:
             raise BrokerError(response.error_code, response.message or response.error_code.name)
-        return response.body
+        assert response.reply is not None
+        return response.reply
 
     async def _read_loop(self) -> None:
         try:
@@ -264,10 +271,10 @@ async def connect(path: Path) -> AsyncIterator[RpcConnection]:
         raise error
 
 
-async def call_once(path: Path, request: Any, timeout_s: float = 60.0) -> Any:
+async def call_once(path: Path, request: Operation[R], timeout_s: float = 60.0) -> R:
     """Connect, call, close: what `kshim ctl` does."""
     async with connect(path) as connection:
         return await connection.call(request, timeout_s)
 
 
-__all__ = ["RpcServer", "RpcConnection", "RpcConnectionError", "connect", "call_once", "MessageType"]
+__all__ = ["RpcServer", "RpcConnection", "RpcConnectionError", "connect", "call_once"]

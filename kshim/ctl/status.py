@@ -38,14 +38,12 @@ async def request(data_dir: Path, message: Any) -> Any:
 
 def status(data_dir: Path) -> dict[str, Any]:
     """The cluster status (for scripts and tests)."""
-    result: m.StatusResult = anyio.run(request, data_dir, m.Status())
-    return json.loads(result.json)
+    return json.loads(anyio.run(request, data_dir, m.Status()))
 
 
 def command(data_dir: Path, name: str, node_id: int) -> str:
     """Run a node command (kill, start, pause, resume, isolate, heal); what was done."""
-    result: m.CommandResult = anyio.run(request, data_dir, m.NODE_COMMANDS[name](node_id))
-    return result.text
+    return anyio.run(request, data_dir, m.NodeCommand(m.NodeAction(name), node_id))
 
 
 def format_table(s: dict[str, Any]) -> str:
