@@ -62,15 +62,11 @@ def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[l
                      "last_stable_offset": -1, "log_start_offset": -1, "records": b"",
                      "aborted_transactions": [] if req.isolation_level == 1 else None}
             parts.append(entry)
-            if topic is None or not 0 <= p.partition < len(topic.partitions):
-                entry["error_code"] = missing_code if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            partition = ctx.broker.partition(topic.name, p.partition)
-            if partition is None or not partition.is_leader:
-                entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-                continue
-            entry["error_code"] = partition.leader_epoch_error(p.get("current_leader_epoch", -1))
-            if entry["error_code"]:
+            partition = ctx.broker.replica_manager.get_partition_or_error(
+                topic_req.topic_id if ctx.version >= 13 else topic_req.topic, p.partition,
+                p.get("current_leader_epoch", -1))
+            if isinstance(partition, ErrorCode):
+                entry["error_code"] = partition
                 continue
             if replica_id >= 0 and record_progress and p.fetch_offset <= partition.log_end_offset:
                 partition.record_follower_fetch(replica_id, p.fetch_offset, now)

@@ -13,6 +13,7 @@ import anyio
 from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.partition import Partition, now_ms
+from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
 
@@ -81,6 +82,27 @@ class ReplicaManager:
 
     def replicas(self) -> list[Partition]:
         return list(self._replicas.values())
+
+    def get_partition_or_error(self, topic: str | uuid.UUID, index: int,
+                               current_leader_epoch: int = -1) -> Partition | ErrorCode:
+        """The replica of topic-index if this broker leads it, else why not: UNKNOWN_TOPIC_ID for a
+        topic id not known (requests naming topics by id), UNKNOWN_TOPIC_OR_PARTITION for a name
+        not known or an index out of range, NOT_LEADER_OR_FOLLOWER when it is not hosted here or
+        only as a follower; then `current_leader_epoch` against ours (KIP-320, -1 skips it)."""
+        if isinstance(topic, uuid.UUID):
+            info = self.metadata.topics_by_id.get(topic)
+            if info is None:
+                return ErrorCode.UNKNOWN_TOPIC_ID
+            topic = info.name
+        else:
+            info = self.metadata.topics.get(topic)
+        if info is None or not 0 <= index < len(info.partitions):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        replica = self._replicas.get((topic, index))
+        if replica is None or not replica.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        epoch_error = replica.leader_epoch_error(current_leader_epoch)
+        return epoch_error if epoch_error else replica
 
     # ------------------------------------------------------------------ housekeeping
     async def housekeeping(self) -> None:
