@@ -1,4 +1,4 @@
 """The replicas this broker hosts and the operations on them (Kafka's ReplicaManager)."""
-from kshim.replica.manager import ReplicaManager
+from kshim.replica.manager import PartitionAppend, ReplicaManager, TxnMarker
 
-__all__ = ["ReplicaManager"]
+__all__ = ["PartitionAppend", "ReplicaManager", "TxnMarker"]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
 
 from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
-from kshim.partition import Partition, now_ms
+from kshim.partition import AppendResult, Partition, now_ms
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
@@ -20,6 +21,36 @@ log = logging.getLogger("kshim.replica")
 HOUSEKEEPING_INTERVAL_S = 1.0
 
 TopicPartition = tuple[str, int]
+Records = bytes | memoryview | None
+VALID_ACKS = (0, 1, -1)
+
+
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's outcome of an append."""
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    base_offset: int = -1  # of the first batch, appended now or earlier (a retried duplicate)
+    last_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1  # -1 when the append was refused before reaching the partition
+    # the records are in the leader's log: an error is from the wait for COMMITTED, and they may
+    # still be committed
+    appended: bool = False
+
+    @property
+    def not_led_here(self) -> bool:
+        """The partition is unknown, or not (or no longer) led by this broker."""
+        return self.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT control batch ending a producer's transaction on a partition."""
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
 
 
 class Metadata(Protocol):
@@ -104,6 +135,78 @@ class ReplicaManager:
         epoch_error = replica.leader_epoch_error(current_leader_epoch)
         return epoch_error if epoch_error else replica
 
+    # ------------------------------------------------------------------ appends
+    def append(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+               topic_errors: Mapping[str, ErrorCode] | None = None
+               ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
+        """A Produce request's appends (Kafka's appendRecords), one outcome per entry in order.
+        `topic_errors`: the answer for topics that could not be had (a failed auto-creation).
+        The appends happen now; with acks=all, if anything was appended, the answer is an
+        awaitable that completes once those records are COMMITTED or `timeout_s` passes."""
+        if acks not in VALID_ACKS:
+            message = f"acks must be 0, 1 or -1, got {acks}"
+            return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
+        results = []
+        waits = []
+        for topic, index, data in entries:
+            result = self._append_one(acks, topic, index, data, (topic_errors or {}).get(topic))
+            results.append(result)
+            if acks == -1 and result.appended:
+                waits.append((result, self._replicas[(topic, index)]))
+        return self._await_commit(results, waits, timeout_s) if waits else results
+
+    def _append_one(self, acks: int, topic: str, index: int, data: Records,
+                    topic_error: ErrorCode | None) -> PartitionAppend:
+        if topic_error:
+            return PartitionAppend(topic_error)
+        partition = self.get_partition_or_error(topic, index)
+        if isinstance(partition, ErrorCode):
+            return PartitionAppend(partition, f"broker {self.node_id} does not lead {topic}-{index}"
+                                   if partition == ErrorCode.NOT_LEADER_OR_FOLLOWER else None)
+        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
+            return PartitionAppend(ErrorCode.NOT_ENOUGH_REPLICAS, f"ISR {list(partition.isr)} is smaller than "
+                                   f"min.insync.replicas={partition.min_insync_replicas}")
+        result = _outcome(partition.append(data), partition)
+        if result.error:
+            log.info("produce to %s-%d failed: %s %s", topic, index, result.error.name, result.message or "")
+        return result
+
+    async def _await_commit(self, results: list[PartitionAppend], waits: list[tuple[PartitionAppend, Partition]],
+                            timeout_s: float) -> list[PartitionAppend]:
+        deadline = anyio.current_time() + max(timeout_s, 0)
+        for result, partition in waits:
+            committed = await partition.wait_committed(result.last_offset, max(deadline - anyio.current_time(), 0))
+            if committed and len(partition.isr) < partition.min_insync_replicas:
+                result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
+                    f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="
+                    f"{partition.min_insync_replicas}")
+            elif not committed:
+                _not_committed(result, partition)
+        return results
+
+    async def append_and_wait(self, topic: str, index: int, records: bytes | TxnMarker, timeout_s: float,
+                              on_appended: Callable[[PartitionAppend], None] | None = None) -> PartitionAppend:
+        """A coordinator's write (acks=all, Kafka's origin=Coordinator): a batch of its own, with
+        the partition's from_coordinator checks, or a transaction marker. Returns once the records
+        are COMMITTED (error NONE) or not within `timeout_s`. `on_appended` runs right after a
+        successful append, before the wait."""
+        partition = self.get_partition_or_error(topic, index)
+        if isinstance(partition, ErrorCode):
+            return PartitionAppend(partition)
+        if isinstance(records, TxnMarker):
+            appended = partition.append_marker(records.producer_id, records.producer_epoch, records.committed,
+                                               records.coordinator_epoch)
+        else:
+            appended = partition.append(records, from_coordinator=True)
+        result = _outcome(appended, partition)
+        if not result.appended:
+            return result
+        if on_appended is not None:
+            on_appended(result)
+        if not await partition.wait_committed(result.last_offset, timeout_s):
+            _not_committed(result, partition)
+        return result
+
     # ------------------------------------------------------------------ housekeeping
     async def housekeeping(self) -> None:
         """Retention, time-based flushes and high-watermark checkpoints, once a second."""
@@ -119,3 +222,19 @@ class ReplicaManager:
     def close(self) -> None:
         for replica in self._replicas.values():
             replica.close()
+
+
+def _outcome(result: AppendResult, partition: Partition) -> PartitionAppend:
+    return PartitionAppend(result.error, result.message, result.base_offset, result.last_offset,
+                           result.log_append_time, partition.log_start_offset,
+                           appended=result.error == ErrorCode.NONE and result.last_offset >= 0)
+
+
+def _not_committed(result: PartitionAppend, partition: Partition) -> None:
+    """Why appended records were not COMMITTED in time: leadership moved, or followers are slow."""
+    if not partition.is_leader:
+        result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, (
+            "leadership moved before the records were committed")
+    else:
+        result.error, result.message = ErrorCode.REQUEST_TIMED_OUT, (
+            "not all in-sync replicas had the records before the timeout; they may still be committed")
