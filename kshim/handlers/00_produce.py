@@ -1,4 +1,6 @@
-"""Produce: append record batches to the partition leaders' logs.
+"""Produce: append record batches to the partition leaders' logs. The appends and the wait for
+COMMITTED are the ReplicaManager's (kshim/replica); this module auto-creates topics and maps the
+request and response.
 
 - acks must be 0, 1 or -1 (all); anything else gets INVALID_REQUIRED_ACKS for every partition.
 - acks=0 gets no response at all (the connection keeps its response order for the others); if

@@ -14,6 +14,8 @@ import anyio
 from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.partition import AppendResult, Partition, now_ms
+from kshim.replica import fetch as reads
+from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
@@ -206,6 +208,13 @@ class ReplicaManager:
         if not await partition.wait_committed(result.last_offset, timeout_s):
             _not_committed(result, partition)
         return result
+
+    # ------------------------------------------------------------------ reads
+    def fetch(self, params: FetchParams, asked: list[FetchPartition]) -> FetchResult | Awaitable[FetchResult]:
+        """A Fetch's reads (Kafka's fetchMessages), one answer per asked partition in order. Reads
+        now; if fewer than min_bytes are ready (and nothing failed), the answer is an awaitable
+        that completes when appends bring enough or max_wait_ms passes."""
+        return reads.fetch(self, params, asked)
 
     # ------------------------------------------------------------------ housekeeping
     async def housekeeping(self) -> None:
