@@ -1,14 +1,14 @@
-"""A broker's state: the metadata image it last applied, the partition replicas it hosts on disk,
-and the controller client through which every metadata change goes.
+"""A broker's state: the metadata image it last applied, the controller client through which
+every metadata change goes, the coordinators, and the ReplicaManager that hosts its partition
+replicas on disk.
 
 Handlers call into this module; it never calls back into handlers or the server. Metadata
 changes (create a topic, alter configs...) are asked of the controller, which decides and
-publishes a new image; `apply_image` then opens, reconfigures or removes local replicas.
+publishes a new image; `apply_image` then has the replica manager open, reconfigure or remove
+local replicas.
 """
 from __future__ import annotations
 
-import logging
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,22 +16,17 @@ from typing import Protocol, TypeVar
 
 import anyio
 
-from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.controller.messages import (
     AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
-from kshim.partition import Partition, now_ms
+from kshim.partition import Partition
+from kshim.replica import ReplicaManager
 from kshim.signal import Signal
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
 
-log = logging.getLogger("kshim.broker")
-
-HOUSEKEEPING_INTERVAL_S = 1.0
-
 R = TypeVar("R")
-
 
 @dataclass
 class BrokerConfig:
@@ -76,7 +71,7 @@ class Broker:
         self.image = MetadataImage(0, "", -1)
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
-        self._replicas: dict[tuple[str, int], Partition] = {}
+        self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self)
         self._image_applied = Signal()
         self.close_hooks: list = []  # run after the replicas close (a standalone broker's controller)
         # the coordinators know the broker, not the reverse
@@ -101,24 +96,7 @@ class Broker:
         self.image = image
         self.topics = dict(image.topics)
         self.topics_by_id = {t.topic_id: t for t in image.topics.values()}
-        wanted = set()
-        for topic in image.topics.values():
-            for info in topic.partitions:
-                if self.node_id not in info.replicas:
-                    continue
-                key = (topic.name, info.index)
-                wanted.add(key)
-                replica = self._replicas.get(key)
-                if replica is not None and replica.topic_id != topic.topic_id:
-                    self._remove(key)  # a topic deleted and created again under the same name
-                    replica = None
-                if replica is None:
-                    replica = self._open_replica(topic, info)
-                    self._replicas[key] = replica
-                self._configure(replica, topic)
-                replica.apply_partition_state(info, image)
-        for key in [k for k in self._replicas if k not in wanted]:
-            self._remove(key)
+        self.replica_manager.apply_image(image)
         self.groups.on_image()
         self.transactions.on_image()
         self._image_applied.fire()
@@ -132,30 +110,13 @@ class Broker:
             while self.image.version < version:
                 await self._image_applied.wait()
 
-    def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
-        values = topic_config.effective(topic.configs, self.config.topic_defaults)
-        return Partition(topic.name, info.index, self.config.data_dir / f"{topic.name}-{info.index}",
-                         topic_config.log_config(values), node_id=self.node_id, topic_id=topic.topic_id)
-
-    def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        values = topic_config.effective(topic.configs, self.config.topic_defaults)
-        if values != replica.config_values:
-            replica.configure(values, topic_config.log_config(values))
-
-    def _remove(self, key: tuple[str, int]) -> None:
-        replica = self._replicas.pop(key)
-        replica.retire()
-        replica.log.close()
-        shutil.rmtree(replica.directory, ignore_errors=True)
-        log.info("removed replica %s-%d", *key)
-
     # ------------------------------------------------------------------ lookups
     def partition(self, topic: str, index: int) -> Partition | None:
-        """The replica of topic-index hosted here, leader or follower; None if not hosted."""
-        return self._replicas.get((topic, index))
+        """The replica of topic-index hosted here (see ReplicaManager.partition)."""
+        return self.replica_manager.partition(topic, index)
 
     def replicas(self) -> list[Partition]:
-        return list(self._replicas.values())
+        return self.replica_manager.replicas()
 
     # ------------------------------------------------------------------ metadata changes
     async def create_topic(self, name: str, partitions: int | None = None, configs: dict[str, str | None] | None = None,
@@ -188,20 +149,8 @@ class Broker:
     async def allocate_producer_id(self) -> int:
         return await self.controller.call(AllocateProducerIds(1))
 
-    # ------------------------------------------------------------------ housekeeping
-    async def housekeeping(self) -> None:
-        """Retention, time-based flushes and high-watermark checkpoints, once a second."""
-        while True:
-            await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
-            now = now_ms()
-            for replica in list(self._replicas.values()):
-                try:
-                    replica.housekeeping(now)
-                except OSError:
-                    log.exception("housekeeping failed for %s-%d", replica.topic, replica.index)
-
+    # ------------------------------------------------------------------ shutdown
     def close(self) -> None:
-        for replica in self._replicas.values():
-            replica.close()
+        self.replica_manager.close()
         for hook in self.close_hooks:
             hook()

@@ -102,7 +102,7 @@ class InternalTopic:
         leading = set()
         if topic is not None:
             for info in topic.partitions:
-                replica = self.broker.partition(self.name, info.index)
+                replica = self.broker.replica_manager.partition(self.name, info.index)
                 if replica is not None and replica.is_leader:
                     leading.add(info.index)
         lost = self.loaded - leading
@@ -137,5 +137,5 @@ class InternalTopic:
 
     def leader_replica(self, index: int):
         """The local replica of `index` if this broker leads it, else None."""
-        replica = self.broker.partition(self.name, index)
+        replica = self.broker.replica_manager.partition(self.name, index)
         return replica if replica is not None and replica.is_leader else None

@@ -104,7 +104,7 @@ class Server:
         listener = open_listener(cfg.host, cfg.port)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.broker.housekeeping)
+                tg.start_soon(self.broker.replica_manager.housekeeping)
                 tg.start_soon(self.broker.groups.run)
                 tg.start_soon(self.broker.transactions.run)
                 task_status.started(listener.getsockname()[1])

@@ -18,6 +18,7 @@ from kshim.log.epochs import (
     CHECKPOINT_NAME, CorruptCheckpoint, LeaderEpochCache, read_checkpoint,
 )
 from kshim.partition import Partition
+from kshim.replica import ReplicaManager
 from wire import codec
 from wire.errors import ErrorCode
 from wire.headers import RequestHeader
@@ -331,8 +332,12 @@ class FakeBroker:
     topics: dict = field(default_factory=dict)
     replicas: dict = field(default_factory=dict)
 
-    def partition(self, topic: str, index: int):
-        return self.replicas.get((topic, index))
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        """The real lookups over these stand-ins."""
+        manager = ReplicaManager(0, Path("unused"), {}, self)
+        manager._replicas = self.replicas
+        return manager
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     replica management  kshim/broker.py, kshim/replica_manager.py or kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/topic_config.py
     log                 kshim/log/
-    base                kshim/errors.py, kshim/signal.py, kshim/cluster/image.py
+    base                kshim/errors.py, kshim/signal.py, kshim/cluster/image.py, and the control-plane
+                        schema (kshim/controller/messages.py, schema.py) through which a broker asks
+                        the controller
     wire                wire/ (imports nothing from kshim)
 
 - The coordinators use the replicas (they read and write their internal topics through the
@@ -43,7 +45,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("replica management", ("kshim.broker", "kshim.replica_manager", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.topic_config")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
-    ("base", ("kshim.errors", "kshim.signal", "kshim.cluster.image")),  # leaves every layer shares
+    ("base", ("kshim.errors", "kshim.signal", "kshim.cluster.image",  # leaves every layer shares
+              "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]
 INDEPENDENT = [("kshim.groups", "kshim.transactions"), ("kshim.broker", "kshim.replication")]

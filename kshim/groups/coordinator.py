@@ -33,6 +33,7 @@ from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
 from kshim.internal_topic import InternalTopic
+from kshim.replica import PartitionAppend
 from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
@@ -242,28 +243,21 @@ class GroupCoordinator:
         if not updates:
             return ErrorCode.NONE
         index = self.partition_of(group_id)
-        replica = self.broker.partition(OFFSETS_TOPIC, index)
-        if replica is None or not replica.is_leader or index not in self.loaded:
+        if index not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
         pid, epoch = producer or (-1, -1)
         batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
                                       for (t, p), e in updates],
                                      producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
-        result = replica.append(batch, from_coordinator=True)
-        if result.error:
-            if result.error == ErrorCode.MESSAGE_TOO_LARGE:
-                return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-            if result.error == ErrorCode.INVALID_PRODUCER_EPOCH:
-                return ErrorCode.PRODUCER_FENCED
-            log.warning("offset commit for %s failed: %s %s", group_id, result.error.name, result.message or "")
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if producer is not None:
-            return await self._await_txn_write(replica, index, group_id, updates, result, pid)
+            return await self._write_txn(batch, index, group_id, updates, pid)
+        # in flight only while the append waits: one that fails at once is never seen
         flight = self.in_flight.setdefault(group_id, {})
         for tp, _ in updates:
             flight[tp] = flight.get(tp, 0) + 1
         try:
-            ok = await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000)
+            result = await self.broker.replica_manager.append_and_wait(
+                OFFSETS_TOPIC, index, batch, self.config.offsets_commit_timeout_ms / 1000)
         finally:
             for tp, _ in updates:
                 flight[tp] -= 1
@@ -271,8 +265,8 @@ class GroupCoordinator:
                     del flight[tp]
             if not flight:
                 self.in_flight.pop(group_id, None)
-        if not ok:
-            return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if result.error:
+            return self._write_error(group_id, result)
         if index not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
         entries = self.offsets.setdefault(group_id, {})
@@ -292,19 +286,39 @@ class GroupCoordinator:
             self.groups[group_id] = self._new_group(group_id)
         return ErrorCode.NONE
 
-    async def _await_txn_write(self, replica, index: int, group_id: str, updates, result, producer_id: int) -> ErrorCode:
-        # pending from the append on (as Kafka does): require_stable answers UNSTABLE_OFFSET_COMMIT
-        # at once, and a marker appended after this batch settles it in log order
-        pending = self.pending_txn.setdefault(producer_id, {}).setdefault(index, [])
+    @staticmethod
+    def _write_error(group_id: str, result: PartitionAppend) -> ErrorCode:
+        """An offset write's failure as the committing client is answered."""
+        if result.not_led_here:
+            return ErrorCode.NOT_COORDINATOR
+        if result.appended:  # not COMMITTED in time
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if result.error == ErrorCode.MESSAGE_TOO_LARGE:
+            return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        if result.error == ErrorCode.INVALID_PRODUCER_EPOCH:
+            return ErrorCode.PRODUCER_FENCED
+        log.warning("offset commit for %s failed: %s %s", group_id, result.error.name, result.message or "")
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    async def _write_txn(self, batch: bytes, index: int, group_id: str, updates, producer_id: int) -> ErrorCode:
         mine = []
-        for i, (tp, entry) in enumerate(updates):
-            entry.log_offset = result.base_offset + i
-            mine.append((group_id, tp, entry))
-        pending.extend(mine)
-        if group_id not in self.groups:
-            self.groups[group_id] = self._new_group(group_id)
-        if await replica.wait_committed(result.last_offset, self.config.offsets_commit_timeout_ms / 1000) \
-                and index in self.loaded:
+
+        def pending_from_append(result: PartitionAppend) -> None:
+            # pending from the append on (as Kafka does): require_stable answers
+            # UNSTABLE_OFFSET_COMMIT at once, and a marker appended after this batch settles it in
+            # log order
+            for i, (tp, entry) in enumerate(updates):
+                entry.log_offset = result.base_offset + i
+                mine.append((group_id, tp, entry))
+            self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).extend(mine)
+            if group_id not in self.groups:
+                self.groups[group_id] = self._new_group(group_id)
+
+        result = await self.broker.replica_manager.append_and_wait(
+            OFFSETS_TOPIC, index, batch, self.config.offsets_commit_timeout_ms / 1000, on_appended=pending_from_append)
+        if not result.appended:
+            return self._write_error(group_id, result)
+        if not result.error and index in self.loaded:
             return ErrorCode.NONE
         # failed: the producer aborts its transaction; these records must not count at a commit
         by_partition = self.pending_txn.get(producer_id, {})
@@ -315,8 +329,7 @@ class GroupCoordinator:
             by_partition.pop(index, None)
             if not by_partition:
                 self.pending_txn.pop(producer_id, None)
-        return ErrorCode.NOT_COORDINATOR if not replica.is_leader or index not in self.loaded \
-            else ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NOT_COORDINATOR if index not in self.loaded else self._write_error(group_id, result)
 
     def on_txn_marker(self, producer_id: int, index: int, committed: bool, marker_offset: int) -> None:
         """A transaction marker at `marker_offset` of offsets partition `index` is COMMITTED: the

@@ -47,15 +47,10 @@ async def handle(ctx, req):
         for p in t.partitions:
             entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
-            partition = ctx.broker.partition(t.name, p.partition_index)
-            epoch = p.get("current_leader_epoch", -1)
-            topic = ctx.broker.topics.get(t.name)
-            if topic is None or not 0 <= p.partition_index < len(topic.partitions):
-                entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif partition is None or not partition.is_leader:
-                entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            elif epoch_error := partition.leader_epoch_error(epoch):
-                entry["error_code"] = epoch_error
+            partition = ctx.broker.replica_manager.get_partition_or_error(
+                t.name, p.partition_index, p.get("current_leader_epoch", -1))
+            if isinstance(partition, ErrorCode):
+                entry["error_code"] = partition
             elif p.timestamp < EARLIEST_PENDING_UPLOAD:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             else:

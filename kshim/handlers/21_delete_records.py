@@ -30,12 +30,9 @@ HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
-    info = ctx.broker.topics.get(topic)
-    if info is None or not 0 <= index < len(info.partitions):
-        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"partition {topic}-{index} does not exist")
-    partition = ctx.broker.partition(topic, index)
-    if partition is None or not partition.is_leader:
-        raise BrokerError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {ctx.broker.node_id} does not lead {topic}-{index}")
+    partition = ctx.broker.replica_manager.get_partition_or_error(topic, index)
+    if isinstance(partition, ErrorCode):
+        raise BrokerError(partition, f"{topic}-{index}: {partition.name}")
     high_watermark = partition.high_watermark
     if offset == HIGH_WATERMARK:
         offset = high_watermark

@@ -23,16 +23,10 @@ VERSIONS = (0, 4)
 
 def _answer(ctx, topic_name: str, p) -> dict:
     entry = {"partition": p.partition, "error_code": ErrorCode.NONE, "leader_epoch": -1, "end_offset": -1}
-    topic = ctx.broker.topics.get(topic_name)
-    if topic is None or not 0 <= p.partition < len(topic.partitions):
-        entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return entry
-    partition = ctx.broker.partition(topic_name, p.partition)
-    if partition is None or not partition.is_leader:
-        entry["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        return entry
-    entry["error_code"] = partition.leader_epoch_error(p.get("current_leader_epoch", -1))
-    if entry["error_code"]:
+    partition = ctx.broker.replica_manager.get_partition_or_error(topic_name, p.partition,
+                                                                  p.get("current_leader_epoch", -1))
+    if isinstance(partition, ErrorCode):
+        entry["error_code"] = partition
         return entry
     entry["leader_epoch"], entry["end_offset"] = partition.epochs.end_offset_for(
         p.leader_epoch, partition.log_end_offset)

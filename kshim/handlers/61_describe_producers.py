@@ -16,13 +16,9 @@ VERSIONS = (0, 0)
 
 def _partition(ctx, topic: str, index: int) -> dict:
     out = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None, "active_producers": []}
-    info = ctx.broker.topics.get(topic)
-    if info is None or not 0 <= index < len(info.partitions):
-        out["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return out
-    replica = ctx.broker.partition(topic, index)
-    if replica is None or not replica.is_leader:
-        out["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    replica = ctx.broker.replica_manager.get_partition_or_error(topic, index)
+    if isinstance(replica, ErrorCode):
+        out["error_code"] = replica
         return out
     out["active_producers"] = [
         {"producer_id": e.producer_id, "producer_epoch": e.epoch, "last_sequence": e.last_seq,

@@ -127,19 +127,20 @@ class TransactionCoordinator:
         if current is not None:
             current.pending = True
         try:
-            replica = self.topic.leader_replica(index)
-            if replica is None or index not in self.topic.loaded:
+            if index not in self.topic.loaded:
                 return ErrorCode.NOT_COORDINATOR
             new.update_ms = self.clock()
             key, value = log_format.encode(new)
-            result = replica.append(records.encode_batch([(key, value)]), from_coordinator=True)
+            result = await self.broker.replica_manager.append_and_wait(
+                TRANSACTION_TOPIC, index, records.encode_batch([(key, value)]), WRITE_TIMEOUT_S)
             if result.error:
-                log.warning("transaction state write for %s failed: %s", tid, result.error.name)
+                if result.not_led_here:
+                    return ErrorCode.NOT_COORDINATOR
+                if not result.appended:
+                    log.warning("transaction state write for %s failed: %s", tid, result.error.name)
+                elif index in self.topic.loaded:  # not COMMITTED in time, but it may still be:
+                    self._reload(index)  # memory must follow the log
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            if not await replica.wait_committed(result.last_offset, WRITE_TIMEOUT_S):
-                if replica.is_leader and index in self.topic.loaded:
-                    self._reload(index)  # the record may still commit: memory must follow the log
-                return ErrorCode.NOT_COORDINATOR if not replica.is_leader else ErrorCode.COORDINATOR_NOT_AVAILABLE
         finally:
             if current is not None:
                 current.pending = False

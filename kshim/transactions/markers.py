@@ -19,6 +19,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER
 from kshim.groups import OFFSETS_TOPIC
+from kshim.replica import TxnMarker
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
 
@@ -34,28 +35,20 @@ TopicPartition = tuple[str, int]
 
 async def write_here(broker, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
                      partitions: Iterable[TopicPartition], timeout_s: float) -> dict[TopicPartition, ErrorCode]:
-    """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`."""
+    """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`. The
+    partitions wait together, so the whole lasts as long as the slowest."""
+    marker = TxnMarker(producer_id, producer_epoch, committed, coordinator_epoch)
     codes: dict[TopicPartition, ErrorCode] = {}
-    written = []
-    for topic, index in partitions:
-        replica = broker.partition(topic, index)
-        if replica is None or not replica.is_leader:
-            info = broker.topics.get(topic)
-            known = info is not None and 0 <= index < len(info.partitions)
-            codes[(topic, index)] = ErrorCode.NOT_LEADER_OR_FOLLOWER if known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            continue
-        result = replica.append_marker(producer_id, producer_epoch, committed, coordinator_epoch)
-        codes[(topic, index)] = result.error or ErrorCode.REQUEST_TIMED_OUT  # until COMMITTED
-        if not result.error:
-            written.append(((topic, index), replica, result.last_offset))
-    deadline = anyio.current_time() + timeout_s
-    for tp, replica, last in written:  # sequential waits: together they last as long as the slowest
-        if await replica.wait_committed(last, max(deadline - anyio.current_time(), 0)):
-            codes[tp] = ErrorCode.NONE
-            if tp[0] == OFFSETS_TOPIC:
-                broker.groups.on_txn_marker(producer_id, tp[1], committed, last)
-        elif not replica.is_leader:
-            codes[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    async def write(tp: TopicPartition) -> None:
+        result = await broker.replica_manager.append_and_wait(*tp, marker, timeout_s)
+        codes[tp] = result.error
+        if not result.error and tp[0] == OFFSETS_TOPIC:
+            broker.groups.on_txn_marker(producer_id, tp[1], committed, result.last_offset)
+
+    async with anyio.create_task_group() as tg:
+        for tp in partitions:
+            tg.start_soon(write, tp)
     return codes
 
 

@@ -1,0 +1,249 @@
+"""The ReplicaManager: the partition replicas hosted on this broker, opened, reconfigured and
+removed as metadata images say, and the one way handlers and coordinators reach them."""
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+
+import anyio
+
+from kshim import topic_config
+from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.partition import AppendResult, Partition, now_ms
+from kshim.replica import fetch as reads
+from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.replica")
+
+HOUSEKEEPING_INTERVAL_S = 1.0
+
+TopicPartition = tuple[str, int]
+Records = bytes | memoryview | None
+VALID_ACKS = (0, 1, -1)
+
+
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's outcome of an append."""
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    base_offset: int = -1  # of the first batch, appended now or earlier (a retried duplicate)
+    last_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1  # -1 when the append was refused before reaching the partition
+    # the records are in the leader's log: an error is from the wait for COMMITTED, and they may
+    # still be committed
+    appended: bool = False
+
+    @property
+    def not_led_here(self) -> bool:
+        """The partition is unknown, or not (or no longer) led by this broker."""
+        return self.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT control batch ending a producer's transaction on a partition."""
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    coordinator_epoch: int
+
+
+class Metadata(Protocol):
+    """The broker's view of the cluster that the replica manager reads (it never changes it)."""
+    image: MetadataImage
+    topics: Mapping[str, TopicInfo]
+    topics_by_id: Mapping[uuid.UUID, TopicInfo]
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.topic_defaults = topic_defaults
+        self.metadata = metadata
+        self._replicas: dict[TopicPartition, Partition] = {}
+
+    # ------------------------------------------------------------------ hosting
+    def apply_image(self, image: MetadataImage) -> None:
+        """Open, reconfigure or remove local replicas as the image assigns them."""
+        wanted = set()
+        for topic in image.topics.values():
+            for info in topic.partitions:
+                if self.node_id not in info.replicas:
+                    continue
+                key = (topic.name, info.index)
+                wanted.add(key)
+                replica = self._replicas.get(key)
+                if replica is not None and replica.topic_id != topic.topic_id:
+                    self._remove(key)  # a topic deleted and created again under the same name
+                    replica = None
+                if replica is None:
+                    replica = self._open_replica(topic, info)
+                    self._replicas[key] = replica
+                self._configure(replica, topic)
+                replica.apply_partition_state(info, image)
+        for key in [k for k in self._replicas if k not in wanted]:
+            self._remove(key)
+
+    def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
+        values = topic_config.effective(topic.configs, self.topic_defaults)
+        return Partition(topic.name, info.index, self.data_dir / f"{topic.name}-{info.index}",
+                         topic_config.log_config(values), node_id=self.node_id, topic_id=topic.topic_id)
+
+    def _configure(self, replica: Partition, topic: TopicInfo) -> None:
+        values = topic_config.effective(topic.configs, self.topic_defaults)
+        if values != replica.config_values:
+            replica.configure(values, topic_config.log_config(values))
+
+    def _remove(self, key: TopicPartition) -> None:
+        replica = self._replicas.pop(key)
+        replica.retire()
+        replica.log.close()
+        shutil.rmtree(replica.directory, ignore_errors=True)
+        log.info("removed replica %s-%d", *key)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        """The replica of topic-index hosted here, leader or follower; None if not hosted."""
+        return self._replicas.get((topic, index))
+
+    def replicas(self) -> list[Partition]:
+        return list(self._replicas.values())
+
+    def get_partition_or_error(self, topic: str | uuid.UUID, index: int,
+                               current_leader_epoch: int = -1) -> Partition | ErrorCode:
+        """The replica of topic-index if this broker leads it, else why not: UNKNOWN_TOPIC_ID for a
+        topic id not known (requests naming topics by id), UNKNOWN_TOPIC_OR_PARTITION for a name
+        not known or an index out of range, NOT_LEADER_OR_FOLLOWER when it is not hosted here or
+        only as a follower; then `current_leader_epoch` against ours (KIP-320, -1 skips it)."""
+        if isinstance(topic, uuid.UUID):
+            info = self.metadata.topics_by_id.get(topic)
+            if info is None:
+                return ErrorCode.UNKNOWN_TOPIC_ID
+            topic = info.name
+        else:
+            info = self.metadata.topics.get(topic)
+        if info is None or not 0 <= index < len(info.partitions):
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        replica = self._replicas.get((topic, index))
+        if replica is None or not replica.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        epoch_error = replica.leader_epoch_error(current_leader_epoch)
+        return epoch_error if epoch_error else replica
+
+    # ------------------------------------------------------------------ appends
+    def append(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+               topic_errors: Mapping[str, ErrorCode] | None = None
+               ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
+        """A Produce request's appends (Kafka's appendRecords), one outcome per entry in order.
+        `topic_errors`: the answer for topics that could not be had (a failed auto-creation).
+        The appends happen now; with acks=all, if anything was appended, the answer is an
+        awaitable that completes once those records are COMMITTED or `timeout_s` passes."""
+        if acks not in VALID_ACKS:
+            message = f"acks must be 0, 1 or -1, got {acks}"
+            return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
+        results = []
+        waits = []
+        for topic, index, data in entries:
+            result = self._append_one(acks, topic, index, data, (topic_errors or {}).get(topic))
+            results.append(result)
+            if acks == -1 and result.appended:
+                waits.append((result, self._replicas[(topic, index)]))
+        return self._await_commit(results, waits, timeout_s) if waits else results
+
+    def _append_one(self, acks: int, topic: str, index: int, data: Records,
+                    topic_error: ErrorCode | None) -> PartitionAppend:
+        if topic_error:
+            return PartitionAppend(topic_error)
+        partition = self.get_partition_or_error(topic, index)
+        if isinstance(partition, ErrorCode):
+            return PartitionAppend(partition, f"broker {self.node_id} does not lead {topic}-{index}"
+                                   if partition == ErrorCode.NOT_LEADER_OR_FOLLOWER else None)
+        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
+            return PartitionAppend(ErrorCode.NOT_ENOUGH_REPLICAS, f"ISR {list(partition.isr)} is smaller than "
+                                   f"min.insync.replicas={partition.min_insync_replicas}")
+        result = _outcome(partition.append(data), partition)
+        if result.error:
+            log.info("produce to %s-%d failed: %s %s", topic, index, result.error.name, result.message or "")
+        return result
+
+    async def _await_commit(self, results: list[PartitionAppend], waits: list[tuple[PartitionAppend, Partition]],
+                            timeout_s: float) -> list[PartitionAppend]:
+        deadline = anyio.current_time() + max(timeout_s, 0)
+        for result, partition in waits:
+            committed = await partition.wait_committed(result.last_offset, max(deadline - anyio.current_time(), 0))
+            if committed and len(partition.isr) < partition.min_insync_replicas:
+                result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
+                    f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="
+                    f"{partition.min_insync_replicas}")
+            elif not committed:
+                _not_committed(result, partition)
+        return results
+
+    async def append_and_wait(self, topic: str, index: int, records: bytes | TxnMarker, timeout_s: float,
+                              on_appended: Callable[[PartitionAppend], None] | None = None) -> PartitionAppend:
+        """A coordinator's write (acks=all, Kafka's origin=Coordinator): a batch of its own, with
+        the partition's from_coordinator checks, or a transaction marker. Returns once the records
+        are COMMITTED (error NONE) or not within `timeout_s`. `on_appended` runs right after a
+        successful append, before the wait."""
+        partition = self.get_partition_or_error(topic, index)
+        if isinstance(partition, ErrorCode):
+            return PartitionAppend(partition)
+        if isinstance(records, TxnMarker):
+            appended = partition.append_marker(records.producer_id, records.producer_epoch, records.committed,
+                                               records.coordinator_epoch)
+        else:
+            appended = partition.append(records, from_coordinator=True)
+        result = _outcome(appended, partition)
+        if not result.appended:
+            return result
+        if on_appended is not None:
+            on_appended(result)
+        if not await partition.wait_committed(result.last_offset, timeout_s):
+            _not_committed(result, partition)
+        return result
+
+    # ------------------------------------------------------------------ reads
+    def fetch(self, params: FetchParams, asked: list[FetchPartition]) -> FetchResult | Awaitable[FetchResult]:
+        """A Fetch's reads (Kafka's fetchMessages), one answer per asked partition in order. Reads
+        now; if fewer than min_bytes are ready (and nothing failed), the answer is an awaitable
+        that completes when appends bring enough or max_wait_ms passes."""
+        return reads.fetch(self, params, asked)
+
+    # ------------------------------------------------------------------ housekeeping
+    async def housekeeping(self) -> None:
+        """Retention, time-based flushes and high-watermark checkpoints, once a second."""
+        while True:
+            await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
+            now = now_ms()
+            for replica in list(self._replicas.values()):
+                try:
+                    replica.housekeeping(now)
+                except OSError:
+                    log.exception("housekeeping failed for %s-%d", replica.topic, replica.index)
+
+    def close(self) -> None:
+        for replica in self._replicas.values():
+            replica.close()
+
+
+def _outcome(result: AppendResult, partition: Partition) -> PartitionAppend:
+    return PartitionAppend(result.error, result.message, result.base_offset, result.last_offset,
+                           result.log_append_time, partition.log_start_offset,
+                           appended=result.error == ErrorCode.NONE and result.last_offset >= 0)
+
+
+def _not_committed(result: PartitionAppend, partition: Partition) -> None:
+    """Why appended records were not COMMITTED in time: leadership moved, or followers are slow."""
+    if not partition.is_leader:
+        result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, (
+            "leadership moved before the records were committed")
+    else:
+        result.error, result.message = ErrorCode.REQUEST_TIMED_OUT, (
+            "not all in-sync replicas had the records before the timeout; they may still be committed")
