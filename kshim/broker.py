@@ -16,8 +16,8 @@ from typing import Protocol
 
 import anyio
 
-from kshim import topic_config
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.configs import resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition, now_ms
 from kshim.signal import Signal
@@ -135,14 +135,12 @@ class Broker:
                 await self._image_applied.wait()
 
     def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
-        values = topic_config.effective(topic.configs, self.config.topic_defaults)
         return Partition(topic.name, info.index, self.config.data_dir / f"{topic.name}-{info.index}",
-                         topic_config.log_config(values), node_id=self.node_id, topic_id=topic.topic_id)
+                         resolve(topic.configs, self.config.topic_defaults).log_config(),
+                         node_id=self.node_id, topic_id=topic.topic_id)
 
     def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        values = topic_config.effective(topic.configs, self.config.topic_defaults)
-        if values != replica.config_values:
-            replica.configure(values, topic_config.log_config(values))
+        replica.configure(resolve(topic.configs, self.config.topic_defaults))
 
     def _remove(self, key: tuple[str, int]) -> None:
         replica = self._replicas.pop(key)
