@@ -74,6 +74,9 @@ def test_topic_override_then_broker_setting_then_default():
         ("retention.ms", TOPIC_CONFIGS["retention.ms"].default, Source.DEFAULT_CONFIG)]
     assert (mir.value, mir.raw, mir.source) == (2, "2", Source.STATIC_BROKER_CONFIG)
     assert (segment.value, segment.source) == (1 << 30, Source.DEFAULT_CONFIG)
+    # a broker setting equal to the default (cluster brokers are always given one) reports as the default
+    same = resolve({}, {"min.insync.replicas": "1"}).entries["min.insync.replicas"]
+    assert (same.source, [s.source for s in same.synonyms]) == (Source.DEFAULT_CONFIG, [Source.DEFAULT_CONFIG])
     # a broker setting under a topic config's own name is not its broker name: ignored
     assert resolve({}, {"retention.ms": "5"}).entries["retention.ms"].source == Source.DEFAULT_CONFIG
 

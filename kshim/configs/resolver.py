@@ -3,7 +3,9 @@ the source DescribeConfigs reports. The controller, the partitions and the confi
 read configs through here, so they agree on every value.
 
 Broker settings are keyed by their broker names (log.retention.ms, min.insync.replicas, ...): the
-`synonym` of each topic config.
+`synonym` of each topic config. One equal to the default counts as the default: cluster brokers
+are always started with --min-insync-replicas and --uncommitted-read-limit, and DescribeConfigs
+must not report a setting nobody changed as the broker's.
 """
 from __future__ import annotations
 
@@ -91,11 +93,18 @@ def _resolve(overrides: tuple[tuple[str, str], ...], broker: tuple[tuple[str, st
         chain = []
         if name in topic_level:
             chain.append(Synonym(name, topic_level[name], Source.DYNAMIC_TOPIC_CONFIG))
-        if definition.synonym in broker_level:
-            chain.append(Synonym(definition.synonym, broker_level[definition.synonym], Source.STATIC_BROKER_CONFIG))
+        synonym = definition.synonym
+        if synonym is not None and _changes_default(definition, broker_level.get(synonym)):
+            chain.append(Synonym(synonym, broker_level[synonym], Source.STATIC_BROKER_CONFIG))
         chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
         entries[name] = _resolved(definition, chain[0].value, chain[0].source, tuple(chain))
     return TopicConfig(MappingProxyType(entries))
+
+
+def _changes_default(definition: ConfigDef, raw: str | None) -> bool:
+    if raw is None:
+        return False
+    return definition.default is None or definition.parse(raw) != definition.parse(definition.default)
 
 
 def _resolved(definition: ConfigDef, raw: str | None, source: Source, chain: tuple[Synonym, ...]) -> Resolved:

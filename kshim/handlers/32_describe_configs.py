@@ -2,7 +2,8 @@
 
 - TOPIC (2): every topic config kshim knows (kshim.configs.TOPIC_CONFIGS) with its effective value;
   source DYNAMIC_TOPIC_CONFIG (1) when the topic overrides it, STATIC_BROKER_CONFIG (4) when the
-  broker's setting (--min-insync-replicas, ...) gives it, DEFAULT_CONFIG (5) otherwise. None is
+  broker's setting (--min-insync-replicas, ...) gives it a value other than the default,
+  DEFAULT_CONFIG (5) otherwise. None is
   read-only or sensitive. An invalid name is INVALID_TOPIC_EXCEPTION, an unknown topic
   UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER (4) named "" or this broker's node id: a short, honest list of the broker's settings,
