@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
+from kshim.configs import TopicConfig
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import write_atomic
@@ -77,7 +78,7 @@ class Partition:
     topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
     max_message_bytes: int = 1048588
     log_append_time: bool = False
-    config_values: dict[str, str] = field(default_factory=dict)
+    config: TopicConfig | None = None  # the effective topic configs last applied
     # partition state, as the controller decided it
     leader_id: int = NO_LEADER
     leader_epoch: int = 0
@@ -173,16 +174,18 @@ class Partition:
         write_atomic(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n")
 
     # ------------------------------------------------------------------ configuration and role
-    def configure(self, values: dict[str, str], log_config: LogConfig) -> None:
-        """Apply the topic's effective configs (overrides over defaults)."""
-        self.config_values = dict(values)
-        self.log_config = log_config
-        self.log.update_config(log_config)
-        self.max_message_bytes = int(values["max.message.bytes"])
-        self.log_append_time = values["message.timestamp.type"] == "LogAppendTime"
-        self.majority_quorum = values["kshim.commit.quorum"] == "majority"
-        self.uncommitted_reads_to_hw = values["kshim.uncommitted.read.limit"] == "high-watermark"
-        self.min_insync_replicas = int(values["min.insync.replicas"])
+    def configure(self, config: TopicConfig) -> None:
+        """Apply the topic's effective configs (kshim.configs.resolve); the same ones again change nothing."""
+        if config == self.config:
+            return
+        self.config = config
+        self.log_config = config.log_config()
+        self.log.update_config(self.log_config)
+        self.max_message_bytes = config["max.message.bytes"]
+        self.log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+        self.majority_quorum = config["kshim.commit.quorum"] == "majority"
+        self.uncommitted_reads_to_hw = config["kshim.uncommitted.read.limit"] == "high-watermark"
+        self.min_insync_replicas = config["min.insync.replicas"]
         self._advance_hw()
 
     def apply_partition_state(self, info: PartitionInfo, image: MetadataImage) -> None:

@@ -285,20 +285,20 @@ async def describe(broker, *resources, version=4, synonyms=False, docs=False):
 @pytest.mark.anyio
 @pytest.mark.parametrize("version", range(1, 5))
 async def test_describe_topic_configs(broker, version):
-    from kshim import topic_config
+    from kshim.configs import TOPIC_CONFIGS
     await create(broker, new_topic("t", 1, 1, {"retention.ms": "60000"}))
     [result] = await describe(broker, resource(TOPIC, "t"), version=version, synonyms=True, docs=True)
     assert result.error_code == 0 and result.error_message is None
     assert (result.resource_type, result.resource_name) == (TOPIC, "t")
     configs = {c.name: c for c in result.configs}
-    assert set(configs) == set(topic_config.DEFINITIONS)
+    assert set(configs) == set(TOPIC_CONFIGS)
     retention = configs["retention.ms"]
     assert (retention.value, retention.config_source, retention.read_only, retention.is_sensitive) == \
         ("60000", 1, False, False)
     assert [(s.value, s.source) for s in retention.synonyms] == [("60000", 1),
-                                                                  (topic_config.DEFINITIONS["retention.ms"].default, 5)]
+                                                                  (TOPIC_CONFIGS["retention.ms"].default, 5)]
     segment = configs["segment.bytes"]
-    assert segment.value == topic_config.DEFINITIONS["segment.bytes"].default and segment.config_source == 5
+    assert segment.value == TOPIC_CONFIGS["segment.bytes"].default and segment.config_source == 5
     assert [(s.name, s.source) for s in segment.synonyms] == [("segment.bytes", 5)]
     if version >= 3:
         assert retention.config_type == 5 and segment.config_type == 3

@@ -6,7 +6,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     net                 kshim/server.py, kshim/protocol.py, kshim/handlers/
     coordinators        kshim/groups/, kshim/transactions/, kshim/internal_topic.py
     replica management  kshim/broker.py, kshim/replica_manager.py or kshim/replica/, kshim/replication/
-    partition           kshim/partition.py, kshim/producer_state.py, kshim/topic_config.py
+    partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
     base                kshim/errors.py, kshim/signal.py, kshim/cluster/image.py, and the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("net", ("kshim.server", "kshim.protocol", "kshim.handlers")),
     ("coordinators", ("kshim.groups", "kshim.transactions", "kshim.internal_topic")),
     ("replica management", ("kshim.broker", "kshim.replica_manager", "kshim.replica", "kshim.replication")),
-    ("partition", ("kshim.partition", "kshim.producer_state", "kshim.topic_config")),  # topic configs map to LogConfig
+    ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.cluster.image",  # leaves every layer shares
               "kshim.controller.messages", "kshim.controller.schema")),

@@ -288,11 +288,10 @@ async def test_truncation_keeps_an_idempotent_producers_earlier_batches(tmp_path
     from kshim.log import LogConfig
     from kshim.partition import Partition
     from kshim.cluster.image import MetadataImage, PartitionInfo
+    from kshim.configs import resolve
     p = Partition("t", 0, tmp_path / "t-0", LogConfig(), node_id=0)
     p.apply_partition_state(PartitionInfo(0, (0,), 0, 0, (0,)), MetadataImage(1, "c", 0))
-    p.configure({"max.message.bytes": "1048588", "message.timestamp.type": "CreateTime",
-                 "kshim.commit.quorum": "isr", "kshim.uncommitted.read.limit": "log-end",
-                 "min.insync.replicas": "1"}, LogConfig())
+    p.configure(resolve({}))
     batches = [encode_batch([(None, b"%d" % seq)], producer_id=7, producer_epoch=0, base_sequence=seq)
                for seq in range(10)]
     for batch in batches:

@@ -10,7 +10,7 @@ Election rules (Kafka's, KRaft flavour):
 - when a broker is fenced (missed heartbeats for the session timeout), it leaves the ISR of every
   partition where others remain, and partitions it led get a new leader from the remaining ISR;
   if no in-sync replica is alive the partition goes offline (leader -1) and keeps its last ISR,
-  unless the topic sets unclean.leader.election.enable=true, which elects any alive replica;
+  unless unclean.leader.election.enable is true (topic or broker setting): then any alive replica;
 - a fenced broker that registers again leads offline partitions whose ISR it is in; it rejoins
   other ISRs only when their leader expands them (AlterPartition) once it has caught up;
 - every leader change bumps the leader epoch; every leader or ISR change bumps the partition epoch.
@@ -26,8 +26,8 @@ from typing import Callable
 
 import anyio
 
-from kshim import topic_config
 from kshim.cluster.image import NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.configs import TopicConfig, resolve, validate
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -207,14 +207,14 @@ class Controller:
     def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> None:
         """Choose p's leader from its alive ISR (or, if allowed, any alive replica); -1 if none."""
         in_sync = [r for r in p.replicas if r in p.isr and r in alive]
-        if len(in_sync) > 1 and topic.configs.get("kshim.commit.quorum") == "majority":
+        if len(in_sync) > 1 and self._effective(topic)["kshim.commit.quorum"] == "majority":
             # a majority, not the whole ISR, may hold a COMMITTED record: elect the in-sync replica
             # with the longest log (assignment order breaks ties). When a leader dies its followers'
             # logs stop growing, and their heartbeats report the final offsets long before the
             # session timeout fences it.
             in_sync.sort(key=lambda r: -self.replica_log_ends.get((r, topic.name, p.index), -1))
         leader = in_sync[0] if in_sync else NO_LEADER
-        if leader == NO_LEADER and _unclean_allowed(topic):
+        if leader == NO_LEADER and self._effective(topic)["unclean.leader.election.enable"]:
             anyone = [r for r in p.replicas if r in alive]
             if anyone:
                 leader = anyone[0]
@@ -224,6 +224,9 @@ class Controller:
             p.leader = leader
             p.leader_epoch += 1
             log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
+
+    def _effective(self, topic: _Topic) -> TopicConfig:
+        return resolve(topic.configs, self.config.topic_defaults)
 
     def _elect_offline(self) -> None:
         alive = self._alive()
@@ -276,6 +279,8 @@ class Controller:
         check_topic_name(name)
         if name in self._topics:
             raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        # configs before the upper bounds below: CreateTopics has always answered INVALID_CONFIG first
+        clean = validate(configs or {})
         count = self.config.default_partitions if partitions in (None, -1) else partitions
         if not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
@@ -286,10 +291,6 @@ class Controller:
             raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
                               f"replication factor {rf} must be between 1 and the number of live brokers "
                               f"in the cluster ({len(alive)})")
-        try:
-            clean = topic_config.validate(configs or {})
-        except topic_config.InvalidConfig as e:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
         if validate_only:
             return None
         rows = _assign(count, rf, alive)
@@ -338,10 +339,7 @@ class Controller:
         topic = self._topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        try:
-            clean = topic_config.validate(dict(configs))
-        except topic_config.InvalidConfig as e:
-            raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
+        clean = validate(configs)
         if validate_only:
             return
         self.store.replace_configs(name, clean)
@@ -371,10 +369,6 @@ def _assign(count: int, rf: int, brokers: list[int], first_index: int = 0) -> li
         replicas = [brokers[(start + i + j) % n] for j in range(rf)]
         rows.append(PartitionRow(i, replicas, replicas[0], 0, list(replicas)))
     return rows
-
-
-def _unclean_allowed(topic: _Topic) -> bool:
-    return topic.configs.get("unclean.leader.election.enable", "false").lower() == "true"
 
 
 def _new_cluster_id() -> str:

@@ -6,14 +6,15 @@
 - replication_factor -1 is the default (min(3, brokers)); 0 or below -1 is INVALID_REPLICATION_FACTOR,
   and so is anything above the live brokers the controller knows (1 for a single broker).
 - A non-empty `assignments` list is INVALID_REQUEST: kshim places partitions itself.
-- Config values are validated by `topic_config`; a null value is INVALID_CONFIG (there is no
-  default to fall back to at creation), as is a name given twice.
+- Config values are validated by the controller (`kshim.configs`); a null value is INVALID_CONFIG
+  (there is no default to fall back to at creation), as is a name given twice.
 - A name that appears more than once in one request is INVALID_REQUEST, answered once.
 - validate_only runs every check and creates nothing; the answer is what creation would give,
   with a zero topic id.
 - v5+ successful answers carry num_partitions, replication_factor and every topic config with its
-  effective value (source DYNAMIC_TOPIC_CONFIG for overrides, DEFAULT_CONFIG otherwise); v7+ the
-  topic id. Failed topics answer -1 counts and an empty config list.
+  effective value (source DYNAMIC_TOPIC_CONFIG for overrides, STATIC_BROKER_CONFIG for the broker's
+  settings, DEFAULT_CONFIG otherwise); v7+ the topic id. Failed topics answer -1 counts and an
+  empty config list.
 - timeout_ms is ignored: creation on one broker completes before the response.
 """
 from __future__ import annotations
@@ -23,10 +24,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim import topic_config
+from kshim.configs import resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
-from kshim.handlers.config_resources import config_dict
+from kshim.handlers.config_resources import config_dict, config_entry
 from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
@@ -35,17 +36,8 @@ from wire.primitives import ZERO_UUID
 API_KEY = 19
 VERSIONS = (2, 7)
 
-DYNAMIC_TOPIC_CONFIG = 1
-DEFAULT_CONFIG = 5
-
-
-def _config_entries(overrides: Mapping[str, str]) -> list[dict[str, Any]]:
-    return [
-        {"name": name, "value": value, "read_only": False,
-         "config_source": DYNAMIC_TOPIC_CONFIG if name in overrides else DEFAULT_CONFIG,
-         "is_sensitive": False}
-        for name, value in topic_config.effective(dict(overrides)).items()
-    ]
+def _config_entries(ctx: RequestContext, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [config_entry(r) for r in resolve(overrides, ctx.broker.config.topic_defaults).entries.values()]
 
 
 async def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
@@ -69,11 +61,7 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give num_partitions instead")
     configs = config_dict(topic.configs, ErrorCode.INVALID_CONFIG)
-    try:
-        clean = topic_config.validate(configs)
-    except topic_config.InvalidConfig as e:
-        raise BrokerError(ErrorCode.INVALID_CONFIG, str(e)) from None
-    created = await broker.create_topic(name, count, clean, replication_factor=replication,
+    created = await broker.create_topic(name, count, configs, replication_factor=replication,
                                         validate_only=validate_only)
     return {
         "name": name,
@@ -83,7 +71,7 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
         "num_partitions": len(created.partitions) if created is not None else count,
         "replication_factor": (len(created.partitions[0].replicas) if created is not None else
                                broker.config.default_replication_factor if replication == -1 else replication),
-        "configs": _config_entries(created.configs if created is not None else clean),
+        "configs": _config_entries(ctx, created.configs if created is not None else configs),
     }
 
 

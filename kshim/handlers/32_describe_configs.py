@@ -1,7 +1,9 @@
 """DescribeConfigs: report topic configs and a few static broker settings.
 
-- TOPIC (2): every config kshim knows (topic_config.DEFINITIONS) with its effective value; source
-  DYNAMIC_TOPIC_CONFIG (1) when the topic overrides it, DEFAULT_CONFIG (5) otherwise. None is
+- TOPIC (2): every topic config kshim knows (kshim.configs.TOPIC_CONFIGS) with its effective value;
+  source DYNAMIC_TOPIC_CONFIG (1) when the topic overrides it, STATIC_BROKER_CONFIG (4) when the
+  broker's setting (--min-insync-replicas, ...) gives it a value other than the default,
+  DEFAULT_CONFIG (5) otherwise. None is
   read-only or sensitive. An invalid name is INVALID_TOPIC_EXCEPTION, an unknown topic
   UNKNOWN_TOPIC_OR_PARTITION.
 - BROKER (4) named "" or this broker's node id: a short, honest list of the broker's settings,
@@ -9,8 +11,9 @@
   Another node id is INVALID_REQUEST.
 - Other resource types (BROKER_LOGGER, ...) are INVALID_REQUEST.
 - `configuration_keys` filters by name; null or empty means every config. Unknown names are left out.
-- include_synonyms (v1+): each topic config lists the override (if any) then the default under
-  the same name, in precedence order; each broker setting lists itself.
+- include_synonyms (v1+): each topic config lists the override (if any), the broker setting under
+  its broker name (if any), then the default under the topic config's name, in precedence order;
+  each broker setting lists itself.
 - v3+: config_type, and documentation when include_documentation (null otherwise).
 - v0 is not served (clients since Kafka 1.1 send v1+); `is_default` is still filled for it.
 """
@@ -20,9 +23,10 @@ from typing import Any, Iterable, Mapping
 
 from construct import Container
 
-from kshim import topic_config
+from kshim.configs import Resolved, Source, broker_settings, resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
+from kshim.handlers.config_resources import config_entry
 from wire.errors import ErrorCode
 
 API_KEY = 32
@@ -31,81 +35,30 @@ VERSIONS = (1, 4)
 TOPIC = 2
 BROKER = 4
 
-DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
 
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7,
-                "class": 8, "password": 9}
-
-
-def _entry(name: str, value: str | None, source: int, type_: str, doc: str, read_only: bool,
-           synonyms: list[dict[str, Any]], include_docs: bool) -> dict[str, Any]:
-    return {
-        "name": name, "value": value, "read_only": read_only,
-        "is_default": source == DEFAULT_CONFIG, "config_source": source, "is_sensitive": False,
-        "synonyms": synonyms, "config_type": CONFIG_TYPES[type_],
-        "documentation": doc if include_docs else None,
-    }
+def _entries(configs: Iterable[Resolved], keys: set[str] | None, synonyms: bool,
+             docs: bool) -> list[dict[str, Any]]:
+    return [{**config_entry(r), "is_default": r.source == Source.DEFAULT_CONFIG,
+             "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in r.synonyms]
+             if synonyms else [],
+             "config_type": r.definition.type.code, "documentation": r.definition.doc if docs else None}
+            for r in configs if keys is None or r.name in keys]
 
 
-def _topic_configs(ctx: RequestContext, name: str, keys: set[str] | None, synonyms: bool,
-                   docs: bool) -> list[dict[str, Any]]:
+def _topic_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
     check_topic_name(name)
     topic = ctx.broker.topics.get(name)
     if topic is None:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-    out = []
-    for definition in topic_config.DEFINITIONS.values():
-        if keys is not None and definition.name not in keys:
-            continue
-        override = topic.configs.get(definition.name)
-        chain = []
-        if synonyms:
-            if override is not None:
-                chain.append({"name": definition.name, "value": override, "source": DYNAMIC_TOPIC_CONFIG})
-            chain.append({"name": definition.name, "value": definition.default, "source": DEFAULT_CONFIG})
-        if override is not None:
-            out.append(_entry(definition.name, override, DYNAMIC_TOPIC_CONFIG, definition.type, definition.doc,
-                              False, chain, docs))
-        else:
-            out.append(_entry(definition.name, definition.default, DEFAULT_CONFIG, definition.type,
-                              definition.doc, False, chain, docs))
-    return out
+    return resolve(topic.configs, ctx.broker.config.topic_defaults).entries.values()
 
 
-def _broker_settings(ctx: RequestContext) -> Iterable[tuple[str, str, str, str]]:
-    """(name, value, type, documentation) of the broker settings worth reporting."""
-    config = ctx.broker.config
-    yield ("broker.id", str(config.node_id), "int", "This broker's node id.")
-    yield ("node.id", str(config.node_id), "int", "This broker's node id.")
-    yield ("advertised.listeners", f"PLAINTEXT://{config.advertised}:{config.port}", "string",
-           "The address clients are told to connect to.")
-    yield ("num.partitions", str(config.default_partitions), "int",
-           "Partitions of a topic created without an explicit count, or auto-created.")
-    yield ("auto.create.topics.enable", str(config.auto_create_topics).lower(), "boolean",
-           "Whether metadata requests and produces create unknown topics.")
-    yield ("default.replication.factor", "1", "int", "Replicas of a new topic: always 1 on a single broker.")
-    yield ("message.max.bytes", topic_config.DEFINITIONS["max.message.bytes"].default, "int",
-           "The largest record batch accepted, unless a topic sets max.message.bytes.")
-    yield ("socket.request.max.bytes", str(config.max_request_bytes), "int",
-           "The largest request the broker reads; larger ones close the connection.")
-    yield ("log.dirs", str(config.data_dir), "string", "Where partition logs and metadata are stored.")
-
-
-def _broker_configs(ctx: RequestContext, name: str, keys: set[str] | None, synonyms: bool,
-                    docs: bool) -> list[dict[str, Any]]:
+def _broker_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
     node_id = ctx.broker.config.node_id
     if name not in ("", str(node_id)):
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           f"broker resource name must be '' or this broker's id {node_id}, got {name!r}")
-    out = []
-    for key, value, type_, doc in _broker_settings(ctx):
-        if keys is not None and key not in keys:
-            continue
-        chain = [{"name": key, "value": value, "source": STATIC_BROKER_CONFIG}] if synonyms else []
-        out.append(_entry(key, value, STATIC_BROKER_CONFIG, type_, doc, True, chain, docs))
-    return out
+    return broker_settings(ctx.broker.config)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
@@ -118,12 +71,13 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
                                   "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         try:
             if resource.resource_type == TOPIC:
-                result["configs"] = _topic_configs(ctx, resource.resource_name, keys, synonyms, docs)
+                configs = _topic_configs(ctx, resource.resource_name)
             elif resource.resource_type == BROKER:
-                result["configs"] = _broker_configs(ctx, resource.resource_name, keys, synonyms, docs)
+                configs = _broker_configs(ctx, resource.resource_name)
             else:
                 raise BrokerError(ErrorCode.INVALID_REQUEST,
                                   f"resource type {resource.resource_type} is not supported by kshim")
+            result["configs"] = _entries(configs, keys, synonyms, docs)
         except BrokerError as e:
             result["error_code"], result["error_message"] = e.code, e.message
         results.append(result)

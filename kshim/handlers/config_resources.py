@@ -1,4 +1,5 @@
-"""What AlterConfigs and IncrementalAlterConfigs share: per-resource answers and topic lookup.
+"""What the config handlers share: per-resource answers, topic lookup, and a resolved config as
+the entry CreateTopics and DescribeConfigs answer with.
 
 Not a handler module (no NN_ prefix): the registry does not load it.
 """
@@ -11,6 +12,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from construct import Container
 
 from kshim.cluster.image import TopicInfo
+from kshim.configs import Resolved
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
@@ -34,6 +36,12 @@ def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
     if topic is None:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     return topic
+
+
+def config_entry(resolved: Resolved) -> dict[str, Any]:
+    """The fields CreateTopics (v5+) and DescribeConfigs entries share."""
+    return {"name": resolved.name, "value": resolved.raw, "read_only": not resolved.definition.dynamic,
+            "config_source": resolved.source, "is_sensitive": resolved.definition.sensitive}
 
 
 def config_dict(entries, error: ErrorCode) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
 
-from kshim import topic_config
+from kshim.configs import resolve
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.partition import AppendResult, Partition, now_ms
 from kshim.replica import fetch as reads
@@ -93,14 +93,12 @@ class ReplicaManager:
             self._remove(key)
 
     def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
-        values = topic_config.effective(topic.configs, self.topic_defaults)
         return Partition(topic.name, info.index, self.data_dir / f"{topic.name}-{info.index}",
-                         topic_config.log_config(values), node_id=self.node_id, topic_id=topic.topic_id)
+                         resolve(topic.configs, self.topic_defaults).log_config(),
+                         node_id=self.node_id, topic_id=topic.topic_id)
 
     def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        values = topic_config.effective(topic.configs, self.topic_defaults)
-        if values != replica.config_values:
-            replica.configure(values, topic_config.log_config(values))
+        replica.configure(resolve(topic.configs, self.topic_defaults))
 
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)

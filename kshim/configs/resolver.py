@@ -1,0 +1,134 @@
+"""Effective configs: a topic's override, else the broker's setting, else the default; typed, with
+the source DescribeConfigs reports. The controller, the partitions and the config handlers all
+read configs through here, so they agree on every value.
+
+Broker settings are keyed by their broker names (log.retention.ms, min.insync.replicas, ...): the
+`synonym` of each topic config. One equal to the default counts as the default: cluster brokers
+are always started with --min-insync-replicas and --uncommitted-read-limit, and DescribeConfigs
+must not report a setting nobody changed as the broker's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from kshim.configs.definitions import BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, topic_definition
+from kshim.configs.broker import BrokerConfig
+from kshim.log import LogConfig
+
+
+
+class Source(IntEnum):
+    """Where a value comes from, by DescribeConfigs' config_source codes."""
+    DYNAMIC_TOPIC_CONFIG = 1
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+@dataclass(frozen=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: Source
+
+
+@dataclass(frozen=True)
+class Resolved:
+    definition: ConfigDef
+    value: Any  # typed
+    raw: str | None  # as the admin APIs show it
+    source: Source
+    synonyms: tuple[Synonym, ...]  # every level that gives a value, highest precedence first
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Every topic config's effective value; `config[name]` is the typed value."""
+    entries: Mapping[str, Resolved]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.entries[name].value
+
+    def log_config(self) -> LogConfig:
+        flush_messages, flush_ms = self["flush.messages"], self["flush.ms"]
+        return LogConfig(
+            segment_bytes=self["segment.bytes"],
+            segment_ms=self["segment.ms"],
+            retention_ms=self["retention.ms"],
+            retention_bytes=self["retention.bytes"],
+            flush_messages=None if flush_messages == LONG_MAX else flush_messages,
+            flush_ms=None if flush_ms == LONG_MAX else flush_ms,
+        )
+
+
+def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Topic overrides checked by name and value (InvalidConfig); None values (deletions) dropped."""
+    out: dict[str, str] = {}
+    for name, value in configs.items():
+        definition = topic_definition(name)
+        if value is not None:
+            definition.parse(value)
+            out[name] = value
+    return out
+
+
+def resolve(overrides: Mapping[str, str], broker: Mapping[str, str] | None = None) -> TopicConfig:
+    """A topic's effective configs from its (validated) overrides and the broker's settings."""
+    return _resolve(tuple(sorted(overrides.items())), tuple(sorted((broker or {}).items())))
+
+
+@lru_cache(maxsize=256)  # every image reconfigures every replica: topics share a handful of configs
+def _resolve(overrides: tuple[tuple[str, str], ...], broker: tuple[tuple[str, str], ...]) -> TopicConfig:
+    topic_level, broker_level = dict(overrides), dict(broker)
+    entries = {}
+    for name, definition in TOPIC_CONFIGS.items():
+        chain = []
+        if name in topic_level:
+            chain.append(Synonym(name, topic_level[name], Source.DYNAMIC_TOPIC_CONFIG))
+        synonym = definition.synonym
+        if synonym is not None and _changes_default(definition, broker_level.get(synonym)):
+            chain.append(Synonym(synonym, broker_level[synonym], Source.STATIC_BROKER_CONFIG))
+        chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
+        entries[name] = _resolved(definition, chain[0].value, chain[0].source, tuple(chain))
+    return TopicConfig(MappingProxyType(entries))
+
+
+def _changes_default(definition: ConfigDef, raw: str | None) -> bool:
+    if raw is None:
+        return False
+    return definition.default is None or definition.parse(raw) != definition.parse(definition.default)
+
+
+def _resolved(definition: ConfigDef, raw: str | None, source: Source, chain: tuple[Synonym, ...]) -> Resolved:
+    return Resolved(definition, None if raw is None else definition.parse(raw), raw, source, chain)
+
+
+# broker settings taken from the command line; the others are the broker's topic-config settings
+# (message.max.bytes) or their defaults
+_FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
+    "broker.id": lambda c: str(c.node_id),
+    "node.id": lambda c: str(c.node_id),
+    "advertised.listeners": lambda c: f"PLAINTEXT://{c.advertised}:{c.port}",
+    "num.partitions": lambda c: str(c.default_partitions),
+    "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
+    "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
+    "log.dirs": lambda c: str(c.data_dir),
+}
+
+
+def broker_settings(config: BrokerConfig) -> list[Resolved]:
+    """The broker settings DescribeConfigs reports, all static."""
+    out = []
+    for name, definition in BROKER_CONFIGS.items():
+        given = _FROM_COMMAND_LINE.get(name)
+        raw = given(config) if given else config.topic_defaults.get(name, definition.default)
+        source = Source.STATIC_BROKER_CONFIG
+        out.append(_resolved(definition, raw, source, (Synonym(name, raw, source),)))
+    return out

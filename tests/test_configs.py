@@ -1,0 +1,156 @@
+"""The config table and resolver: typed values, ranges and choices, precedence with its sources,
+and the broker's settings reaching the controller and DescribeConfigs."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from kshim.broker import BrokerConfig
+from kshim.configs import BROKER_CONFIGS, TOPIC_CONFIGS, InvalidConfig, Source, resolve, validate
+from kshim.controller.controller import Controller, ControllerConfig
+from kshim.controller.store import MetadataStore
+from kshim.handlers import RequestContext
+from kshim.log import LogConfig
+from kshim.standalone import open_standalone
+from wire import codec
+from wire.errors import ErrorCode
+from wire.headers import RequestHeader
+
+TOPIC, BROKER = 2, 4
+
+
+def test_defaults_resolve_to_typed_values():
+    config = resolve({})
+    assert config["retention.ms"] == 7 * 24 * 3600 * 1000
+    assert config["min.insync.replicas"] == 1
+    assert config["unclean.leader.election.enable"] is False
+    assert config["cleanup.policy"] == ("delete",)
+    assert config["message.timestamp.type"] == "CreateTime"
+    assert config.log_config() == LogConfig()  # flush.* defaults mean "never force a flush"
+    assert all(r.source == Source.DEFAULT_CONFIG for r in config.entries.values())
+
+
+def test_overrides_are_typed():
+    config = resolve({"segment.bytes": "1000", "flush.ms": "250", "unclean.leader.election.enable": "TRUE"})
+    assert config["segment.bytes"] == 1000 and config["unclean.leader.election.enable"] is True
+    assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (1000, 250)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("no.such.config", "1", "unknown topic config 'no.such.config'"),
+    ("retention.ms", "soon", "invalid value for retention.ms: value 'soon' is not a number"),
+    ("retention.ms", "-2", "invalid value for retention.ms: value -2 is outside [-1, 9223372036854775807]"),
+    ("segment.bytes", "13", "invalid value for segment.bytes: value 13 is outside [14, 2147483647]"),
+    ("segment.bytes", "2147483648", "invalid value for segment.bytes: value 2147483648 is outside [14, 2147483647]"),
+    ("min.insync.replicas", "0", "invalid value for min.insync.replicas: value 0 is outside [1, 2147483647]"),
+    ("cleanup.policy", "compact", "invalid value for cleanup.policy: value 'compact' is not one of delete"),
+    ("cleanup.policy", "delete,delete", "invalid value for cleanup.policy: value 'delete,delete' is not one of delete"),
+    ("cleanup.policy", "", "invalid value for cleanup.policy: value '' is not one of delete"),
+    ("kshim.commit.quorum", "all", "invalid value for kshim.commit.quorum: value 'all' is not one of isr, majority"),
+    ("unclean.leader.election.enable", "yes",
+     "invalid value for unclean.leader.election.enable: value 'yes' is not true or false"),
+])
+def test_invalid_configs_answer_invalid_config_with_a_message(name, value, message):
+    with pytest.raises(InvalidConfig) as e:
+        validate({name: value})
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_CONFIG, message)
+
+
+def test_validate_keeps_valid_values_and_drops_deletions():
+    assert validate({"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete", "flush.ms": None}) == \
+        {"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete"}
+    with pytest.raises(InvalidConfig, match="unknown topic config 'nope'"):
+        validate({"nope": None})  # a deletion still names a known config
+
+
+def test_topic_override_then_broker_setting_then_default():
+    config = resolve({"retention.ms": "1000"}, {"log.retention.ms": "2000", "min.insync.replicas": "2"})
+    retention, mir, segment = (config.entries[n] for n in ("retention.ms", "min.insync.replicas", "segment.bytes"))
+    assert (retention.value, retention.source) == (1000, Source.DYNAMIC_TOPIC_CONFIG)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("retention.ms", "1000", Source.DYNAMIC_TOPIC_CONFIG),
+        ("log.retention.ms", "2000", Source.STATIC_BROKER_CONFIG),
+        ("retention.ms", TOPIC_CONFIGS["retention.ms"].default, Source.DEFAULT_CONFIG)]
+    assert (mir.value, mir.raw, mir.source) == (2, "2", Source.STATIC_BROKER_CONFIG)
+    assert (segment.value, segment.source) == (1 << 30, Source.DEFAULT_CONFIG)
+    # a broker setting equal to the default (cluster brokers are always given one) reports as the default
+    same = resolve({}, {"min.insync.replicas": "1"}).entries["min.insync.replicas"]
+    assert (same.source, [s.source for s in same.synonyms]) == (Source.DEFAULT_CONFIG, [Source.DEFAULT_CONFIG])
+    # a broker setting under a topic config's own name is not its broker name: ignored
+    assert resolve({}, {"retention.ms": "5"}).entries["retention.ms"].source == Source.DEFAULT_CONFIG
+
+
+def test_every_entry_is_complete():
+    for definition in [*TOPIC_CONFIGS.values(), *BROKER_CONFIGS.values()]:
+        assert definition.doc and "\n" not in definition.doc
+        if definition.default is not None:
+            definition.parse(definition.default)  # every default passes its own validator
+    assert all(d.dynamic and d.synonym for d in TOPIC_CONFIGS.values())
+    assert not any(d.dynamic for d in BROKER_CONFIGS.values())
+
+
+@pytest.mark.parametrize("setting", [None, "false", "true"])
+def test_controller_elects_by_the_brokers_unclean_setting(tmp_path, setting):
+    defaults = {} if setting is None else {"unclean.leader.election.enable": setting}
+    controller = Controller(MetadataStore(tmp_path / "m.sqlite"), ControllerConfig(topic_defaults=defaults))
+    epochs = {n: controller.register_broker(n, "127.0.0.1", 9092 + n) for n in range(3)}
+    controller.create_topic("t", 1, 3)
+    p = controller.image.topics["t"].partitions[0]
+    controller.alter_partition(p.leader, epochs[p.leader], "t", 0, p.leader_epoch, p.partition_epoch, [p.leader])
+    controller.fence(p.leader)
+    after = controller.image.topics["t"].partitions[0]
+    if setting == "true":
+        assert after.leader not in (-1, p.leader) and after.isr == (after.leader,)
+    else:
+        assert after.leader == -1 and after.isr == (p.leader,)
+    controller.close()
+
+
+async def _call(broker, module_name: str, version: int, body: dict):
+    module = importlib.import_module(f"kshim.handlers.{module_name}")
+    req = codec.decode(module.API_KEY, version, "request", codec.encode(module.API_KEY, version, "request", body))
+    resp = await module.handle(RequestContext(broker, RequestHeader(module.API_KEY, version, 1, "t", 0), "t:0", {}), req)
+    return codec.decode(module.API_KEY, version, "response",
+                        codec.encode(module.API_KEY, version, "response", resp))
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_describe_and_create_report_the_brokers_settings(tmp_path):
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path, topic_defaults={"min.insync.replicas": "2",
+                                                                              "message.max.bytes": "5000"}))
+    try:
+        created = await _call(broker, "19_create_topics", 7, {"timeout_ms": 1000, "validate_only": True, "topics": [
+            {"name": "t", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+             "configs": [{"name": "retention.ms", "value": "60000"}]}]})
+        answered = {c.name: (c.value, c.config_source) for c in created.topics[0].configs}
+        assert answered["retention.ms"] == ("60000", Source.DYNAMIC_TOPIC_CONFIG)
+        assert answered["min.insync.replicas"] == ("2", Source.STATIC_BROKER_CONFIG)
+        assert answered["segment.bytes"] == (TOPIC_CONFIGS["segment.bytes"].default, Source.DEFAULT_CONFIG)
+        assert broker.topics == {}
+
+        await broker.create_topic("t", 1, {})
+        assert broker.partition("t", 0).min_insync_replicas == 2
+        assert broker.partition("t", 0).max_message_bytes == 5000
+        described = await _call(broker, "32_describe_configs", 4, {
+            "resources": [{"resource_type": TOPIC, "resource_name": "t",
+                           "configuration_keys": ["min.insync.replicas", "max.message.bytes"]}],
+            "include_synonyms": True, "include_documentation": False})
+        entries = {c.name: c for c in described.results[0].configs}
+        mir = entries["min.insync.replicas"]
+        assert (mir.value, mir.config_source, mir.read_only) == ("2", Source.STATIC_BROKER_CONFIG, False)
+        assert [(s.name, s.value, s.source) for s in entries["max.message.bytes"].synonyms] == [
+            ("message.max.bytes", "5000", Source.STATIC_BROKER_CONFIG),
+            ("max.message.bytes", "1048588", Source.DEFAULT_CONFIG)]
+        described = await _call(broker, "32_describe_configs", 4, {
+            "resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": ["message.max.bytes"]}],
+            "include_synonyms": False, "include_documentation": False})
+        [setting] = described.results[0].configs
+        assert (setting.value, setting.config_source, setting.read_only) == ("5000", Source.STATIC_BROKER_CONFIG, True)
+    finally:
+        broker.close()
