@@ -26,11 +26,6 @@ from wire.errors import ErrorCode
 TIMEOUT_S = 10
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 # ------------------------------------------------------------------------------------------ codecs
 IMAGE = MetadataImage(
     version=42, cluster_id="Zm9vYmFyYmF6cXV4cXV1eA", controller_id=0,

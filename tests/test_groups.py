@@ -22,11 +22,6 @@ list_groups = importlib.import_module("kshim.handlers.16_list_groups")
 describe_groups = importlib.import_module("kshim.handlers.15_describe_groups")
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 P = [("range", b"meta")]
 
 

@@ -27,11 +27,6 @@ from wire.records import decode_all, encode_batch
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 class Cluster:
     def __init__(self, controller: Controller, brokers: list[Broker]) -> None:
         self.controller = controller

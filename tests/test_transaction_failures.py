@@ -14,11 +14,6 @@ from tests.test_transactions import add, coordinated, data, end, init, settle, s
 from wire.errors import ErrorCode
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 def stall_replication(p):
     """An in-sync follower that stopped fetching (paused / isolated, not yet out of the ISR)."""
     p.isr = (p.node_id, 99)

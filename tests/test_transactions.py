@@ -25,11 +25,6 @@ list_txns = importlib.import_module("kshim.handlers.66_list_transactions")
 describe_producers = importlib.import_module("kshim.handlers.61_describe_producers")
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
 # ---------------------------------------------------------------------------------- the index
 def test_txn_index_survives_reopen_and_ignores_a_torn_tail(tmp_path):
     stem = str(tmp_path / "00000000000000000000")
