@@ -17,9 +17,10 @@ from typing import Protocol
 import anyio
 
 from kshim import topic_config
+from kshim.clock import SYSTEM
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.errors import BrokerError, check_topic_name
-from kshim.partition import Partition, now_ms
+from kshim.partition import Partition
 from kshim.signal import Signal
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
@@ -195,7 +196,7 @@ class Broker:
         """Retention, time-based flushes and high-watermark checkpoints, once a second."""
         while True:
             await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
-            now = now_ms()
+            now = SYSTEM.wall_ms()
             for replica in list(self._replicas.values()):
                 try:
                     replica.housekeeping(now)

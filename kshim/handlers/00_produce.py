@@ -24,8 +24,8 @@
 from __future__ import annotations
 
 import logging
-import time
 
+from kshim.clock import SYSTEM
 from kshim.errors import BrokerError
 from kshim.partition import AppendResult
 from kshim.protocol import ProtocolError
@@ -105,9 +105,9 @@ async def handle(ctx, req):
 
 async def _await_commit(response: dict, waits: list, timeout_s: float) -> dict:
     """acks=all: hold the answer until each partition's records are COMMITTED or time runs out."""
-    deadline = time.monotonic() + max(timeout_s, 0)
+    deadline = SYSTEM.monotonic() + max(timeout_s, 0)
     for entry, partition, last_offset in waits:
-        committed = await partition.wait_committed(last_offset, max(deadline - time.monotonic(), 0))
+        committed = await partition.wait_committed(last_offset, max(deadline - SYSTEM.monotonic(), 0))
         if committed and len(partition.isr) < partition.min_insync_replicas:
             code, message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
                 f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import anyio
 
-from kshim.partition import OffsetOutOfRange, now_ms
+from kshim.clock import SYSTEM
+from kshim.partition import OffsetOutOfRange
 from wire import records
 from wire.errors import ErrorCode
 
@@ -53,7 +54,7 @@ def _read_all(ctx, req, plan, replica_id: int, record_progress: bool) -> tuple[l
     """One pass over every requested partition; returns (topic responses, bytes of records)."""
     budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
     total = 0
-    now = now_ms()
+    now = SYSTEM.wall_ms()
     responses = []
     for topic_req, topic, missing_code in plan:
         parts = []
