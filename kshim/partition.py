@@ -21,13 +21,13 @@ append path, and the high watermark that separates COMMITTED from UNCOMMITTED re
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 
+from kshim.clock import SYSTEM
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import TopicConfig
 from kshim.log import Log, LogConfig, OffsetOutOfRange
@@ -43,10 +43,6 @@ log = logging.getLogger("kshim.partition")
 
 SNAPSHOT_NAME = "producer-state.snapshot"
 HW_CHECKPOINT = "high-watermark"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -202,7 +198,7 @@ class Partition:
             # a new term starts at our log end (Kafka's makeLeader); what followers had is unknown
             # until they fetch again
             self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
-            now = now_ms()
+            now = SYSTEM.wall_ms()
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
             log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
                      self.log_end_offset, list(self.isr))
@@ -345,7 +341,7 @@ class Partition:
             return result
         buf = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
         pos, end = 0, len(buf)
-        append_time = now_ms() if self.log_append_time else -1
+        append_time = SYSTEM.wall_ms() if self.log_append_time else -1
         while pos < end:
             error, message, header = self._validate(buf, pos, end)
             if error:
@@ -414,7 +410,7 @@ class Partition:
             result.error, result.message = ErrorCode(check.error_code), check.message
             return result
         buf = bytearray(records.encode_marker(producer_id, producer_epoch, committed, coordinator_epoch,
-                                              now_ms()))
+                                              SYSTEM.wall_ms()))
         records.set_leader_epoch(buf, 0, self.leader_epoch)
         base, last = self.log.append(buf)
         header = records.read_header(buf)
@@ -504,4 +500,4 @@ class Partition:
         (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
 
 
-__all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange", "now_ms"]
+__all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange"]

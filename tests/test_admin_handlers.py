@@ -33,11 +33,6 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
 @pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture
 def broker(tmp_path):
     b = open_standalone(BrokerConfig(data_dir=tmp_path))
     yield b

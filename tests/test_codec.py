@@ -26,7 +26,7 @@ from wire.schema.model import MAX_VERSION, MISSING, in_range
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_DIR = ROOT.parent / "shared" / "kafka-protocol" / "message"
 needs_specs = pytest.mark.skipif(
-    not SPEC_DIR.is_dir(), reason=f"Kafka JSON message specs not found at {SPEC_DIR}"
+    not SPEC_DIR.is_dir(), reason=f"needs ../shared: Kafka JSON message specs not found at {SPEC_DIR}"
 )
 
 ALL_VERSIONS = [
@@ -374,8 +374,8 @@ def test_unsupported_version_and_api():
 # Interoperability with an independent implementation: kafka-python.
 # --------------------------------------------------------------------------------------------
 
-kp_old = pytest.importorskip("kafka.protocol.old.api_versions", reason="kafka-python not installed")
-
+# Plain imports: kafka-python is a test dependency, and if it moves these internals the tests
+# below must fail loudly rather than be skipped.
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse  # noqa: E402
 from kafka.protocol.admin import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse  # noqa: E402
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest  # noqa: E402

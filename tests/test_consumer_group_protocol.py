@@ -6,6 +6,7 @@ import importlib
 
 import pytest
 
+from kshim.clock import ManualClock
 from kshim.groups.assignors import range_assignor, uniform
 from kshim.groups.consumer_group import (EMPTY, M_UNRELEASED, M_UNREVOKED, RECONCILING, STABLE,
                                          ConsumerGroup, validate_heartbeat)
@@ -149,7 +150,7 @@ def test_classic_and_consumer_groups_stay_apart():
     class FakeBroker:
         topics, topics_by_id, config = {}, {}, object()
 
-    c = coordinator_mod.GroupCoordinator(FakeBroker(), clock=lambda: 0)
+    c = coordinator_mod.GroupCoordinator(FakeBroker(), clock=ManualClock(monotonic=0))
     code, g = c.consumer_group("g", create=True)
     assert code == 0
     hb(g, 0, "m1", 0)

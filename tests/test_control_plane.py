@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from kshim.broker import Broker, BrokerConfig
+from kshim.clock import SYSTEM, Clock, ManualClock
 from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
@@ -22,14 +23,10 @@ from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.process import ControllerService
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
+from tests.waiting import wait_until
 from wire.errors import ErrorCode
 
 TIMEOUT_S = 10
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 # ------------------------------------------------------------------------------------------ codecs
@@ -180,8 +177,8 @@ def sock_dir():
 
 
 @asynccontextmanager
-async def controller_server(store_dir: Path, sock: Path, **config):
-    controller = Controller(MetadataStore(store_dir / "metadata.sqlite"), ControllerConfig(**config))
+async def controller_server(store_dir: Path, sock: Path, clock: Clock = SYSTEM, **config):
+    controller = Controller(MetadataStore(store_dir / "metadata.sqlite"), ControllerConfig(**config), clock)
     service = ControllerService(controller)
     try:
         async with anyio.create_task_group() as tg:
@@ -205,13 +202,6 @@ async def remote_broker(tmp_path: Path, sock: Path, node_id: int = 0, client_cls
             tg.cancel_scope.cancel()
     finally:
         broker.close()
-
-
-async def wait_for(predicate, timeout_s: float = TIMEOUT_S, message: str = "condition"):
-    with anyio.fail_after(timeout_s):
-        while not (value := predicate()):
-            await anyio.sleep(0.01)
-    return value
 
 
 @pytest.mark.anyio
@@ -277,7 +267,7 @@ async def test_heartbeat_long_poll_answers_when_the_image_changes(tmp_path, sock
         with anyio.fail_after(2):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(poll)
-                await anyio.sleep(0.05)
+                await anyio.wait_all_tasks_blocked()  # the long-poll is waiting at the controller
                 # the same connection answers other requests while the long-poll waits
                 status = json.loads(await conn.call(m.Status()))
                 assert not results and [b["id"] for b in status["brokers"]] == [0]
@@ -291,7 +281,7 @@ async def test_heartbeat_offsets_show_in_status(tmp_path, sock_dir):
     async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
         await broker.create_topic("t", 1)
         broker.partition("t", 0).append(_one_batch())
-        status = await wait_for(lambda: (s := service.status_report())["partitions"][0]["replica_offsets"].get("0", {})
+        status = await wait_until(lambda: (s := service.status_report())["partitions"][0]["replica_offsets"].get("0", {})
                                 .get("log_end_offset") == 1 and s)
         p = status["partitions"][0]
         assert (p["topic"], p["partition"], p["leader"], p["replicas"], p["isr"]) == ("t", 0, 0, [0], [0])
@@ -310,29 +300,44 @@ class StoppableClient(RemoteControllerClient):
         super().__init__(*args, **kwargs)
         self.stopped = False
         self.resumed = anyio.Event()
+        self.sent = 0  # heartbeats sent
+        self.held = False  # a heartbeat is held back, so none is in flight
 
     async def heartbeat(self, connection):
         while self.stopped:
+            self.held = True
             await self.resumed.wait()
+        self.held = False
+        self.sent += 1
         return await super().heartbeat(connection)
+
+    async def heartbeats_after_now(self) -> None:
+        """Return once the controller has handled a heartbeat sent from now on (they go one at a time)."""
+        sent = self.sent
+        await wait_until(lambda: self.sent >= sent + 2, message="a heartbeat handled")
 
 
 @pytest.mark.anyio
 async def test_fenced_after_the_session_timeout_then_registers_again(tmp_path, sock_dir):
     sock = sock_dir / "c.sock"
-    async with controller_server(tmp_path, sock, session_timeout_ms=300) as service, \
+    clock = ManualClock(wall_ms=SYSTEM.wall_ms())  # metadata versions start from the wall clock
+    async with controller_server(tmp_path, sock, clock, session_timeout_ms=300) as service, \
             remote_broker(tmp_path, sock, client_cls=StoppableClient) as (broker, client, tg):
         c = service.controller
         tg.start_soon(c.run_session_checks)
         await broker.create_topic("t", 1)
-        await anyio.sleep(0.5)  # heartbeats keep it alive past the session timeout
+        for _ in range(5):  # heartbeats keep it alive past the session timeout
+            clock.advance(ms=100)
+            await client.heartbeats_after_now()
         assert c.image.brokers[0].alive
         client.stopped = True
-        await wait_for(lambda: not c.image.brokers[0].alive, message="fenced")
+        await wait_until(lambda: client.held, message="heartbeats held back")
+        clock.advance(ms=301)
+        await wait_until(lambda: not c.image.brokers[0].alive, message="fenced")
         assert c.image.topics["t"].partitions[0].leader == -1  # its only replica is gone
         client.stopped = False
         client.resumed.set()
-        await wait_for(lambda: client.registrations == 2 and broker.image.brokers[0].alive, message="registered")
+        await wait_until(lambda: client.registrations == 2 and broker.image.brokers[0].alive, message="registered")
         assert client.broker_epoch == 2 and broker.image.brokers[0].epoch == 2
         assert broker.topics["t"].partitions[0].leader == 0  # it leads again what it was in sync for
 
@@ -342,9 +347,9 @@ async def test_stale_broker_epoch_makes_the_broker_register_again(tmp_path, sock
     sock = sock_dir / "c.sock"
     async with controller_server(tmp_path, sock) as service, remote_broker(tmp_path, sock) as (broker, client, _):
         service.controller.fence(0)
-        await wait_for(lambda: client.registrations == 2, message="registered again")
+        await wait_until(lambda: client.registrations == 2, message="registered again")
         assert client.broker_epoch == 2
-        await wait_for(lambda: broker.image.brokers[0].alive and broker.image.brokers[0].epoch == 2)
+        await wait_until(lambda: broker.image.brokers[0].alive and broker.image.brokers[0].epoch == 2)
         # a heartbeat with the old epoch is refused
         async with rpc.connect(sock) as conn:
             with pytest.raises(BrokerError) as e:
@@ -362,16 +367,16 @@ async def test_broker_keeps_its_image_while_the_controller_is_away(tmp_path, soc
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.run, "127.0.0.1", 19092, os.getpid())  # before the controller is up
             async with controller_server(tmp_path, sock):
-                await wait_for(lambda: client.connected, message="connected")
+                await wait_until(lambda: client.connected, message="connected")
                 await broker.create_topic("t", 1)
                 version = broker.image.version
-            await wait_for(lambda: not client.connected, message="disconnected")
+            await wait_until(lambda: not client.connected, message="disconnected")
             assert broker.image.version == version and "t" in broker.topics  # still serving what it knew
             with pytest.raises(BrokerError) as e:
                 await broker.create_topic("u", 1)
             assert e.value.code == ErrorCode.NOT_CONTROLLER
             async with controller_server(tmp_path, sock) as service:
-                await wait_for(lambda: client.registrations == 2, message="registered again")
+                await wait_until(lambda: client.registrations == 2, message="registered again")
                 assert service.registered == {0: os.getpid()}
             tg.cancel_scope.cancel()
     finally:
@@ -429,7 +434,7 @@ async def test_a_closed_connection_fails_pending_calls(tmp_path, sock_dir):
             with anyio.fail_after(TIMEOUT_S):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(long_poll)
-                    await anyio.sleep(0.05)
+                    await anyio.wait_all_tasks_blocked()  # the call is pending
                     await conn.aclose()  # the connection dies under the pending call
             assert len(errors) == 1
             with pytest.raises(rpc.RpcConnectionError):

@@ -341,11 +341,6 @@ class FakeBroker:
 
 
 @pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture
 def broker(tmp_path):
     b = FakeBroker()
     b.topics["t"] = FakeTopic(partitions=[0, 1, 2, 3])

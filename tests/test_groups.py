@@ -12,6 +12,7 @@ from kshim.groups import Group, GroupConfig, java_string_hashcode, partition_for
 from kshim.groups.group import COMPLETING, EMPTY, PREPARING, STABLE
 from kshim.standalone import open_standalone
 from tests.test_admin_handlers import call
+from tests.waiting import wait_until
 from wire.errors import ErrorCode
 
 find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
@@ -20,11 +21,6 @@ offset_fetch = importlib.import_module("kshim.handlers.09_offset_fetch")
 delete_groups = importlib.import_module("kshim.handlers.42_delete_groups")
 list_groups = importlib.import_module("kshim.handlers.16_list_groups")
 describe_groups = importlib.import_module("kshim.handlers.15_describe_groups")
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 P = [("range", b"meta")]
@@ -279,16 +275,12 @@ async def test_coordinator_timer_task_expires_sessions(broker):
     await find(broker, "g")
     async with anyio.create_task_group() as tg:
         tg.start_soon(broker.groups.run)
-        with anyio.fail_after(5):
-            while broker.groups.check("g"):
-                await anyio.sleep(0.01)
+        await wait_until(lambda: not broker.groups.check("g"), message="the offsets partition loaded")
         group = broker.groups.get_group("g", create=True)
         group.config = broker.groups.config
         member_id, w = joined(group, broker.groups.clock(), session=100)
         assert w.done
-        with anyio.fail_after(5):
-            while member_id in group.members:
-                await anyio.sleep(0.02)
+        await wait_until(lambda: member_id not in group.members, message="the session expired")
         tg.cancel_scope.cancel()
 
 

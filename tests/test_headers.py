@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import struct
 
+import kafka.protocol.metadata as kp  # kafka-python, an independent implementation (a test dependency)
 import pytest
 
 from wire.codec import decode, encode
@@ -81,7 +82,6 @@ def test_request_header_null_client_id_in_v2():
 @pytest.mark.parametrize("client_id", [None, "kafka-pythön"])
 def test_decode_kafka_python_request_headers(cls_path, version, body, client_id):
     """kafka-python frames a request with its header; we parse the frame and then the body."""
-    kp = pytest.importorskip("kafka.protocol.metadata")
     cls = getattr(kp, cls_path.split(":")[1])
     req = cls[version](**body)
     req.with_header(correlation_id=1234, client_id=client_id)
@@ -201,7 +201,6 @@ def test_truncated_response_header():
 
 
 def test_kafka_python_reads_our_response_frames():
-    kp = pytest.importorskip("kafka.protocol.metadata")
     keys = [{"api_key": 18, "min_version": 0, "max_version": 4}]
     for version in (0, 3, 4):
         body = encode(18, version, "response", {"error_code": 0, "api_keys": keys})

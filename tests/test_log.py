@@ -7,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kshim.clock import ManualClock
 from kshim.log import CLEAN_SHUTDOWN_FILE, Log, LogConfig, OffsetOutOfRange
 from wire.records import (
     LOG_APPEND_TIME, CorruptRecordError, decode_all, encode_batch, iter_batches,
 )
-
-
-class Clock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def batch(n: int = 1, ts: int = 1000, *, size: int = 10, step: int = 1, **kw) -> bytearray:
@@ -45,8 +38,8 @@ def files(d: Path, suffix: str) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.name.endswith(suffix))
 
 
-def make(tmp_path: Path, clock: Clock | None = None, **cfg) -> Log:
-    kw = {"clock_ms": clock} if clock else {}
+def make(tmp_path: Path, clock: ManualClock | None = None, **cfg) -> Log:
+    kw = {"clock": clock} if clock else {}
     return Log(tmp_path / "p0", LogConfig(**cfg), **kw)
 
 
@@ -259,16 +252,16 @@ def test_roll_by_size(tmp_path):
 
 
 def test_roll_by_time(tmp_path):
-    clock = Clock()
+    clock = ManualClock(wall_ms=1_000_000)
     log = make(tmp_path, clock, segment_ms=1000)
     log.append(batch(1))
-    clock.now += 1000
+    clock.advance(ms=1000)
     log.append(batch(1))  # not older than segment.ms yet
     assert log.segment_base_offsets == [0]
-    clock.now += 1
+    clock.advance(ms=1)
     log.append(batch(1))
     assert log.segment_base_offsets == [0, 2]
-    clock.now += 5000  # an empty active segment never rolls; a non-empty one does
+    clock.advance(ms=5000)  # an empty active segment never rolls; a non-empty one does
     log.append(batch(1))
     assert log.segment_base_offsets == [0, 2, 3]
     assert offsets(everything(log)) == [0, 1, 2, 3]
@@ -286,7 +279,7 @@ def test_update_config_applies_to_next_append(tmp_path):
 # ---------------------------------------------------------------------------------------------- retention
 
 def test_retention_by_time(tmp_path):
-    clock = Clock(now=100_000)
+    clock = ManualClock(wall_ms=100_000)
     log = make(tmp_path, clock, segment_bytes=500, retention_ms=10_000)
     for i in range(30):
         log.append(batch(2, ts=50_000 + i * 1000))  # timestamps 50s .. 79s
@@ -340,7 +333,7 @@ def test_retention_by_bytes(tmp_path):
 
 
 def test_retention_only_below_max_offset(tmp_path):
-    clock = Clock(now=10**9)
+    clock = ManualClock(wall_ms=10**9)
     log = make(tmp_path, clock, segment_bytes=300, retention_ms=1)
     fill(log, 10, ts=0)
     bases = log.segment_base_offsets
@@ -636,11 +629,11 @@ def test_checkpoint_ahead_of_data(tmp_path):
 
 
 def test_segment_time_roll_survives_reopen(tmp_path):
-    clock = Clock(now=10_000)
+    clock = ManualClock(wall_ms=10_000)
     log = make(tmp_path, clock, segment_ms=1000)
     log.append(batch(1, ts=10_000))
     log.close()
-    clock.now = 20_000
+    clock.advance(ms=10_000)
     log = make(tmp_path, clock, segment_ms=1000)
     log.append(batch(1))  # first batch's timestamp stands in for its append time
     assert log.segment_base_offsets == [0, 1]
@@ -713,16 +706,16 @@ def test_no_fsync_without_policy(tmp_path, monkeypatch):
 def test_flush_ms(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
-    clock = Clock()
+    clock = ManualClock(wall_ms=1_000_000)
     log = make(tmp_path, clock, flush_ms=1000)
     log.append(batch(1))
     assert calls == []
-    assert not log.maybe_flush(clock.now + 999)
-    assert log.maybe_flush(clock.now + 1000)
+    assert not log.maybe_flush(clock.wall_ms() + 999)
+    assert log.maybe_flush(clock.wall_ms() + 1000)
     assert calls
-    clock.now += 1000
+    clock.advance(ms=1000)
     n = len(calls)
     assert not log.maybe_flush()  # nothing new to flush
-    clock.now += 1000
+    clock.advance(ms=1000)
     log.append(batch(1))  # the last flush is old enough: this append flushes
     assert len(calls) > n

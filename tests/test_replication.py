@@ -21,15 +21,11 @@ from kshim.controller.store import MetadataStore
 from kshim.replication import run_replication
 from kshim.replication.client import BrokerConnection
 from kshim.server import Server
+from tests.waiting import wait_until
 from wire.errors import ErrorCode
 from wire.records import decode_all, encode_batch
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 class Cluster:
@@ -75,14 +71,6 @@ class Cluster:
         part = resp.responses[0].partitions[0]
         values = [r.value for r in decode_all(bytes(part.records or b""))]
         return part.error_code, values, part.high_watermark
-
-
-async def wait_for(predicate, timeout: float = 10.0, message: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        await anyio.sleep(0.02)
 
 
 @asynccontextmanager
@@ -137,7 +125,7 @@ async def test_uncommitted_records_visible_only_to_read_uncommitted(tmp_path):
         assert (await c.fetch(leader, "t", 1))[1] == [b"committed"]
         for node in range(3):
             c.controller.set_isolated(node, False)
-        await wait_for(lambda: c.replica(leader, "t").high_watermark == 2, message="commit after heal")
+        await wait_until(lambda: c.replica(leader, "t").high_watermark == 2, message="commit after heal")
         assert (await c.fetch(leader, "t", 1))[1] == [b"committed", b"pending"]
 
 
@@ -150,7 +138,7 @@ async def test_lagging_follower_leaves_the_isr_then_rejoins(tmp_path):
         assert (await c.produce("t", [b"x"]))[0] == ErrorCode.NONE  # waits for the shrink, then commits
         assert follower not in c.controller.image.topics["t"].partitions[0].isr
         c.controller.set_isolated(follower, False)
-        await wait_for(lambda: follower in c.controller.image.topics["t"].partitions[0].isr, message="rejoin")
+        await wait_until(lambda: follower in c.controller.image.topics["t"].partitions[0].isr, message="rejoin")
         assert c.replica(follower, "t").log_end_offset == 1
 
 
@@ -160,7 +148,7 @@ async def test_not_enough_replicas_when_isr_below_min_insync(tmp_path):
         leader = c.leader_of("t")
         follower = next(n for n in range(3) if n != leader)
         c.controller.set_isolated(follower, True)
-        await wait_for(lambda: len(c.controller.image.topics["t"].partitions[0].isr) == 2, message="shrink")
+        await wait_until(lambda: len(c.controller.image.topics["t"].partitions[0].isr) == 2, message="shrink")
         assert (await c.produce("t", [b"x"]))[0] == ErrorCode.NOT_ENOUGH_REPLICAS
         assert c.replica(leader, "t").log_end_offset == 0  # refused before appending
 
@@ -203,7 +191,7 @@ async def test_former_leader_truncates_its_uncommitted_suffix(tmp_path):
             c.controller.set_isolated(node, False)
         assert (await c.produce("t", [b"b"]))[0] == ErrorCode.NONE
         c.controller.register_broker(old, "127.0.0.1", c.brokers[old].config.port)  # it comes back
-        await wait_for(lambda: c.replica(old, "t").log_end_offset == 2 and
+        await wait_until(lambda: c.replica(old, "t").log_end_offset == 2 and
                        c.replica(old, "t").high_watermark == 2, message="truncate and catch up")
         assert [r.value for r in decode_all(c.replica(old, "t").log.read(0, 1 << 20))] == [b"a", b"b"]
 
@@ -228,7 +216,7 @@ async def test_leader_election_from_the_isr_only_unless_unclean_is_enabled(tmp_p
         followers = [n for n in range(3) if n != leader]
         for node in followers:
             c.controller.set_isolated(node, True)
-        await wait_for(lambda: c.controller.image.topics["t"].partitions[0].isr == (leader,), message="shrink")
+        await wait_until(lambda: c.controller.image.topics["t"].partitions[0].isr == (leader,), message="shrink")
         assert (await c.produce("t", [b"only-on-the-leader"]))[0] == ErrorCode.NONE  # COMMITTED: ISR is 1
         c.controller.fence(leader)
         state = c.controller.image.topics["t"].partitions[0]
@@ -248,7 +236,7 @@ async def test_majority_quorum_failover_elects_the_replica_holding_committed_rec
         leader, first_in_line, other = c.controller.image.topics["t"].partitions[0].replicas
         c.controller.set_isolated(first_in_line, True)  # in the ISR, first in election order, lacking the next record
         assert await c.produce("t", [b"committed"], timeout_ms=3000) == (ErrorCode.NONE, 1)
-        await wait_for(lambda: c.replica(other, "t").log_end_offset == 2, message="the majority has it")
+        await wait_until(lambda: c.replica(other, "t").log_end_offset == 2, message="the majority has it")
         for node in range(3):  # what the brokers' heartbeats report
             c.controller.report_log_ends(node, {("t", 0): c.replica(node, "t").log_end_offset})
         c.controller.fence(leader)
@@ -261,10 +249,13 @@ async def test_majority_quorum_failover_elects_the_replica_holding_committed_rec
 async def test_high_watermark_never_passes_a_replica_joining_the_isr(tmp_path, monkeypatch):
     proposals: list[list[int]] = []
     original = LocalControllerClient.alter_partition
+    in_flight = {"hold": False}
+    answered = anyio.Event()  # the controller's answer arrives when the test says
 
     async def slow_alter(self, topic, index, leader_epoch, partition_epoch, new_isr):
         proposals.append(list(new_isr))
-        await anyio.sleep(0.5)  # the round trip to a controller process and back
+        if in_flight["hold"]:
+            await answered.wait()  # the round trip to a controller process and back, still under way
         return await original(self, topic, index, leader_epoch, partition_epoch, new_isr)
 
     monkeypatch.setattr(LocalControllerClient, "alter_partition", slow_alter)
@@ -272,16 +263,18 @@ async def test_high_watermark_never_passes_a_replica_joining_the_isr(tmp_path, m
         c.controller.create_topic("t", 1, 3)
         leader, joiner, _ = c.controller.image.topics["t"].partitions[0].replicas
         c.controller.set_isolated(joiner, True)
-        await wait_for(lambda: joiner not in c.controller.image.topics["t"].partitions[0].isr, message="shrink")
+        await wait_until(lambda: joiner not in c.controller.image.topics["t"].partitions[0].isr, message="shrink")
         assert (await c.produce("t", [b"a"]))[0] == ErrorCode.NONE
         seen = len(proposals)
+        in_flight["hold"] = True
         c.controller.set_isolated(joiner, False)
-        await wait_for(lambda: any(joiner in p for p in proposals[seen:]), message="expansion proposed")
+        await wait_until(lambda: any(joiner in p for p in proposals[seen:]), message="expansion proposed")
         c.controller.set_isolated(joiner, True)  # the joiner's next fetch is late
         code, _ = await c.produce("t", [b"b"], timeout_ms=300)
         # while the joiner is about to become in-sync, the record is not COMMITTED without it
         assert code == ErrorCode.REQUEST_TIMED_OUT
         assert c.replica(leader, "t").high_watermark <= c.replica(joiner, "t").log_end_offset
+        answered.set()
 
 
 async def test_truncation_keeps_an_idempotent_producers_earlier_batches(tmp_path):
@@ -319,7 +312,7 @@ async def test_acks_all_waiter_ends_when_the_topic_is_deleted(tmp_path):
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce)
-            await wait_for(lambda: c.replica(leader, "t") and c.replica(leader, "t").log_end_offset == 1,
+            await wait_until(lambda: c.replica(leader, "t") and c.replica(leader, "t").log_end_offset == 1,
                            message="appended")
             c.controller.delete_topic("t")
         assert result["seconds"] < 1.0 and result["answer"][0] != ErrorCode.NONE

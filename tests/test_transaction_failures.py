@@ -11,12 +11,8 @@ from kshim.partition import FollowerState
 from kshim.transactions import TxnState
 from kshim.transactions.markers import write_here
 from tests.test_transactions import add, coordinated, data, end, init, settle, standalone_topic
+from tests.waiting import wait_until
 from wire.errors import ErrorCode
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def stall_replication(p):
@@ -42,7 +38,15 @@ async def test_a_marker_not_committed_is_not_reported_written(tmp_path):
 @pytest.mark.anyio
 async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_path, monkeypatch):
     import kshim.transactions.markers as markers
-    monkeypatch.setattr(markers, "REQUEST_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(markers, "REQUEST_TIMEOUT_S", 0.1)
+    attempts: list[dict] = []  # each marker attempt's answers
+    real_write_here = markers.write_here
+
+    async def counted_write_here(*args, **kwargs):
+        attempts.append(codes := await real_write_here(*args, **kwargs))
+        return codes
+
+    monkeypatch.setattr(markers, "write_here", counted_write_here)
     broker, p = await standalone_topic(tmp_path)
     try:
         async with anyio.create_task_group() as tg:
@@ -53,13 +57,15 @@ async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_
             assert not p.append(data(pid, 0, b"v")).error
             stall_replication(p)            # follower in the ISR, not fetching
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
-            await anyio.sleep(1.0)          # several marker attempts time out meanwhile
+            await wait_until(lambda: len(attempts) >= 3, message="three marker attempts")
+            assert all(codes[("t", 0)] == ErrorCode.REQUEST_TIMED_OUT for codes in attempts), attempts
             assert broker.transactions.txns["tx"].state == TxnState.PREPARE_COMMIT
             assert p.last_stable_offset == 0
-            async def follower_fetches() -> None:  # replication resumes
+
+            async def follower_fetches() -> None:  # replication resumes: the follower takes what is new
                 while True:
-                    p.record_follower_fetch(99, p.log_end_offset, 0)
-                    await anyio.sleep(0.02)
+                    p.record_follower_fetch(99, fetched := p.log_end_offset, 0)
+                    await wait_until(lambda: p.log_end_offset > fetched, timeout_s=60, message="new records")
 
             tg.start_soon(follower_fetches)
             await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
@@ -75,8 +81,10 @@ async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp
     coord = broker.transactions
     gate = anyio.Event()
     real_write = coord.markers.write
+    writes: list[bool] = []
 
     async def slow_write(*args, **kwargs):  # e.g. a partition whose leader is down for a while
+        writes.append(True)
         await gate.wait()
         return await real_write(*args, **kwargs)
 
@@ -89,14 +97,15 @@ async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp
             assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
             assert not p.append(data(pid, 0, b"v")).error
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
-            await anyio.sleep(0.1)
+            await wait_until(lambda: writes, message="the marker write started")
             # a state write of ANOTHER transactional id of the same __transaction_state partition
             # timed out in wait_committed: _persist calls _reload(index)
             coord._reload(coord.topic.partition_of("tx"))
-            await anyio.sleep(0.2)   # the run loop reloads; "tx" is PrepareCommit again
+            assert "tx" not in coord.txns
+            await wait_until(lambda: "tx" in coord.txns, message="the run loop reloads")
+            assert coord.txns["tx"].state == TxnState.PREPARE_COMMIT
             gate.set()               # the markers now go through
-            await anyio.sleep(1.0)
-            assert coord.txns["tx"].state == TxnState.COMPLETE_COMMIT, coord.txns["tx"].state
+            await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
             tg.cancel_scope.cancel()
     finally:
         broker.close()
@@ -118,8 +127,10 @@ async def test_txn_offsets_are_unstable_from_their_append(tmp_path):
     try:
         async with anyio.create_task_group() as tg:
             stall_replication(o)
+            end_before = o.log_end_offset
             tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
-            await anyio.sleep(0.05)   # TxnOffsetCommit appended, waiting for the ISR
+            await wait_until(lambda: o.log_end_offset > end_before, message="TxnOffsetCommit appended")
+            # ... and waiting for the ISR
             code, out = broker.groups.fetch("g", [("t", 0)], require_stable=True)
             # a consumer taking over waits for the transaction instead of reading "no offset"
             assert out[0][2] == ErrorCode.UNSTABLE_OFFSET_COMMIT, out
@@ -139,16 +150,19 @@ async def test_an_abort_marker_drops_txn_offsets_appended_before_it(tmp_path):
         async with anyio.create_task_group() as tg:
             stall_replication(p)
             stall_replication(o)
+            ends = (p.log_end_offset, o.log_end_offset)
             tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
-            await anyio.sleep(0.05)
+            await wait_until(lambda: o.log_end_offset > ends[1], message="TxnOffsetCommit appended")
+            assert 5 in broker.groups.pending_txn
+            ends = (p.log_end_offset, o.log_end_offset)
             tg.start_soon(write_here, broker, 5, 1, False, 0, [("t", 0), ("__consumer_offsets", index)], 5.0)
-            await anyio.sleep(0.05)
+            await wait_until(lambda: p.log_end_offset > ends[0] and o.log_end_offset > ends[1],
+                             message="markers appended")
             # one replica fetch request covering both partitions
             p.record_follower_fetch(99, p.log_end_offset, 0)
             o.record_follower_fetch(99, o.log_end_offset, 0)
-            await anyio.sleep(0.2)
             # dropped: not left pending for producer 5's next COMMIT to apply
-            assert 5 not in broker.groups.pending_txn, broker.groups.pending_txn
+            await wait_until(lambda: 5 not in broker.groups.pending_txn, message="the offsets dropped")
             tg.cancel_scope.cancel()
     finally:
         broker.close()

@@ -13,6 +13,7 @@ from kshim.log.txnindex import ENTRY_SIZE, AbortedTxn, TxnIndex
 from kshim.standalone import open_standalone
 from kshim.transactions import TxnState
 from tests.test_groups import call_awaiting
+from tests.waiting import wait_until
 from wire import records
 from wire.errors import ErrorCode
 
@@ -23,11 +24,6 @@ end_txn = importlib.import_module("kshim.handlers.26_end_txn")
 describe_txns = importlib.import_module("kshim.handlers.65_describe_transactions")
 list_txns = importlib.import_module("kshim.handlers.66_list_transactions")
 describe_producers = importlib.import_module("kshim.handlers.61_describe_producers")
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 # ---------------------------------------------------------------------------------- the index
@@ -146,9 +142,7 @@ async def end(broker, tid: str, pid: int, epoch: int, committed: bool, version: 
 
 
 async def settle(broker, tid: str, state: TxnState) -> None:
-    with anyio.fail_after(10):
-        while broker.transactions.txns[tid].state != state:
-            await anyio.sleep(0.01)
+    await wait_until(lambda: broker.transactions.txns[tid].state == state, message=f"{tid} {state.name}")
 
 
 @pytest.mark.anyio
@@ -229,10 +223,9 @@ async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepa
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(broker.transactions.run)
-            with anyio.fail_after(10):
-                while "half" not in broker.transactions.txns or \
-                        broker.transactions.txns["half"].state != TxnState.COMPLETE_COMMIT:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: "half" in broker.transactions.txns and
+                             broker.transactions.txns["half"].state == TxnState.COMPLETE_COMMIT,
+                             message="the prepared commit completed")
             p = broker.partition("t", 0)
             assert p.last_stable_offset == p.log_end_offset
             assert [a["first_offset"] for a in p.aborted_transactions(0, p.log_end_offset)] == [0]  # "slow"

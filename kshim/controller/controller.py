@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import anyio
 
+from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import TopicConfig, resolve, validate
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
@@ -38,10 +38,6 @@ log = logging.getLogger("kshim.controller")
 # each partition replica is a directory with open files on every broker hosting it: one request
 # must not be able to ask for millions (Kafka's controller caps one operation at 10,000 records)
 MAX_PARTITIONS_PER_TOPIC = 10_000
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -68,20 +64,21 @@ class ControllerConfig:
 
 
 class Controller:
-    def __init__(self, store: MetadataStore, config: ControllerConfig) -> None:
+    def __init__(self, store: MetadataStore, config: ControllerConfig, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.store = store
         self.config = config
         self.cluster_id = store.cluster_value("cluster_id", _new_cluster_id())
         # versions must keep increasing across controller restarts (brokers ignore older images):
         # start from the wall clock in milliseconds rather than from 0
-        self.version = now_ms()
+        self.version = self.clock.wall_ms()
         self._brokers: dict[int, _Broker] = {}
         self._topics: dict[str, _Topic] = {}
         self._changed = Signal()
         # log end offsets the brokers report in their heartbeats: (node, topic, partition) -> offset
         self.replica_log_ends: dict[tuple[int, str, int], int] = {}
         self.listeners: list[Callable[[MetadataImage], None]] = []
-        now = now_ms()
+        now = self.clock.wall_ms()
         for row in store.load_brokers():
             # until a broker has had a full session timeout to re-register, it counts as alive:
             # a restarted controller must not fence a cluster that is running fine
@@ -132,7 +129,7 @@ class Controller:
         epoch = previous.info.epoch + 1 if previous else 1
         isolated = previous.info.isolated if previous else False
         info = BrokerInfo(node_id, host, port, epoch, True, isolated, pid)
-        self._brokers[node_id] = _Broker(info, now_ms())
+        self._brokers[node_id] = _Broker(info, self.clock.wall_ms())
         self.store.save_broker(BrokerRow(node_id, host, port, epoch, pid))
         log.info("broker %d registered (epoch %d, %s:%d)", node_id, epoch, host, port)
         self._elect_offline()
@@ -150,14 +147,14 @@ class Controller:
         broker = self._brokers.get(node_id)
         if broker is None or broker.info.epoch != epoch:
             raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} epoch {epoch} is not current")
-        broker.last_heartbeat_ms = now_ms()
+        broker.last_heartbeat_ms = self.clock.wall_ms()
         if not broker.info.alive:
             # a paused broker that resumes in time for nothing: it was fenced; it must re-register
             raise BrokerError(ErrorCode.STALE_BROKER_EPOCH, f"broker {node_id} was fenced; register again")
 
     def fence_expired(self, now: int | None = None) -> list[int]:
         """Fence brokers whose last heartbeat is older than the session timeout."""
-        now = now_ms() if now is None else now
+        now = self.clock.wall_ms() if now is None else now
         expired = [b.info.node_id for b in self._brokers.values()
                    if b.info.alive and now - b.last_heartbeat_ms > self.config.session_timeout_ms]
         for node_id in expired:
@@ -294,7 +291,7 @@ class Controller:
         if validate_only:
             return None
         rows = _assign(count, rf, alive)
-        record = TopicRecord(name, uuid.uuid4(), count, now_ms(), clean, rows)
+        record = TopicRecord(name, uuid.uuid4(), count, self.clock.wall_ms(), clean, rows)
         self.store.create_topic(record)
         self._topics[name] = _Topic(name, record.topic_id, clean, rows)
         log.info("created topic %s: %d partition(s), replication factor %d", name, count, rf)
@@ -353,7 +350,7 @@ class Controller:
     async def run_session_checks(self) -> None:
         interval = max(0.05, self.config.session_timeout_ms / 4000)
         while True:
-            await anyio.sleep(interval)
+            await self.clock.sleep(interval)
             self.fence_expired()
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from kshim.clock import SYSTEM
 from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
@@ -207,8 +208,8 @@ class Supervisor:
             if broker.paused:
                 self._signal(broker, signal.SIGCONT)
                 broker.paused = False
-        deadline = time.monotonic() + timeout_s
-        while any(b.proc.poll() is None for b in running) and time.monotonic() < deadline:
+        deadline = SYSTEM.monotonic() + timeout_s
+        while any(b.proc.poll() is None for b in running) and SYSTEM.monotonic() < deadline:
             await anyio.sleep(0.02)
         for broker in running:
             if broker.proc.poll() is None:
@@ -298,12 +299,12 @@ class ControllerService:
         exits or the deadline passes first."""
         assert self.supervisor is not None
         broker = self.supervisor.brokers[node_id]
-        deadline = time.monotonic() + timeout_s
+        deadline = SYSTEM.monotonic() + timeout_s
         while self.registered.get(node_id) != broker.proc.pid:
             if broker.proc.poll() is not None:
                 raise StartupFailed(f"broker {node_id} {broker.state} before registering; "
                                     f"tail of {broker.log_path}:\n{self.supervisor.log_tail(node_id)}")
-            if time.monotonic() >= deadline:
+            if SYSTEM.monotonic() >= deadline:
                 raise StartupFailed(f"broker {node_id} did not register within {timeout_s:.0f}s; "
                                     f"tail of {broker.log_path}:\n{self.supervisor.log_tail(node_id)}")
             with anyio.move_on_after(REAP_INTERVAL_S):

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any
 
 import anyio
 
+from kshim.clock import SYSTEM, Clock
 from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
@@ -46,22 +46,15 @@ EXPIRY_INTERVAL_MS = 60_000
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 TopicPartition = tuple[str, int]
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Any, config: GroupConfig | None = None, clock=monotonic_ms) -> None:
+    def __init__(self, broker: Any, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.config = config or GroupConfig()
-        self.clock = clock
+        self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
+        self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
@@ -401,7 +394,7 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     async def expire_offsets(self) -> None:
-        now = wall_ms()
+        now = self.wall_ms()
         for group_id in list(self.offsets):
             group = self.groups.get(group_id)
             if group is not None and (group.members or group.state != EMPTY):

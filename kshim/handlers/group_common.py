@@ -1,8 +1,8 @@
 """Helpers shared by the group handlers (not a handler module: no NN_ prefix)."""
 from __future__ import annotations
 
+from kshim.clock import SYSTEM
 from kshim.groups.offsets_format import OffsetEntry
-from kshim.partition import now_ms
 from wire.errors import ErrorCode
 
 
@@ -28,7 +28,7 @@ def commit_entries(req, code: ErrorCode, metadata_limit: int, epoch_since: int, 
     The committed leader epoch is read from `epoch_since` on."""
     codes: dict = {}
     updates = []
-    now = now_ms()
+    now = SYSTEM.wall_ms()
     for t in req.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)

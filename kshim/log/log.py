@@ -20,11 +20,10 @@ import os
 import re
 import struct
 import threading
-import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from crc32c import crc32c
 
@@ -36,6 +35,7 @@ from wire.records import (
 from .segment import (
     INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
 )
+from kshim.clock import SYSTEM, Clock
 from kshim.log.files import fsync_dir, write_atomic
 from kshim.log.txnindex import AbortedTxn
 
@@ -50,10 +50,6 @@ _DAY_MS = 24 * 3600 * 1000
 _unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
 _pack_q = struct.Struct(">q").pack_into
 _SMALL_READ = 64 * 1024  # reads up to this size are cut in memory; larger ones are read exactly
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class OffsetOutOfRange(Exception):
@@ -84,10 +80,10 @@ class Log:
     size_bytes: int         # total bytes over segments
 
     def __init__(self, directory: Path, config: LogConfig, *,
-                 clock_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Clock = SYSTEM) -> None:
         self.directory = Path(directory)
         self.config = config
-        self._clock = clock_ms
+        self._clock = clock.wall_ms
         self._lock = threading.Lock()  # not reentrant: public methods never call each other under it
         self._dir = str(self.directory)
         self._segments: list[Segment] = []

@@ -10,7 +10,8 @@ import anyio
 
 from kshim.cluster.image import MetadataImage
 from kshim.log.txnindex import AbortedTxn
-from kshim.partition import OffsetOutOfRange, Partition, now_ms
+from kshim.clock import SYSTEM
+from kshim.partition import OffsetOutOfRange, Partition
 from wire import records
 from wire.errors import ErrorCode
 
@@ -81,7 +82,7 @@ def _read_all(manager: ReplicaManager, params: FetchParams, asked: list[FetchPar
     budget = params.max_bytes if params.max_bytes > 0 else NO_LIMIT
     follower = params.replica_id >= 0
     total = 0
-    now = now_ms()
+    now = SYSTEM.wall_ms()
     results: FetchResult = []
     leaders: list[Partition] = []
     for p in asked:

@@ -13,7 +13,8 @@ import anyio
 
 from kshim.configs import resolve
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
-from kshim.partition import AppendResult, Partition, now_ms
+from kshim.clock import SYSTEM
+from kshim.partition import AppendResult, Partition
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from wire.errors import ErrorCode
@@ -219,7 +220,7 @@ class ReplicaManager:
         """Retention, time-based flushes and high-watermark checkpoints, once a second."""
         while True:
             await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
-            now = now_ms()
+            now = SYSTEM.wall_ms()
             for replica in list(self._replicas.values()):
                 try:
                     replica.housekeeping(now)

@@ -16,11 +16,11 @@ broker (`kshim ctl isolate`) neither fetches nor is fetched from.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import anyio
 
+from kshim.clock import SYSTEM
 from kshim.partition import Partition
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
@@ -63,7 +63,7 @@ class Fetcher:
 
     def _followed(self) -> list[Partition]:
         version = self.broker.image.version
-        now = time.monotonic()
+        now = SYSTEM.monotonic()
         return [p for p in self.broker.replicas()
                 if not p.is_leader and p.leader_id == self.leader_id
                 and not self._is_parked((p.topic, p.index), version, now)]
@@ -91,7 +91,7 @@ class Fetcher:
                 if not partitions or self._isolated():
                     await self._close()
                     # wake for the next image, or when a parked partition is due to be tried again
-                    now = time.monotonic()
+                    now = SYSTEM.monotonic()
                     wait = min([1.0] + [retry - now for _, retry in self._parked.values() if retry > now])
                     with anyio.move_on_after(wait):
                         await self.broker.image_changed()
@@ -139,7 +139,7 @@ class Fetcher:
         return self._validated.get((p.topic, p.index)) == p.leader_epoch
 
     def _park(self, p: Partition) -> None:
-        self._parked[(p.topic, p.index)] = (self.broker.image.version, time.monotonic() + PARK_RETRY_S)
+        self._parked[(p.topic, p.index)] = (self.broker.image.version, SYSTEM.monotonic() + PARK_RETRY_S)
 
     # ------------------------------------------------------------------ truncation (KIP-101)
     async def _validate(self, partitions: list[Partition]) -> None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from kshim.clock import SYSTEM
 from kshim.errors import BrokerError
-from kshim.partition import now_ms
 
 if TYPE_CHECKING:
     from kshim.broker import Broker
@@ -27,7 +27,7 @@ async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
     interval = min(max(replica_lag_time_max_ms / 4000, 0.05), 0.25)
     while True:
         await anyio.sleep(interval)
-        now = now_ms()
+        now = SYSTEM.wall_ms()
         for p in broker.replicas():
             if not p.is_leader or len(p.replicas) < 2:
                 continue

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from typing import Any, Iterable
 
 import anyio
 
+from kshim.clock import SYSTEM, Clock
 from kshim.internal_topic import InternalTopic
 from kshim.signal import Signal
 from kshim.transactions import log_format
@@ -45,14 +45,10 @@ LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark re
 TopicPartition = tuple[str, int]
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TransactionCoordinator:
-    def __init__(self, broker: Any, clock=wall_ms) -> None:
+    def __init__(self, broker: Any, clock: Clock = SYSTEM) -> None:
         self.broker = broker
-        self.clock = clock
+        self.clock = clock.wall_ms  # transaction start and update times are stored
         self.topic = InternalTopic(broker, TRANSACTION_TOPIC,
                                    getattr(broker.config, "transaction_state_partitions", DEFAULT_PARTITIONS))
         self.max_timeout_ms = getattr(broker.config, "transaction_max_timeout_ms", MAX_TIMEOUT_MS)

@@ -1,0 +1,98 @@
+"""Suite-wide policy: markers come from where a test lives, and a skip fails the run unless allowed.
+
+Markers (registered in pyproject.toml, strict): `unit` for tests/, `process` for compat_tests/
+(real kshim processes and clients over TCP), plus `java` for modules that drive the Java client
+and `spark` for the PySpark tests. Nobody tags by hand: `python -m pytest -q -m unit` is the quick run.
+
+A skipped test is a check that did not run, so the session fails on any skip whose reason is not
+in ALLOWED_SKIPS; in CI (env CI=true) nothing may skip at all.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+JAVA_CLIENT_MODULE = "compat_tests.java_client"
+
+# Substrings of skip reasons tolerated outside CI, each with why.
+ALLOWED_SKIPS = {
+    "needs ../shared": "Kafka's JSON message specs live beside the checkout; CI has them",
+}
+
+
+def _markers_for(item: pytest.Item) -> list[str]:
+    try:
+        top = Path(item.path).resolve().relative_to(ROOT).parts[0]
+    except ValueError:
+        return []
+    if top == "tests":
+        return ["unit"]
+    if top != "compat_tests":
+        return []
+    marks = ["process"]
+    module = item.module
+    if module is not None:
+        name = module.__name__.rsplit(".", 1)[-1]
+        uses_java = any(getattr(v, "__module__", None) == JAVA_CLIENT_MODULE
+                        or getattr(v, "__name__", None) == JAVA_CLIENT_MODULE for v in vars(module).values())
+        if name.startswith("test_java_") or uses_java:
+            marks.append("java")
+        if name == "test_spark":
+            marks.append("spark")
+    return marks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in _markers_for(item):
+            item.add_marker(name)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def unexpected_skip(reason: str) -> bool:
+    return in_ci() or not any(allowed in reason for allowed in ALLOWED_SKIPS)
+
+
+_unexpected: list[str] = []
+
+
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if unexpected_skip(reason):
+            _unexpected.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note_skip(report)  # e.g. a module-level importorskip that would hide a whole file
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _unexpected:
+        where = "in CI nothing may skip" if in_ci() else "reason not in ALLOWED_SKIPS (conftest.py)"
+        terminalreporter.section("unexpected skips", red=True)
+        for line in _unexpected:
+            terminalreporter.write_line(f"{line}  [{where}]")
+
