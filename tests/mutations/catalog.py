@@ -18,7 +18,8 @@ class Mutation:
     breaks: str                         # what the patched broker does wrong
 
 
-PARTITION, PRODUCE, FETCH = "kshim/partition.py", "kshim/handlers/00_produce.py", "kshim/handlers/01_fetch.py"
+PARTITION, PRODUCE = "kshim/partition.py", "kshim/handlers/00_produce.py"
+REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
 TXN_COORDINATOR = "kshim/transactions/coordinator.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -27,10 +28,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("            raise ProtocolError(f\"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata\")\n        return None",
          "            raise ProtocolError(f\"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata\")\n        return {\"responses\": responses, \"throttle_time_ms\": 0}"),),
         "acks=0 requests get a response"),
-    Mutation("`acks=1` answers once the leader has appended", PRODUCE, (
-        ("            result = partition.append(pd.records)\n",
-         "            result = partition.append(pd.records) if acks != 1 else AppendResult(\n"
-         "                base_offset=partition.log_end_offset, last_offset=partition.log_end_offset)\n"),),
+    Mutation("`acks=1` answers once the leader has appended", REPLICAS, (
+        ("        result = _outcome(partition.append(data), partition)\n",
+         "        result = _outcome(partition.append(data) if acks != 1 else AppendResult(\n"
+         "            base_offset=partition.log_end_offset, last_offset=partition.log_end_offset), partition)\n"),),
         "acks=1 answers without appending"),
     Mutation("`acks=all` answers only once the records are COMMITTED", PARTITION, (
         ("        if result.appended_batches:\n            self._advance_hw()\n            self.wake_all()\n        return result",
@@ -47,16 +48,16 @@ MUTATIONS: tuple[Mutation, ...] = (
          "                result.error, result.message = error, message\n"
          "                self.log.truncate_to(start)\n                result.appended_batches = 0\n                break")),
         "an invalid batch rolls back the batches of the request appended before it"),
-    Mutation("each partition of a request succeeds or fails on its own", PRODUCE, (
-        ("    if acks == 0:\n        failed = ",
-         "    first = next((p[\"error_code\"] for t in responses for p in t[\"partition_responses\"] if p[\"error_code\"]), 0)\n"
-         "    for t in responses:\n        for p in t[\"partition_responses\"]:\n            p[\"error_code\"] = first\n"
-         "    if acks == 0:\n        failed = "),),
+    Mutation("each partition of a request succeeds or fails on its own", REPLICAS, (
+        ("        return self._await_commit(results, waits, timeout_s) if waits else results\n",
+         "        first = next((r.error for r in results if r.error), ErrorCode.NONE)\n"
+         "        for r in results:\n            r.error = first\n"
+         "        return self._await_commit(results, waits, timeout_s) if waits else results\n"),),
         "one failed partition fails every partition of the request"),
     Mutation("an idempotent producer's retried batch", PARTITION, (
         ("                if check.is_duplicate:", "                if False and check.is_duplicate:"),),
         "a retried idempotent batch is appended again"),
-    Mutation("`flush.messages` opts into fsync", "kshim/topic_config.py", (
+    Mutation("`flush.messages` opts into fsync", "kshim/configs/resolver.py", (
         ("flush_messages=None if flush_messages == LONG_MAX else flush_messages,", "flush_messages=None,"),),
         "the topic's flush.messages never reaches the log"),
     # ------------------------------------------------------------------ consumers
@@ -68,31 +69,32 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("        if self.producers.ongoing:\n", "        if False:\n"),),
         "open transactions do not hold the last stable offset"),
     Mutation("`read_committed` never sees records of aborted transactions", FETCH, (
-        ("entry[\"aborted_transactions\"] = partition.aborted_transactions(p.fetch_offset, _end_of(data))",
-         "entry[\"aborted_transactions\"] = []"),),
+        ("result.aborted_transactions = partition.log.aborted_between(p.fetch_offset, _end_of(data))",
+         "result.aborted_transactions = []"),),
         "read_committed fetches do not name the aborted transactions"),
     Mutation("`read_uncommitted` may also see UNCOMMITTED records", PARTITION, (
         ("        if isolation_level == 1:\n            return self.last_stable_offset",
          "        if True:\n            return self.last_stable_offset"),),
         "read_uncommitted is bounded like read_committed"),
     Mutation("ListOffsets latest and the Fetch watermarks follow the same bound", FETCH, (
-        ("entry[\"last_stable_offset\"] = partition.last_stable_offset",
-         "entry[\"last_stable_offset\"] = partition.high_watermark"),),
+        ("result.last_stable_offset = partition.last_stable_offset",
+         "result.last_stable_offset = partition.high_watermark"),),
         "Fetch reports the high watermark as its last stable offset"),
     # ------------------------------------------------------------------ with followers
     Mutation("acks=1 records are UNCOMMITTED until the in-sync followers have them", "kshim/handlers/02_list_offsets.py", (
         ("        return partition.read_bound(isolation_level), -1", "        return partition.read_bound(0), -1"),),
         "ListOffsets latest answers the log end offset under read_committed"),
-    Mutation("acks=all with in-sync followers that do not fetch", PRODUCE, (
-        ("            code, message = ErrorCode.REQUEST_TIMED_OUT, (", "            code, message = ErrorCode.NONE, ("),),
+    Mutation("acks=all with in-sync followers that do not fetch", REPLICAS, (
+        ("        result.error, result.message = ErrorCode.REQUEST_TIMED_OUT, (",
+         "        result.error, result.message = ErrorCode.NONE, ("),),
         "acks=all answers success at the timeout though the records are not COMMITTED"),
-    Mutation("acks=all when the ISR is smaller than `min.insync.replicas`", PRODUCE, (
-        ("            if acks == -1 and len(partition.isr) < partition.min_insync_replicas:",
-         "            if acks == -1 and len(partition.isr) < partition.min_insync_replicas and partition.append(pd.records):"),),
+    Mutation("acks=all when the ISR is smaller than `min.insync.replicas`", REPLICAS, (
+        ("        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:",
+         "        if acks == -1 and len(partition.isr) < partition.min_insync_replicas and partition.append(data):"),),
         "NOT_ENOUGH_REPLICAS after appending the records"),
-    Mutation("NOT_ENOUGH_REPLICAS_AFTER_APPEND", PRODUCE, (
-        ("        if committed and len(partition.isr) < partition.min_insync_replicas:",
-         "        if False:"),),
+    Mutation("NOT_ENOUGH_REPLICAS_AFTER_APPEND", REPLICAS, (
+        ("            if committed and len(partition.isr) < partition.min_insync_replicas:",
+         "            if False:"),),
         "acks=all answers success though the ISR fell below min.insync.replicas while it waited"),
     Mutation("`kshim.commit.quorum=majority` commits", PARTITION, (
         ("        if self.majority_quorum:\n            ends", "        if False:\n            ends"),),
