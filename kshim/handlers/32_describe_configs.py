@@ -12,7 +12,7 @@
 - include_synonyms (v1+): each topic config lists the override (if any) then the default under
   the same name, in precedence order; each broker setting lists itself.
 - v3+: config_type, and documentation when include_documentation (null otherwise).
-- v0 is not served (clients since Kafka 1.1 send v1+); `is_default` is still filled for it.
+- v0 is not served (clients since Kafka 1.1 send v1+), so its `is_default` is never written.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _entry(name: str, value: str | None, source: int, type_: str, doc: str, read
            synonyms: list[dict[str, Any]], include_docs: bool) -> dict[str, Any]:
     return {
         "name": name, "value": value, "read_only": read_only,
-        "is_default": source == DEFAULT_CONFIG, "config_source": source, "is_sensitive": False,
+        "config_source": source, "is_sensitive": False,
         "synonyms": synonyms, "config_type": CONFIG_TYPES[type_],
         "documentation": doc if include_docs else None,
     }
