@@ -1,7 +1,7 @@
 """Unit tests of the admin handlers: topics, partitions, configs, cluster, delete records.
 
 Requests go through the codec (encode then decode) so field names are checked against the schema;
-responses go through it too, so a misspelt response field shows up as a default value.
+responses go through it too, so a misspelt response field fails the test (wire.codec refuses it).
 """
 from __future__ import annotations
 
