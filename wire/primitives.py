@@ -224,7 +224,7 @@ class _Length(c.Construct):
     def __init__(self, compact: bool, wide: bool) -> None:
         super().__init__()
         self.compact = compact
-        self.fixed = None if compact else (Int32 if wide else Int16)
+        self.fixed = Int32 if wide else Int16  # classic encodings only
 
     def read(self, stream: Any, path: str, nullable: bool, unit: int = 1) -> int | None:
         n = read_uvarint(stream, path) - 1 if self.compact else self.fixed._parse(stream, None, path)
