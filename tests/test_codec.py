@@ -135,12 +135,13 @@ def _json_field(f: dict, common: dict[str, list]) -> tuple:
         _snake(f["name"]), kind, _versions(f.get("versions")), _versions(f.get("nullableVersions")),
         tagged, None if f.get("tag") is None else int(f["tag"]), _expected_default(f.get("default"), kind),
         tuple(_json_field(s, common) for s in sub),
+        f.get("ignorable", False), f.get("mapKey", False), f.get("entityType"),
     )
 
 
 def _model_field(f) -> tuple:
     return (f.name, f.type, f.versions, f.nullable, f.tagged, f.tag, f.default,
-            tuple(_model_field(s) for s in f.fields))
+            tuple(_model_field(s) for s in f.fields), f.ignorable, f.map_key, f.entity_type)
 
 
 def _read_specs() -> dict:
@@ -263,8 +264,9 @@ def _gen_struct(rng: random.Random, fields, version: int, flexible: bool, depth:
     value, expected = {}, {}
     for f in fields:
         if not in_range(version, f.versions):
-            if rng.random() < 0.1:  # a field of another version must simply be ignored
-                value[f.name] = _gen_field(rng, f, f.versions[0], flexible, depth)[0]
+            if rng.random() < 0.1:  # another version's field is dropped: any value if ignorable, else its default
+                value[f.name] = (_gen_field(rng, f, f.versions[0], flexible, depth)[0] if f.ignorable
+                                 else _default_of(f, f.versions[0]))
             continue
         if flexible and in_range(version, f.tagged):
             r = rng.random()
@@ -614,28 +616,29 @@ def test_kp_decodes_metadata_responses():
                 list(p.offline_replicas)) == (0, 1, 4, [1, 2], [1], [2])
 
 
-def _produce_response() -> dict:
+def _produce_response(version: int) -> dict:
     return {
         "responses": [{"name": "t1", "partition_responses": [
             {"index": 0, "error_code": 0, "base_offset": 1234567890123, "log_append_time_ms": -1,
              "log_start_offset": 0, "record_errors": [{"batch_index": 2, "batch_index_error_message": "bäd"}],
              "error_message": None},
             {"index": 1, "error_code": 6, "base_offset": -1, "error_message": "NOT_LEADER",
-             "current_leader": {"leader_id": 3, "leader_epoch": 9}},
+             "current_leader": {"leader_id": 3, "leader_epoch": 9} if version >= 10 else None},
         ]}],
         "throttle_time_ms": 0,
-        "node_endpoints": [{"node_id": 3, "host": "b3", "port": 9094, "rack": None}],
+        # not ignorable, as current_leader: Kafka (and the codec) refuse them in the versions before 10
+        "node_endpoints": [{"node_id": 3, "host": "b3", "port": 9094, "rack": None}] if version >= 10 else [],
     }
 
 
 def test_kp_decodes_produce_responses():
-    r = old_produce.ProduceResponse_v5.decode(encode(0, 5, "response", _produce_response()))
+    r = old_produce.ProduceResponse_v5.decode(encode(0, 5, "response", _produce_response(5)))
     (topic,) = r.topics
     assert topic[0] == "t1"
     assert [tuple(p) for p in topic[1]] == [(0, 0, 1234567890123, -1, 0), (1, 6, -1, -1, -1)]
 
     for v in (9, 10, 11):
-        r = ProduceResponse[v].decode(encode(0, v, "response", _produce_response()))
+        r = ProduceResponse[v].decode(encode(0, v, "response", _produce_response(v)))
         (topic,) = r.responses
         p0, p1 = topic.partition_responses
         assert (p0.index, p0.base_offset, p0.error_message) == (0, 1234567890123, None)
@@ -648,14 +651,16 @@ def test_kp_decodes_produce_responses():
 
 def _fetch_response(version: int) -> dict:
     return {
-        "throttle_time_ms": 1, "error_code": 0, "session_id": 77,
+        # session_id, preferred_read_replica and current_leader are not ignorable: set only where they exist
+        "throttle_time_ms": 1, "error_code": 0, "session_id": 77 if version >= 7 else 0,
         "responses": [{"topic": "t", "topic_id": U1, "partitions": [
             {"partition_index": 0, "error_code": 0, "high_watermark": 100, "last_stable_offset": 90,
              "log_start_offset": 0, "aborted_transactions": [{"producer_id": 5, "first_offset": 10}],
              "preferred_read_replica": -1, "records": RECORDS,
-             "current_leader": {"leader_id": 2, "leader_epoch": 8}},
+             "current_leader": {"leader_id": 2, "leader_epoch": 8} if version >= 12 else None},
             {"partition_index": 1, "error_code": 1, "high_watermark": -1, "last_stable_offset": -1,
-             "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": 3, "records": None},
+             "log_start_offset": -1, "aborted_transactions": None, "records": None,
+             "preferred_read_replica": 3 if version >= 11 else -1},
         ]}],
     }
 

@@ -1,15 +1,31 @@
 """Message codecs: the schema of one (api, version, request|response) turned into a construct tree.
 
 `codec(api_key, version, kind)` builds the tree once and caches it. Parsing yields a
-`construct.Container` (a dict with attribute access) keyed by snake_case field names; building
-accepts any mapping and fills each field that is absent with the schema's default, so handlers
-only write the fields they mean.
+`construct.Container` (a dict with attribute access) keyed by snake_case field names.
+
+Building takes a mapping per struct and is strict about what it is given, so a misspelt field
+fails where it is written instead of going out as its default (`EncodeError` names the message,
+version, path and key):
+- A key must be a field of that struct in SOME version of the message: handlers build one dict
+  for every version, so a field the version lacks is fine, and is dropped when the spec marks it
+  ignorable or its value is the field's default. A non-ignorable field set to anything else in a
+  version without it is an error, as in Kafka's generated code (the client would lose a fact).
+- An absent field takes the schema's default, so handlers only write the fields they mean;
+  except the keys of array elements, which have no sensible default: in an element of an array,
+  a field the spec marks `mapKey`, a string naming a topic (`entityType: topicName`) and an int32
+  partition number (`partition_index`, `partition`, `partition_id`, `index`) must be present
+  in the versions that have them (None where the version makes them nullable). Tagged fields
+  always default.
+The cost on the hot path is one C-level `issuperset` per struct (1-3% of encoding a 100-partition
+produce or fetch response): only a key that is neither this version's field nor another version's
+ignorable one takes the per-key check, and a missing key is found only once its primitive fails.
 
 Tagged fields (flexible versions) that the schema knows are decoded into the container; unknown
 tags are skipped, as Kafka does.
 """
 from __future__ import annotations
 
+import difflib
 import io
 from functools import lru_cache
 from typing import Any, Mapping
@@ -18,7 +34,7 @@ import construct as c
 from construct import Container, stream_read, stream_write
 
 from wire.primitives import (
-    ZERO_UUID, Array, Bool, Bytes, DecodeError, Float64, Int8, Int16, Int32, Int64, String, UInt16,
+    ZERO_UUID, Array, Bool, Bytes, DecodeError, EncodeError, Float64, Int8, Int16, Int32, Int64, String, UInt16,
     Uuid, ViewStream, encode_uvarint, read_uvarint,
 )
 from wire.schema.messages import MESSAGES
@@ -55,26 +71,69 @@ def _default(f: Field, version: int) -> Any:
     return _ZERO[f.type]
 
 
-class KStruct(c.Construct):
-    """A struct of versioned fields, with a tagged-field section in flexible versions."""
+def _is_default(f: Field, value: Any) -> bool:
+    """Whether a value of a field its version lacks carries nothing, so dropping it loses nothing."""
+    if value is None:
+        return True
+    if f.type.startswith("[]") or f.type == "records":
+        return len(value) == 0
+    if f.type == "struct":
+        members = {m.name: m for m in f.fields}
+        return all(k in members and _is_default(members[k], v) for k, v in value.items())
+    return bool(value == (_ZERO[f.type] if f.default is MISSING else f.default))
 
-    def __init__(self, fields: tuple[Field, ...], version: int, flexible: bool) -> None:
+
+_PARTITION_KEYS = frozenset({"partition_index", "partition", "partition_id", "index"})
+
+
+def _is_key(f: Field) -> bool:
+    """A field of an array element with no sensible default (the module docstring has the rule)."""
+    return (f.map_key or (f.type == "string" and f.entity_type == "topicName")
+            or (f.type == "int32" and f.name in _PARTITION_KEYS))
+
+
+class _Required:
+    """The default of a field that has none: building an object without it is an error."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+_REQUIRED = _Required()
+
+
+class KStruct(c.Construct):
+    """A struct of versioned fields, with a tagged-field section in flexible versions.
+
+    `where` names the struct for errors: "ProduceResponse v9: responses[].partition_responses[]".
+    """
+
+    def __init__(self, fields: tuple[Field, ...], version: int, flexible: bool, where: str,
+                 element: bool = False) -> None:
         super().__init__()
         self.flexible = flexible
+        self.where = where
         self.regular: list[tuple[str, c.Construct, Any]] = []
         self.tagged: dict[int, tuple[str, c.Construct, Any]] = {}
+        self.absent: dict[str, Field] = {}  # fields of other versions
+        sep = "." if ":" in where else ": "  # "Message vN: a[].b"
         for f in fields:
             if not in_range(version, f.versions):
+                self.absent[f.name] = f
                 continue
-            entry = (f.name, _field_construct(f, version, flexible), _default(f, version))
+            con = _field_construct(f, version, flexible, f"{where}{sep}{f.name}")
             if in_range(version, f.tagged):
-                self.tagged[f.tag] = entry
+                self.tagged[f.tag] = (f.name, con, _default(f, version))  # type: ignore[index]
             else:
-                self.regular.append(entry)
+                self.regular.append((f.name, con, _REQUIRED if element and _is_key(f) else _default(f, version)))
         self.tag_order = sorted(self.tagged)
         self.names = [n for n, _, _ in self.regular] + [self.tagged[t][0] for t in self.tag_order]
+        self.present = frozenset(self.names)
+        # keys that need no look at their value: this version's fields and other versions' ignorable ones
+        self.quiet = self.present | {n for n, f in self.absent.items() if f.ignorable}
+        self.builders = [(n, con._build, default) for n, con, default in self.regular]  # bound once: hot path
 
-    def _parse(self, stream, context, path):
+    def _parse(self, stream: Any, context: Any, path: str) -> Container:
         obj = Container()
         for name, con, _ in self.regular:
             obj[name] = con._parse(stream, context, path)
@@ -90,11 +149,18 @@ class KStruct(c.Construct):
                     obj[known[0]] = known[1]._parse(ViewStream(raw), context, path)
         return obj
 
-    def _build(self, obj, stream, context, path):
+    def _build(self, obj: Mapping[str, Any], stream: Any, context: Any, path: str) -> Mapping[str, Any]:
+        if not self.quiet.issuperset(obj):
+            self._check_absent(obj)
         get = obj.get
-        for name, con, default in self.regular:
-            value = get(name, MISSING)
-            con._build(default if value is MISSING else value, stream, context, path)
+        try:
+            for name, build, default in self.builders:
+                build(get(name, default), stream, context, path)
+        except EncodeError:
+            raise
+        except Exception:  # a primitive cannot write _REQUIRED: no look at keys until something fails
+            self._check_required(obj)
+            raise
         if self.flexible:
             chunks = []
             for tag in self.tag_order:
@@ -111,6 +177,27 @@ class KStruct(c.Construct):
             for chunk in chunks:
                 stream_write(stream, chunk, len(chunk), path)
         return obj
+
+    def _check_required(self, obj: Mapping[str, Any]) -> None:
+        for name, _, default in self.builders:
+            if default is _REQUIRED and name not in obj:
+                raise EncodeError(self.where, f"missing key {name!r}: a key of its array's elements has no default")
+
+    def _check_absent(self, obj: Mapping[str, Any]) -> None:
+        """The keys outside this version's fields: each must be a field of another version, and
+        ignorable or at its default."""
+        for key in obj:
+            if key in self.quiet:
+                continue
+            f = self.absent.get(key)
+            if f is None:
+                known = sorted(self.present | self.absent.keys())
+                close = difflib.get_close_matches(str(key), known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (fields: {', '.join(known)})"
+                raise EncodeError(self.where, f"unknown key {key!r}{hint}")
+            if not f.ignorable and not _is_default(f, obj[key]):
+                raise EncodeError(self.where, f"{key!r} = {obj[key]!r} is set, but this version lacks the field "
+                                              f"(versions {f.versions[0]}-{f.versions[1]}) and it is not ignorable")
 
 
 class _DefaultStruct(c.Adapter):
@@ -143,14 +230,15 @@ class _NullableStruct(c.Construct):
         return self.subcon._build(obj, stream, context, path)
 
 
-def _field_construct(f: Field, version: int, flexible: bool) -> c.Construct:
+def _field_construct(f: Field, version: int, flexible: bool, where: str) -> c.Construct:
     nullable = in_range(version, f.nullable)
     if f.type == "struct":
-        struct = KStruct(f.fields, version, flexible)
+        struct = KStruct(f.fields, version, flexible, where)
         return _NullableStruct(struct) if nullable else _DefaultStruct(struct)
     if f.type.startswith("[]"):
         elem = f.type[2:]
-        element = KStruct(f.fields, version, flexible) if elem == "struct" else _scalar(elem, flexible, False)
+        element = (KStruct(f.fields, version, flexible, where + "[]", element=True) if elem == "struct"
+                   else _scalar(elem, flexible, False))
         return Array(element, flexible, nullable)
     return _scalar(f.type, flexible, nullable)
 
@@ -172,7 +260,7 @@ def codec(api_key: int, version: int, kind: str) -> KStruct:
         raise UnsupportedVersion(f"unknown api key {api_key}") from None
     if not in_range(version, msg.versions):
         raise UnsupportedVersion(f"{msg.name} v{version} is outside {msg.versions}")
-    return KStruct(msg.fields, version, in_range(version, msg.flexible))
+    return KStruct(msg.fields, version, in_range(version, msg.flexible), f"{msg.name} v{version}")
 
 
 def decode(api_key: int, version: int, kind: str, data: bytes | memoryview, *, exact: bool = False) -> Container:

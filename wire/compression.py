@@ -12,6 +12,8 @@ import zlib
 
 import cramjam
 
+Buffer = bytes | bytearray | memoryview  # records sections arrive as views into request frames
+
 NONE = 0
 GZIP = 1
 SNAPPY = 2
@@ -35,7 +37,7 @@ class CorruptRecordError(ValueError):
     """Bad magic, truncated data, bad lengths, bad CRC or bad compressed data."""
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: Buffer) -> bytes:
     """Compress a records section for ``codec``; output is what Java, librdkafka
     and kafka-python consumers all decode."""
     if codec == NONE:
@@ -58,7 +60,7 @@ def compress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def decompress(codec: int, data: bytes, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
+def decompress(codec: int, data: Buffer, max_size: int = DEFAULT_MAX_SIZE) -> bytes:
     """Decompress a records section; CorruptRecordError on bad data or output > max_size."""
     try:
         if codec == GZIP:
@@ -85,7 +87,7 @@ def _too_big(max_size: int) -> CorruptRecordError:
     return CorruptRecordError(f"decompressed size exceeds {max_size} bytes")
 
 
-def _gunzip(data: bytes, max_size: int) -> bytes:
+def _gunzip(data: Buffer, max_size: int) -> bytes:
     out = []
     total = 0
     rest = data
@@ -103,7 +105,7 @@ def _gunzip(data: bytes, max_size: int) -> bytes:
             return out[0] if len(out) == 1 else b"".join(out)
 
 
-def _unsnappy(data: bytes, max_size: int) -> bytes:
+def _unsnappy(data: Buffer, max_size: int) -> bytes:
     raw_len = cramjam.snappy.decompress_raw_len
     if bytes(data[:8]) != _XERIAL_MAGIC:
         # Raw block: the preamble states the exact output size, check it first.
@@ -142,7 +144,7 @@ def _unsnappy(data: bytes, max_size: int) -> bytes:
     return bytes(out)
 
 
-def _bounded(decompress_into, data: bytes, hint: int | None, max_size: int) -> bytes:
+def _bounded(decompress_into, data: Buffer, hint: int | None, max_size: int) -> bytes:
     """Decompress into a fixed buffer, doubling it until the output fits or
     max_size is reached: memory never exceeds max_size, work stays ~2x output."""
     if hint is not None:
@@ -165,14 +167,14 @@ def _bounded(decompress_into, data: bytes, hint: int | None, max_size: int) -> b
         return bytes(memoryview(out)[:n])
 
 
-def _lz4_content_size(data: bytes) -> int | None:
+def _lz4_content_size(data: Buffer) -> int | None:
     # LZ4 frame: magic(4) FLG(1) BD(1) [content size u64 LE if FLG bit 3]
     if len(data) >= 14 and bytes(data[:4]) == _LZ4_MAGIC and data[4] & 0x08:
         return int.from_bytes(data[6:14], "little")
     return None
 
 
-def _zstd_content_size(data: bytes) -> int | None:
+def _zstd_content_size(data: Buffer) -> int | None:
     # zstd frame header: magic(4) descriptor(1) [window(1)] [dict id 0/1/2/4] [content size 0/1/2/4/8]
     if len(data) < 5 or bytes(data[:4]) != _ZSTD_MAGIC:
         return None

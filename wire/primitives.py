@@ -20,6 +20,29 @@ class DecodeError(c.ConstructError):
     """The bytes do not form a valid message of the expected schema."""
 
 
+class EncodeError(ValueError):
+    """An object to encode does not fit its schema: a key that is no field, a missing key field, or
+    a non-ignorable field set in a version that lacks it. A bug in the code that built the object.
+
+    `where` is the static schema path ("ProduceResponse v9: responses[].partition_responses[]");
+    arrays fill in element indices, innermost first, as the error unwinds.
+    """
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(where, problem)
+        self.where = where
+        self.problem = problem
+        self.indices: list[int] = []  # outermost first
+
+    def __str__(self) -> str:
+        parts = self.where.split("[]")
+        filled = [parts[0]]
+        for i, part in enumerate(parts[1:]):
+            filled.append(f"[{self.indices[i]}]" if i < len(self.indices) else "[]")
+            filled.append(part)
+        return f"{''.join(filled)}: {self.problem}"
+
+
 class ViewStream:
     """A read-only stream over a buffer whose reads are memoryview slices: no copies.
 
@@ -201,7 +224,7 @@ class _Length(c.Construct):
     def __init__(self, compact: bool, wide: bool) -> None:
         super().__init__()
         self.compact = compact
-        self.fixed = None if compact else (Int32 if wide else Int16)
+        self.fixed = Int32 if wide else Int16  # classic encodings only
 
     def read(self, stream: Any, path: str, nullable: bool, unit: int = 1) -> int | None:
         n = read_uvarint(stream, path) - 1 if self.compact else self.fixed._parse(stream, None, path)
@@ -302,6 +325,10 @@ class Array(c.Construct):
             return obj
         self.length.write(stream, path, len(obj))
         build = self.element._build
-        for item in obj:
-            build(item, stream, context, path)
+        try:
+            for item in obj:
+                build(item, stream, context, path)
+        except EncodeError as e:  # name the element: found by identity, only on this error path
+            e.indices.insert(0, next(i for i, x in enumerate(obj) if x is item))
+            raise
         return obj

@@ -205,7 +205,7 @@ class Record:
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: Sequence[tuple[str, bytes | None]]  # decoding gives a list of Header
 
 
 def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -348,6 +348,8 @@ def encode_batch(records: Iterable[RecordInput], *, base_offset: int = 0,
     base_ts: int | None = None
     max_ts = NO_TIMESTAMP
     now = None
+    headers: Sequence[tuple[str, bytes | None]]
+    ts: int | None
     for i, r in enumerate(records):
         if isinstance(r, Record):
             delta, ts, key, value, headers = (r.offset - base_offset, r.timestamp,

@@ -96,10 +96,12 @@ async def list_groups(b: Broker) -> list[dict]:
 async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
     """(node id, host, port); CtlError with the error after retrying the retriable ones."""
     code = None
+    # the codec refuses a non-ignorable field of the other versions: send the one this version has
+    body = ({"key_type": 0, "coordinator_keys": [group_id]} if b.versions.get(FIND_COORDINATOR, 0) >= 4
+            else {"key_type": 0, "key": group_id})
     with anyio.move_on_after(COORDINATOR_WAIT_S):
         while True:
-            version, resp = await b.request(FIND_COORDINATOR, {"key": group_id, "key_type": 0,
-                                                               "coordinator_keys": [group_id]})
+            version, resp = await b.request(FIND_COORDINATOR, body)
             if version >= 4:
                 answer = resp.coordinators[0] if resp.coordinators else None
                 if answer is None:
@@ -117,9 +119,10 @@ async def find_coordinator(b: Broker, group_id: str) -> tuple[int, str, int]:
 
 
 async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
-    version, resp = await b.request(OFFSET_FETCH, {
-        "group_id": group_id, "topics": None, "require_stable": False,
-        "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}]})
+    # v8+ asks by groups, earlier versions by group_id (the codec refuses the other versions' field)
+    body = ({"groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1, "topics": None}]}
+            if b.versions.get(OFFSET_FETCH, 0) >= 8 else {"group_id": group_id, "topics": None})
+    version, resp = await b.request(OFFSET_FETCH, {"require_stable": False, **body})
     if version >= 8:
         g = resp.groups[0]
         code, topics = g.error_code, g.topics

@@ -55,7 +55,8 @@ async def handle(ctx, req):
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             else:
                 entry["offset"], entry["timestamp"] = _lookup(partition, p.timestamp, isolation)
-                entry["leader_epoch"] = partition.leader_epoch
+                if ctx.version >= 4:  # v1-3 have no leader_epoch, and the codec refuses a non-default one
+                    entry["leader_epoch"] = partition.leader_epoch
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}

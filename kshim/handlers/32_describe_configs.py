@@ -15,7 +15,7 @@
   its broker name (if any), then the default under the topic config's name, in precedence order;
   each broker setting lists itself.
 - v3+: config_type, and documentation when include_documentation (null otherwise).
-- v0 is not served (clients since Kafka 1.1 send v1+); `is_default` is still filled for it.
+- v0 is not served (clients since Kafka 1.1 send v1+), so its `is_default` is never written.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 from construct import Container
 
-from kshim.configs import Resolved, Source, broker_settings, resolve
+from kshim.configs import Resolved, broker_settings, resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.handlers import RequestContext
 from kshim.handlers.config_resources import config_entry
@@ -38,7 +38,7 @@ BROKER = 4
 
 def _entries(configs: Iterable[Resolved], keys: set[str] | None, synonyms: bool,
              docs: bool) -> list[dict[str, Any]]:
-    return [{**config_entry(r), "is_default": r.source == Source.DEFAULT_CONFIG,
+    return [{**config_entry(r),
              "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in r.synonyms]
              if synonyms else [],
              "config_type": r.definition.type.code, "documentation": r.definition.doc if docs else None}

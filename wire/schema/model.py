@@ -29,6 +29,9 @@ class Field(NamedTuple):
     tag: int | None = None
     default: object = MISSING
     fields: tuple[Field, ...] = ()  # members of a struct or of an array's struct elements
+    ignorable: bool = False  # may be dropped silently when set in a version that lacks it
+    map_key: bool = False  # the key of its array's elements (the spec's "mapKey")
+    entity_type: str | None = None  # what the value names: "topicName", "brokerId", "groupId", ...
 
 
 class Message(NamedTuple):
