@@ -251,11 +251,6 @@ class Partition:
             return self.last_stable_offset
         return self._high_watermark if self.uncommitted_reads_to_hw else self.log_end_offset
 
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[dict]:
-        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound) names."""
-        return [{"producer_id": t.producer_id, "first_offset": t.first_offset}
-                for t in self.log.aborted_between(fetch_offset, upper_bound)]
-
     def _advance_hw(self) -> None:
         """Recompute the leader's high watermark; it never moves backwards."""
         if not self.is_leader:

@@ -26,6 +26,12 @@ list_txns = importlib.import_module("kshim.handlers.66_list_transactions")
 describe_producers = importlib.import_module("kshim.handlers.61_describe_producers")
 
 
+def aborted(partition, fetch_offset: int, upper_bound: int) -> list[dict]:
+    """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound) names."""
+    return [{"producer_id": t.producer_id, "first_offset": t.first_offset}
+            for t in partition.log.aborted_between(fetch_offset, upper_bound)]
+
+
 # ---------------------------------------------------------------------------------- the index
 def test_txn_index_survives_reopen_and_ignores_a_torn_tail(tmp_path):
     stem = str(tmp_path / "00000000000000000000")
@@ -70,10 +76,10 @@ async def test_last_stable_offset_and_aborted_list_follow_markers(tmp_path):
         assert p.read(0, 1 << 20, 1) == b""
         assert not p.append_marker(1, 0, False, 0).error            # 4: abort producer 1
         assert p.last_stable_offset == 2
-        assert p.aborted_transactions(0, 5) == [{"producer_id": 1, "first_offset": 0}]
+        assert aborted(p, 0, 5) == [{"producer_id": 1, "first_offset": 0}]
         assert not p.append_marker(2, 0, True, 0).error             # 5: commit producer 2
         assert p.last_stable_offset == 6 == p.log_end_offset
-        assert p.aborted_transactions(5, 6) == [] and p.aborted_transactions(2, 6) != []  # its marker is at 4
+        assert aborted(p, 5, 6) == [] and aborted(p, 2, 6) != []  # its marker is at 4
         # a zombie's data or marker with an older epoch is refused
         assert not p.append_marker(1, 1, False, 0).error            # 6: producer 1 now at epoch 1
         assert p.append(data(1, 0, b"late")).error == ErrorCode.INVALID_PRODUCER_EPOCH
@@ -89,7 +95,7 @@ async def test_last_stable_offset_and_aborted_list_follow_markers(tmp_path):
     try:
         p = broker.partition("t", 0)
         assert p.last_stable_offset == open_at
-        assert p.aborted_transactions(0, open_at) == [{"producer_id": 1, "first_offset": 0}]
+        assert aborted(p, 0, open_at) == [{"producer_id": 1, "first_offset": 0}]
     finally:
         broker.close()
 
@@ -107,9 +113,9 @@ async def test_a_crash_rebuilds_producer_state_and_the_aborted_index_from_the_lo
     try:
         q = reopened.partition("t", 0)
         assert q.last_stable_offset == 2  # producer 2's transaction is still open
-        assert q.aborted_transactions(0, 3) == [{"producer_id": 1, "first_offset": 0}]
+        assert aborted(q, 0, 3) == [{"producer_id": 1, "first_offset": 0}]
         q.truncate_to(1)  # the marker goes: producer 1's transaction is open again
-        assert q.last_stable_offset == 0 and q.aborted_transactions(0, 1) == []
+        assert q.last_stable_offset == 0 and aborted(q, 0, 1) == []
     finally:
         reopened.close()
 
@@ -176,7 +182,7 @@ async def test_init_add_end_and_fencing(tmp_path):
             assert await add(broker, "tx", pid, 0) == ErrorCode.PRODUCER_FENCED
             assert await add(broker, "tx", pid, 0, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
             assert await end(broker, "tx", pid, 1, True) == ErrorCode.PRODUCER_FENCED
-            assert p.aborted_transactions(0, p.log_end_offset) == [{"producer_id": pid, "first_offset": 2}]
+            assert aborted(p, 0, p.log_end_offset) == [{"producer_id": pid, "first_offset": 2}]
 
             described = await call_awaiting(broker, describe_txns, 0, {"transactional_ids": ["tx", "nope"]})
             states = {s.transactional_id: s for s in described.transaction_states}
@@ -228,7 +234,7 @@ async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepa
                              message="the prepared commit completed")
             p = broker.partition("t", 0)
             assert p.last_stable_offset == p.log_end_offset
-            assert [a["first_offset"] for a in p.aborted_transactions(0, p.log_end_offset)] == [0]  # "slow"
+            assert [a["first_offset"] for a in aborted(p, 0, p.log_end_offset)] == [0]  # "slow"
             tg.cancel_scope.cancel()
     finally:
         broker.close()
