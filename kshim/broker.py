@@ -10,7 +10,7 @@ local replicas.
 from __future__ import annotations
 
 import uuid
-from typing import Protocol, TypeVar
+from typing import Callable, Protocol, TypeVar
 
 import anyio
 
@@ -51,12 +51,10 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self)
         self._image_applied = Signal()
-        self.close_hooks: list = []  # run after the replicas close (a standalone broker's controller)
+        self.close_hooks: list[Callable[[], None]] = []  # run after the replicas close (a standalone controller)
+        # called after each image is applied (the coordinators follow their partitions' leadership):
         # the coordinators know the broker, not the reverse
-        from kshim.groups import GroupCoordinator
-        from kshim.transactions import TransactionCoordinator
-        self.groups = GroupCoordinator(self)
-        self.transactions = TransactionCoordinator(self)
+        self.image_listeners: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ metadata images
     @property
@@ -75,8 +73,8 @@ class Broker:
         self.topics = dict(image.topics)
         self.topics_by_id = {t.topic_id: t for t in image.topics.values()}
         self.replica_manager.apply_image(image)
-        self.groups.on_image()
-        self.transactions.on_image()
+        for listener in self.image_listeners:
+            listener()
         self._image_applied.fire()
 
     async def image_changed(self) -> None:

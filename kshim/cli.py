@@ -93,12 +93,13 @@ def _serve_cluster(args: argparse.Namespace) -> int:
 
 async def _serve(config: BrokerConfig) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
+    from kshim.broker_server import BrokerServer
     from kshim.server import Server
 
     broker = open_standalone(config)
     try:
         async with anyio.create_task_group() as tg:
-            port = await tg.start(Server(broker).serve)
+            port = await tg.start(Server(BrokerServer(broker)).serve)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

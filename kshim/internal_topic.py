@@ -12,8 +12,9 @@ groups, `__transaction_state` transactional ids (Kafka's rule for both).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Iterator
 
+from kshim.broker import Broker
 from kshim.errors import BrokerError
 from wire import records
 from wire.errors import ErrorCode
@@ -36,7 +37,7 @@ def partition_for(key: str, partitions: int) -> int:
 
 
 class InternalTopic:
-    def __init__(self, broker: Any, name: str, default_partitions: int) -> None:
+    def __init__(self, broker: Broker, name: str, default_partitions: int) -> None:
         self.broker = broker
         self.name = name
         self.default_partitions = default_partitions

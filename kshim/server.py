@@ -24,6 +24,7 @@ from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from kshim.broker import Broker
+from kshim.broker_server import BrokerServer
 from kshim.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.protocol import ConnectionCore, ProtocolError, Request
 
@@ -94,8 +95,9 @@ class _Pending:
 
 
 class Server:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, node: BrokerServer) -> None:
+        self.node = node
+        self.broker = node.broker
         self.handlers: dict[int, Handler] = load_handlers()
         self.supported = supported_versions(self.handlers)
 
@@ -104,9 +106,7 @@ class Server:
         listener = open_listener(cfg.host, cfg.port)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.broker.replica_manager.housekeeping)
-                tg.start_soon(self.broker.groups.run)
-                tg.start_soon(self.broker.transactions.run)
+                tg.start_soon(self.node.run)
                 task_status.started(listener.getsockname()[1])
                 while True:
                     await anyio.wait_readable(listener)
@@ -172,7 +172,7 @@ class Server:
 
     async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
-        ctx = RequestContext(self.broker, request.header, peer, self.supported)
+        ctx = RequestContext(self.node, request.header, peer, self.supported)
         if request.unsupported:
             return await handler.handle(ctx, None)
         return await handler.handle(ctx, request.body)
@@ -208,7 +208,7 @@ class Server:
 
 
 async def run(broker: Broker, on_ready=None) -> None:
-    server = Server(broker)
+    server = Server(BrokerServer(broker))
     async with anyio.create_task_group() as tg:
         port = await tg.start(server.serve)
         if on_ready:

@@ -18,6 +18,7 @@ from wire.errors import ErrorCode
 from wire.headers import RequestHeader
 from wire.primitives import ZERO_UUID
 from wire.records import encode_batch
+from tests.nodes import served
 
 create_topics = importlib.import_module("kshim.handlers.19_create_topics")
 delete_topics = importlib.import_module("kshim.handlers.20_delete_topics")
@@ -54,7 +55,7 @@ async def call(broker: Broker, module, version: int, body: dict):
     assert lo <= version <= hi
     req = codec.decode(key, version, "request", codec.encode(key, version, "request", body), exact=True)
     header = RequestHeader(key, version, 1, "test", 0)
-    ctx = RequestContext(broker, header, "test:0", {})
+    ctx = RequestContext(served(broker), header, "test:0", {})
     resp = await module.handle(ctx, req)
     return codec.decode(key, version, "response", codec.encode(key, version, "response", resp), exact=True)
 

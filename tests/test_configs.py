@@ -16,6 +16,7 @@ from kshim.standalone import open_standalone
 from wire import codec
 from wire.errors import ErrorCode
 from wire.headers import RequestHeader
+from tests.nodes import served
 
 TOPIC, BROKER = 2, 4
 
@@ -110,7 +111,7 @@ def test_controller_elects_by_the_brokers_unclean_setting(tmp_path, setting):
 async def _call(broker, module_name: str, version: int, body: dict):
     module = importlib.import_module(f"kshim.handlers.{module_name}")
     req = codec.decode(module.API_KEY, version, "request", codec.encode(module.API_KEY, version, "request", body))
-    resp = await module.handle(RequestContext(broker, RequestHeader(module.API_KEY, version, 1, "t", 0), "t:0", {}), req)
+    resp = await module.handle(RequestContext(served(broker), RequestHeader(module.API_KEY, version, 1, "t", 0), "t:0", {}), req)
     return codec.decode(module.API_KEY, version, "response",
                         codec.encode(module.API_KEY, version, "response", resp))
 

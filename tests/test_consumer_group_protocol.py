@@ -12,6 +12,7 @@ from kshim.groups.consumer_group import (EMPTY, M_UNRELEASED, M_UNREVOKED, RECON
                                          ConsumerGroup, validate_heartbeat)
 from kshim.groups.group import GroupConfig
 from wire.errors import ErrorCode
+from kshim.configs.broker import BrokerConfig
 
 T = {"a": ("id-a", 6)}
 
@@ -148,7 +149,7 @@ def test_classic_and_consumer_groups_stay_apart():
     coordinator_mod = importlib.import_module("kshim.groups.coordinator")
 
     class FakeBroker:
-        topics, topics_by_id, config = {}, {}, object()
+        topics, topics_by_id, config = {}, {}, BrokerConfig()
 
     c = coordinator_mod.GroupCoordinator(FakeBroker(), clock=ManualClock(monotonic=0))
     code, g = c.consumer_group("g", create=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -355,7 +356,7 @@ def broker(tmp_path):
 async def call(broker, version: int, body: dict):
     req = codec.decode(23, version, "request", codec.encode(23, version, "request", body), exact=True)
     header = RequestHeader(23, version, 1, "test", 0)
-    ctx = RequestContext(broker, header, "test:0", {})
+    ctx = RequestContext(SimpleNamespace(broker=broker), header, "test:0", {})  # the handler needs no coordinator
     resp = await handler.handle(ctx, req)
     return codec.decode(23, version, "response", codec.encode(23, version, "response", resp), exact=True)
 

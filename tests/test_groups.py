@@ -14,6 +14,7 @@ from kshim.standalone import open_standalone
 from tests.test_admin_handlers import call
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
+from tests.nodes import served
 
 find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
 offset_commit = importlib.import_module("kshim.handlers.08_offset_commit")
@@ -188,7 +189,7 @@ async def call_awaiting(broker, module, version, body):
     from kshim.handlers import RequestContext
     req = codec.decode(module.API_KEY, version, "request",
                        codec.encode(module.API_KEY, version, "request", body), exact=True)
-    ctx = RequestContext(broker, RequestHeader(module.API_KEY, version, 1, "test", 0), "test:0", {})
+    ctx = RequestContext(served(broker), RequestHeader(module.API_KEY, version, 1, "test", 0), "test:0", {})
     resp = await module.handle(ctx, req)
     if not isinstance(resp, dict):
         resp = await resp
@@ -206,8 +207,8 @@ async def test_offsets_are_durable_across_reopen(tmp_path):
     try:
         resp = await find(broker, "g1")
         assert resp.coordinators[0].error_code == ErrorCode.NONE
-        assert broker.groups.check("g1") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        broker.groups.load_pending()
+        assert served(broker).groups.check("g1") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        served(broker).groups.load_pending()
         body = {"group_id": "g1", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
                 "topics": [{"name": "t", "partitions": [
                     {"partition_index": 0, "committed_offset": 42, "committed_leader_epoch": 3,
@@ -223,7 +224,7 @@ async def test_offsets_are_durable_across_reopen(tmp_path):
         broker.close()
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
-        broker.groups.load_pending()
+        served(broker).groups.load_pending()
         resp = await call(broker, offset_fetch, 8, {"groups": [{"group_id": "g1", "topics": None}],
                                                     "require_stable": True})
         parts = {(p.partition_index, p.committed_offset, p.committed_leader_epoch, p.metadata)
@@ -240,7 +241,7 @@ async def test_offsets_are_durable_across_reopen(tmp_path):
         broker.close()
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
-        broker.groups.load_pending()
+        served(broker).groups.load_pending()
         resp = await call(broker, offset_fetch, 7, {"group_id": "g1", "topics": None})
         assert resp.error_code == 0 and resp.topics == []  # the tombstones deleted them
     finally:
@@ -250,10 +251,10 @@ async def test_offsets_are_durable_across_reopen(tmp_path):
 @pytest.mark.anyio
 async def test_commit_needs_membership_once_the_group_has_members(broker):
     await find(broker, "g")
-    broker.groups.load_pending()
-    group = broker.groups.get_group("g", create=True)
-    member_id, _ = joined(group, broker.groups.clock())
-    sync(group, broker.groups.clock(), member_id, 1, [(member_id, b"x")])
+    served(broker).groups.load_pending()
+    group = served(broker).groups.get_group("g", create=True)
+    member_id, _ = joined(group, served(broker).groups.clock())
+    sync(group, served(broker).groups.clock(), member_id, 1, [(member_id, b"x")])
     body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                     "committed_leader_epoch": -1, "committed_metadata": ""}]}]}
@@ -271,14 +272,14 @@ async def test_commit_needs_membership_once_the_group_has_members(broker):
 
 @pytest.mark.anyio
 async def test_coordinator_timer_task_expires_sessions(broker):
-    broker.groups.config = GroupConfig(min_session_timeout_ms=10)
+    served(broker).groups.config = GroupConfig(min_session_timeout_ms=10)
     await find(broker, "g")
     async with anyio.create_task_group() as tg:
-        tg.start_soon(broker.groups.run)
-        await wait_until(lambda: not broker.groups.check("g"), message="the offsets partition loaded")
-        group = broker.groups.get_group("g", create=True)
-        group.config = broker.groups.config
-        member_id, w = joined(group, broker.groups.clock(), session=100)
+        tg.start_soon(served(broker).groups.run)
+        await wait_until(lambda: not served(broker).groups.check("g"), message="the offsets partition loaded")
+        group = served(broker).groups.get_group("g", create=True)
+        group.config = served(broker).groups.config
+        member_id, w = joined(group, served(broker).groups.clock(), session=100)
         assert w.done
         await wait_until(lambda: member_id not in group.members, message="the session expired")
         tg.cancel_scope.cancel()
@@ -290,9 +291,9 @@ async def test_not_coordinator_before_the_offsets_topic_exists(broker):
     assert resp.topics[0].partitions[0].error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     resp = await call(broker, find_coordinator, 0, {"key": "g"})
     assert resp.error_code == ErrorCode.NONE and resp.node_id == broker.node_id
-    assert broker.groups.check("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert served(broker).groups.check("g") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     resp = await call(broker, find_coordinator, 3, {"key": "tx", "key_type": 1})
     assert resp.error_code == ErrorCode.NONE and resp.node_id == broker.node_id
-    assert broker.transactions.check("tx") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    assert served(broker).transactions.check("tx") == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
     resp = await call(broker, find_coordinator, 3, {"key": "tx", "key_type": 2})
     assert resp.error_code == ErrorCode.INVALID_REQUEST

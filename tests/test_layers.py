@@ -3,7 +3,7 @@ wire/ with `ast` (no import is executed).
 
 Top to bottom; a module imports its own layer and the layers below it, never a higher one:
 
-    net                 kshim/server.py, kshim/protocol.py, kshim/handlers/
+    net                 kshim/server.py, kshim/protocol.py, kshim/handlers/, kshim/broker_server.py
     coordinators        kshim/groups/, kshim/transactions/, kshim/internal_topic.py
     replica management  kshim/broker.py, kshim/replica_manager.py or kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes)
-    ("net", ("kshim.server", "kshim.protocol", "kshim.handlers")),
+    ("net", ("kshim.server", "kshim.protocol", "kshim.handlers", "kshim.broker_server")),
     ("coordinators", ("kshim.groups", "kshim.transactions", "kshim.internal_topic")),
     ("replica management", ("kshim.broker", "kshim.replica_manager", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
@@ -56,23 +56,7 @@ COMPOSITION_ROOTS = {"kshim.cli", "kshim.__main__", "kshim.standalone", "kshim.r
 NOT_FOR_CTL = ("kshim.server", "kshim.handlers")
 
 # (importing module, imported module): why it may break the rules, for now
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("kshim.broker", "kshim.groups"):
-        "Broker.__init__ builds the group coordinator (an import inside the function hides the upward "
-        "dependency); to be removed by the replica-manager/coordinator refactor",
-    ("kshim.broker", "kshim.transactions"):
-        "Broker.__init__ builds the transaction coordinator, as above; to be removed by the "
-        "replica-manager/coordinator refactor",
-    ("kshim.transactions.markers", "kshim.groups"):
-        "the marker writer takes OFFSETS_TOPIC from the group coordinator; to be removed by the "
-        "replica-manager/coordinator refactor",
-    ("kshim.replication", "kshim.broker"):
-        "type-only: run_replication takes the Broker; to be removed by the replica-manager/coordinator refactor",
-    ("kshim.replication.fetcher", "kshim.broker"):
-        "type-only: the fetcher takes the Broker; to be removed by the replica-manager/coordinator refactor",
-    ("kshim.replication.isr", "kshim.broker"):
-        "type-only: ISR upkeep takes the Broker; to be removed by the replica-manager/coordinator refactor",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 # (importing module, imported module): imports inside a function that stay, and why
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
@@ -82,7 +66,9 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.controller.process", "kshim.server"):
         "the controller process only borrows open_listener to check the brokers' ports; it serves no Kafka",
     ("kshim.cluster.broker_process", "kshim.server"):
-        "no cycle behind it (a composition root may import the server): may move to the top of the module",
+        "start-up: kshim/cli.py imports this module for its options; only a broker process loads the server",
+    ("kshim.cluster.broker_process", "kshim.broker_server"): "start-up: as kshim.server, with it",
+    ("kshim.cli", "kshim.broker_server"): "start-up: as kshim.server, with it",
 }
 
 

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from kshim.broker import Broker, BrokerConfig
+from kshim.broker_server import BrokerServer
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
@@ -84,7 +85,7 @@ async def cluster(tmp_path, n: int = 3, lag_ms: int = 1000):
             client = LocalControllerClient(controller, i)
             broker = Broker(config, client)
             controller.listeners.append(broker.apply_image)
-            config.port = await tg.start(Server(broker).serve)
+            config.port = await tg.start(Server(BrokerServer(broker)).serve)
             client.register("127.0.0.1", config.port, os.getpid())
             brokers.append(broker)
         for broker in brokers:

@@ -13,6 +13,7 @@ from kshim.transactions.markers import write_here
 from tests.test_transactions import add, coordinated, data, end, init, settle, standalone_topic
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
+from tests.nodes import served
 
 
 def stall_replication(p):
@@ -27,7 +28,7 @@ async def test_a_marker_not_committed_is_not_reported_written(tmp_path):
     try:
         assert not p.append(data(7, 0, b"x")).error
         stall_replication(p)
-        codes = await write_here(broker, 7, 0, True, 0, [("t", 0)], timeout_s=0.3)
+        codes = await write_here(broker.replica_manager, 7, 0, True, 0, [("t", 0)], timeout_s=0.3)
         marker_offset = p.log_end_offset - 1
         assert p.high_watermark <= marker_offset  # the marker is not COMMITTED ...
         assert codes[("t", 0)] != ErrorCode.NONE, codes  # ... so it is not reported written
@@ -50,7 +51,7 @@ async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_
     broker, p = await standalone_topic(tmp_path)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.transactions.run)
+            tg.start_soon(served(broker).transactions.run)
             await coordinated(broker, "tx")
             pid = (await init(broker, "tx")).producer_id
             assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
@@ -59,7 +60,7 @@ async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
             await wait_until(lambda: len(attempts) >= 3, message="three marker attempts")
             assert all(codes[("t", 0)] == ErrorCode.REQUEST_TIMED_OUT for codes in attempts), attempts
-            assert broker.transactions.txns["tx"].state == TxnState.PREPARE_COMMIT
+            assert served(broker).transactions.txns["tx"].state == TxnState.PREPARE_COMMIT
             assert p.last_stable_offset == 0
 
             async def follower_fetches() -> None:  # replication resumes: the follower takes what is new
@@ -78,7 +79,7 @@ async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_
 @pytest.mark.anyio
 async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp_path, monkeypatch):
     broker, p = await standalone_topic(tmp_path)
-    coord = broker.transactions
+    coord = served(broker).transactions
     gate = anyio.Event()
     real_write = coord.markers.write
     writes: list[bool] = []
@@ -115,8 +116,8 @@ async def offsets_setup(tmp_path):
     from tests.test_groups import find
     broker, p = await standalone_topic(tmp_path)
     assert (await find(broker, "g")).coordinators[0].error_code == ErrorCode.NONE
-    broker.groups.load_pending()
-    index = broker.groups.partition_of("g")
+    served(broker).groups.load_pending()
+    index = served(broker).groups.partition_of("g")
     return broker, p, broker.partition("__consumer_offsets", index), index
 
 
@@ -128,10 +129,10 @@ async def test_txn_offsets_are_unstable_from_their_append(tmp_path):
         async with anyio.create_task_group() as tg:
             stall_replication(o)
             end_before = o.log_end_offset
-            tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
+            tg.start_soon(served(broker).groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
             await wait_until(lambda: o.log_end_offset > end_before, message="TxnOffsetCommit appended")
             # ... and waiting for the ISR
-            code, out = broker.groups.fetch("g", [("t", 0)], require_stable=True)
+            code, out = served(broker).groups.fetch("g", [("t", 0)], require_stable=True)
             # a consumer taking over waits for the transaction instead of reading "no offset"
             assert out[0][2] == ErrorCode.UNSTABLE_OFFSET_COMMIT, out
             tg.cancel_scope.cancel()
@@ -151,18 +152,18 @@ async def test_an_abort_marker_drops_txn_offsets_appended_before_it(tmp_path):
             stall_replication(p)
             stall_replication(o)
             ends = (p.log_end_offset, o.log_end_offset)
-            tg.start_soon(broker.groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
+            tg.start_soon(served(broker).groups.write, "g", [(("t", 0), OffsetEntry(100, -1, "", 0))], (5, 0))
             await wait_until(lambda: o.log_end_offset > ends[1], message="TxnOffsetCommit appended")
-            assert 5 in broker.groups.pending_txn
+            assert 5 in served(broker).groups.pending_txn
             ends = (p.log_end_offset, o.log_end_offset)
-            tg.start_soon(write_here, broker, 5, 1, False, 0, [("t", 0), ("__consumer_offsets", index)], 5.0)
+            tg.start_soon(write_here, broker.replica_manager, 5, 1, False, 0, [("t", 0), ("__consumer_offsets", index)], 5.0)
             await wait_until(lambda: p.log_end_offset > ends[0] and o.log_end_offset > ends[1],
                              message="markers appended")
             # one replica fetch request covering both partitions
             p.record_follower_fetch(99, p.log_end_offset, 0)
             o.record_follower_fetch(99, o.log_end_offset, 0)
             # dropped: not left pending for producer 5's next COMMIT to apply
-            await wait_until(lambda: 5 not in broker.groups.pending_txn, message="the offsets dropped")
+            await wait_until(lambda: 5 not in served(broker).groups.pending_txn, message="the offsets dropped")
             tg.cancel_scope.cancel()
     finally:
         broker.close()
@@ -175,9 +176,9 @@ async def test_txn_offset_commit_with_only_the_group_id_is_accepted(tmp_path):
     txn_offset_commit = importlib.import_module("kshim.handlers.28_txn_offset_commit")
     broker, p, o, index = await offsets_setup(tmp_path)
     try:
-        group = broker.groups.get_group("g", create=True)
-        member_id, _ = joined(group, broker.groups.clock())
-        sync(group, broker.groups.clock(), member_id, 1, [(member_id, b"x")])
+        group = served(broker).groups.get_group("g", create=True)
+        member_id, _ = joined(group, served(broker).groups.clock())
+        sync(group, served(broker).groups.clock(), member_id, 1, [(member_id, b"x")])
         body = {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0,
                 "generation_id": -1, "member_id": "", "group_instance_id": None,
                 "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,

@@ -16,6 +16,7 @@ from tests.test_groups import call_awaiting
 from tests.waiting import wait_until
 from wire import records
 from wire.errors import ErrorCode
+from tests.nodes import served
 
 find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
 init_producer_id = importlib.import_module("kshim.handlers.22_init_producer_id")
@@ -124,9 +125,9 @@ async def test_a_crash_rebuilds_producer_state_and_the_aborted_index_from_the_lo
 async def coordinated(broker, tid: str) -> None:
     resp = await call_awaiting(broker, find_coordinator, 4, {"key_type": 1, "coordinator_keys": [tid]})
     assert resp.coordinators[0].error_code == ErrorCode.NONE
-    for index in sorted(broker.transactions.topic.loading):
-        broker.transactions._load(index)
-    assert broker.transactions.check(tid) == ErrorCode.NONE
+    for index in sorted(served(broker).transactions.topic.loading):
+        served(broker).transactions._load(index)
+    assert served(broker).transactions.check(tid) == ErrorCode.NONE
 
 
 async def init(broker, tid: str, timeout_ms: int = 60_000, version: int = 4):
@@ -148,7 +149,7 @@ async def end(broker, tid: str, pid: int, epoch: int, committed: bool, version: 
 
 
 async def settle(broker, tid: str, state: TxnState) -> None:
-    await wait_until(lambda: broker.transactions.txns[tid].state == state, message=f"{tid} {state.name}")
+    await wait_until(lambda: served(broker).transactions.txns[tid].state == state, message=f"{tid} {state.name}")
 
 
 @pytest.mark.anyio
@@ -156,7 +157,7 @@ async def test_init_add_end_and_fencing(tmp_path):
     broker, p = await standalone_topic(tmp_path)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.transactions.run)
+            tg.start_soon(served(broker).transactions.run)
             await coordinated(broker, "tx")
             first = await init(broker, "tx")
             assert first.error_code == ErrorCode.NONE and first.producer_epoch == 0
@@ -206,13 +207,13 @@ async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepa
     broker, p = await standalone_topic(tmp_path)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.transactions.run)
+            tg.start_soon(served(broker).transactions.run)
             await coordinated(broker, "slow")
             pid = (await init(broker, "slow", timeout_ms=100)).producer_id
             assert await add(broker, "slow", pid, 0) == ErrorCode.NONE
             p.append(data(pid, 0, b"left open"))
             await settle(broker, "slow", TxnState.COMPLETE_ABORT)
-            assert broker.transactions.txns["slow"].producer_epoch == 1  # fenced
+            assert served(broker).transactions.txns["slow"].producer_epoch == 1  # fenced
             assert p.last_stable_offset == p.log_end_offset
             tg.cancel_scope.cancel()
         # PrepareCommit written, markers not yet: a restart must finish the commit
@@ -220,17 +221,17 @@ async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepa
         pid = (await init(broker, "half")).producer_id
         assert await add(broker, "half", pid, 0) == ErrorCode.NONE
         p.append(data(pid, 0, b"half"))
-        meta = broker.transactions.txns["half"]
-        assert await broker.transactions._persist(meta.but(state=TxnState.PREPARE_COMMIT)) == ErrorCode.NONE
+        meta = served(broker).transactions.txns["half"]
+        assert await served(broker).transactions._persist(meta.but(state=TxnState.PREPARE_COMMIT)) == ErrorCode.NONE
         assert p.last_stable_offset < p.log_end_offset
     finally:
         broker.close()
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.transactions.run)
-            await wait_until(lambda: "half" in broker.transactions.txns and
-                             broker.transactions.txns["half"].state == TxnState.COMPLETE_COMMIT,
+            tg.start_soon(served(broker).transactions.run)
+            await wait_until(lambda: "half" in served(broker).transactions.txns and
+                             served(broker).transactions.txns["half"].state == TxnState.COMPLETE_COMMIT,
                              message="the prepared commit completed")
             p = broker.partition("t", 0)
             assert p.last_stable_offset == p.log_end_offset

@@ -70,6 +70,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
+    # lazy: `kshim` imports this module for its options; ctl and the controller need no server
+    from kshim.broker_server import BrokerServer
     from kshim.server import Server
 
     client = RemoteControllerClient(controller_socket, config.node_id)
@@ -78,7 +80,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
-                port = await tg.start(Server(broker).serve)
+                port = await tg.start(Server(BrokerServer(broker)).serve)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))

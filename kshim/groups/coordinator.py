@@ -29,10 +29,12 @@ from typing import Any
 import anyio
 
 from kshim.clock import SYSTEM, Clock
+from kshim.broker import Broker
 from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
 from kshim.internal_topic import InternalTopic
+from kshim.replica import TxnMarker
 from kshim.replica import PartitionAppend
 from kshim.signal import Signal
 from wire import records
@@ -41,7 +43,6 @@ from wire.errors import ErrorCode
 log = logging.getLogger("kshim.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
-DEFAULT_OFFSETS_PARTITIONS = 10
 EXPIRY_INTERVAL_MS = 60_000
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
@@ -50,7 +51,7 @@ TopicPartition = tuple[str, int]
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Any, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker: Broker, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.config = config or GroupConfig()
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
@@ -58,8 +59,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
-        self.topic = InternalTopic(broker, OFFSETS_TOPIC, getattr(broker.config, "offsets_topic_partitions",
-                                                                  DEFAULT_OFFSETS_PARTITIONS))
+        self.topic = InternalTopic(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions)
         self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
         self._wake = Signal()
         self._next_expiry = 0
@@ -323,6 +323,11 @@ class GroupCoordinator:
             if not by_partition:
                 self.pending_txn.pop(producer_id, None)
         return ErrorCode.NOT_COORDINATOR if index not in self.loaded else self._write_error(group_id, result)
+
+    def on_marker_committed(self, topic: str, index: int, marker: TxnMarker, offset: int) -> None:
+        """A replica-manager marker listener: markers on offsets partitions settle transactional commits."""
+        if topic == OFFSETS_TOPIC:
+            self.on_txn_marker(marker.producer_id, index, marker.committed, offset)
 
     def on_txn_marker(self, producer_id: int, index: int, committed: bool, marker_offset: int) -> None:
         """A transaction marker at `marker_offset` of offsets partition `index` is COMMITTED: the

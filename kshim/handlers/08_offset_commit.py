@@ -29,7 +29,7 @@ async def _write(coordinator, req, updates, codes) -> dict:
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     v = ctx.version
     if not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID

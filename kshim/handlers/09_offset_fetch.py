@@ -42,7 +42,7 @@ def _group(coordinator, group_id: str, topics, require_stable: bool, v: int, mem
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     v = ctx.version
     stable = bool(req.get("require_stable", False)) if v >= 7 else False
     if v < 8:

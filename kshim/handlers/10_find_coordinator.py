@@ -18,9 +18,9 @@ VERSIONS = (0, 6)
 
 async def _find(ctx, key: str, key_type: int) -> dict:
     if key_type == 0:
-        return await ctx.broker.groups.find(key)
+        return await ctx.groups.find(key)
     if key_type == 1:
-        return await ctx.broker.transactions.find(key)
+        return await ctx.transactions.find(key)
     return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": f"unknown key type {key_type}",
             "node_id": -1, "host": "", "port": -1}
 

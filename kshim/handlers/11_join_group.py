@@ -35,7 +35,7 @@ async def _wait(version: int, waiter) -> dict:
 
 async def handle(ctx, req):
     v = ctx.version
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     if not req.group_id:
         return _fit(v, _error_join(ErrorCode.INVALID_GROUP_ID, req.member_id))
     code = coordinator.check(req.group_id)

@@ -16,7 +16,7 @@ VERSIONS = (0, 4)
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     if not code:
         group = coordinator.get_group(req.group_id)

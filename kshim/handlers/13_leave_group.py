@@ -13,7 +13,7 @@ VERSIONS = (0, 5)
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     if code:
         return {"throttle_time_ms": 0, "error_code": code, "members": []}

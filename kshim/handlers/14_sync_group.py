@@ -23,7 +23,7 @@ async def _wait(waiter) -> dict:
 
 async def handle(ctx, req):
     v = ctx.version
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     group = coordinator.get_group(req.group_id) if not code else None
     if code or group is None:

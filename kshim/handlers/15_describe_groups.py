@@ -36,4 +36,4 @@ def describe(coordinator, group_id: str) -> dict:
 
 
 async def handle(ctx, req):
-    return {"throttle_time_ms": 0, "groups": [describe(ctx.broker.groups, g) for g in req.groups]}
+    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.groups]}

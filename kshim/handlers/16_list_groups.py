@@ -15,7 +15,7 @@ VERSIONS = (0, 5)
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     if coordinator.loading:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "groups": []}
     states = {s.lower() for s in (req.get("states_filter") or [])} if ctx.version >= 4 else set()

@@ -28,7 +28,7 @@ async def _answer(ctx, req):
                 "producer_epoch": 0}
     if not tid:
         return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
-    code, pid, epoch = await ctx.broker.transactions.init_producer_id(
+    code, pid, epoch = await ctx.transactions.init_producer_id(
         tid, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1))
     return {"error_code": for_version(code, ctx.version, 4), "producer_id": pid, "producer_epoch": epoch}
 

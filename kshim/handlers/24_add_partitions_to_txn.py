@@ -25,7 +25,7 @@ def _results(topics, codes: dict) -> list[dict]:
 
 
 async def _one(ctx, tid: str, producer_id: int, epoch: int, topics, verify_only: bool) -> dict:
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.transactions
     wanted = {(t.name, p) for t in topics for p in t.partitions}
     unknown = coordinator.unknown_partitions(wanted)
     if unknown:

@@ -21,13 +21,13 @@ async def _answer(ctx, req):
     if not req.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     try:
-        topic = await ctx.broker.groups.topic.ensure()
+        topic = await ctx.groups.topic.ensure()
     except BrokerError:
         topic = None
     if topic is None:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
-    index = ctx.broker.groups.topic.partition_of(req.group_id)
-    code = await ctx.broker.transactions.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
+    index = ctx.groups.topic.partition_of(req.group_id)
+    code = await ctx.transactions.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         {(OFFSETS_TOPIC, index)})
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2)}
 

@@ -18,7 +18,7 @@ VERSIONS = (0, 5)
 
 
 async def _answer(ctx, req):
-    code = await ctx.broker.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+    code = await ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  req.committed)
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2),
             "producer_id": req.producer_id, "producer_epoch": req.producer_epoch}

@@ -20,7 +20,7 @@ async def _answer(ctx, req):
     out = []
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        codes = await write_here(ctx.broker, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+        codes = await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
                                  marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S)
         out.append({"producer_id": marker.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": codes[(t.name, p)]}

@@ -24,7 +24,7 @@ VERSIONS = (0, 4)
 
 
 async def _answer(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     v = ctx.version
     if not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID

@@ -21,4 +21,4 @@ async def _delete(coordinator, names) -> dict:
 
 
 async def handle(ctx, req):
-    return _delete(ctx.broker.groups, list(req.groups_names))
+    return _delete(ctx.groups, list(req.groups_names))

@@ -27,7 +27,7 @@ async def _delete(coordinator, req, deletes, codes) -> dict:
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     if code:
         return _answer(code, req, {})

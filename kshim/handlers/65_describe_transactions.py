@@ -11,6 +11,6 @@ VERSIONS = (0, 0)
 
 
 async def handle(ctx, req):
-    coordinator = ctx.broker.transactions
+    coordinator = ctx.transactions
     return {"throttle_time_ms": 0,
             "transaction_states": [coordinator.describe(tid) for tid in req.transactional_ids]}

@@ -16,11 +16,11 @@ _NAMES = {s.value for s in TxnState}
 
 
 async def handle(ctx, req):
-    if ctx.broker.transactions.topic.loading:
+    if ctx.transactions.topic.loading:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                 "unknown_state_filters": [], "transaction_states": []}
     states = set(req.state_filters)
-    found = ctx.broker.transactions.list(states & _NAMES, set(req.producer_id_filters),
+    found = ctx.transactions.list(states & _NAMES, set(req.producer_id_filters),
                                          req.get("duration_filter", -1) if ctx.version >= 1 else -1)
     if states and not states & _NAMES:
         found = []  # only unknown states asked for: none match

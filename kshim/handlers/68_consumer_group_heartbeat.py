@@ -30,7 +30,7 @@ VERSIONS = (0, 1)
 
 async def handle(ctx, req):
     v = ctx.version
-    coordinator = ctx.broker.groups
+    coordinator = ctx.groups
     regex = req.get("subscribed_topic_regex") if v >= 1 else None
     fields = dict(member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
                   rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,

@@ -20,6 +20,9 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 from construct import Container
 
 from kshim.broker import Broker
+from kshim.broker_server import BrokerServer
+from kshim.groups import GroupCoordinator
+from kshim.transactions import TransactionCoordinator
 from wire.headers import RequestHeader
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]
@@ -27,10 +30,22 @@ Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]
 
 @dataclass(slots=True)
 class RequestContext:
-    broker: Broker
+    node: BrokerServer  # the broker and its coordinators
     header: RequestHeader
     peer: str  # "host:port" of the client, for logs
     supported: Mapping[int, tuple[int, int]]  # api key -> (min, max) served, for ApiVersions
+
+    @property
+    def broker(self) -> Broker:
+        return self.node.broker
+
+    @property
+    def groups(self) -> GroupCoordinator:
+        return self.node.groups
+
+    @property
+    def transactions(self) -> TransactionCoordinator:
+        return self.node.transactions
 
     @property
     def version(self) -> int:

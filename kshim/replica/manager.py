@@ -70,6 +70,9 @@ class ReplicaManager:
         self.topic_defaults = topic_defaults
         self.metadata = metadata
         self._replicas: dict[TopicPartition, Partition] = {}
+        # told of every transaction marker this broker appended once it is COMMITTED (Kafka's
+        # group coordinator learns of transaction completions on its partitions the same way)
+        self.marker_listeners: list[Callable[[str, int, TxnMarker, int], None]] = []
 
     # ------------------------------------------------------------------ hosting
     def apply_image(self, image: MetadataImage) -> None:
@@ -206,6 +209,9 @@ class ReplicaManager:
             on_appended(result)
         if not await partition.wait_committed(result.last_offset, timeout_s):
             _not_committed(result, partition)
+        elif isinstance(records, TxnMarker):
+            for listener in self.marker_listeners:
+                listener(topic, index, records, result.last_offset)
         return result
 
     # ------------------------------------------------------------------ reads

@@ -6,20 +6,18 @@ leader broker this broker follows, following metadata images as leadership moves
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 
 from kshim.replication.fetcher import Fetcher
 from kshim.replication.isr import maintain_isr
+from kshim.replication.host import ReplicaHost
 
-if TYPE_CHECKING:
-    from kshim.broker import Broker
 
 log = logging.getLogger("kshim.replication")
 
 
-async def run_replication(broker: Broker, *, replica_lag_time_max_ms: int = 30000) -> None:
+async def run_replication(broker: ReplicaHost, *, replica_lag_time_max_ms: int = 30000) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(maintain_isr, broker, replica_lag_time_max_ms)
         fetchers: dict[int, tuple[Fetcher, anyio.CancelScope]] = {}

@@ -16,7 +16,6 @@ broker (`kshim ctl isolate`) neither fetches nor is fetched from.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -24,9 +23,8 @@ from kshim.clock import SYSTEM
 from kshim.partition import Partition
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
+from kshim.replication.host import ReplicaHost
 
-if TYPE_CHECKING:
-    from kshim.broker import Broker
 
 log = logging.getLogger("kshim.replication.fetcher")
 
@@ -51,7 +49,7 @@ def _keys(partitions: list[Partition]) -> set[tuple[str, int]]:
 
 
 class Fetcher:
-    def __init__(self, broker: Broker, leader_id: int) -> None:
+    def __init__(self, broker: ReplicaHost, leader_id: int) -> None:
         self.broker = broker
         self.leader_id = leader_id
         self._validated: dict[tuple[str, int], int] = {}  # partition -> leader epoch it was validated for

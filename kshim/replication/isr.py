@@ -10,20 +10,18 @@ caught up, through the controller (Kafka's AlterPartition), which persists and p
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 
 from kshim.clock import SYSTEM
 from kshim.errors import BrokerError
+from kshim.replication.host import ReplicaHost
 
-if TYPE_CHECKING:
-    from kshim.broker import Broker
 
 log = logging.getLogger("kshim.replication.isr")
 
 
-async def maintain_isr(broker: Broker, replica_lag_time_max_ms: int) -> None:
+async def maintain_isr(broker: ReplicaHost, replica_lag_time_max_ms: int) -> None:
     interval = min(max(replica_lag_time_max_ms / 4000, 0.05), 0.25)
     while True:
         await anyio.sleep(interval)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable
+from typing import Iterable
 
 import anyio
 
 from kshim.clock import SYSTEM, Clock
+from kshim.broker import Broker
 from kshim.internal_topic import InternalTopic
 from kshim.signal import Signal
 from kshim.transactions import log_format
@@ -36,8 +37,6 @@ from wire.errors import ErrorCode
 log = logging.getLogger("kshim.transactions")
 
 TRANSACTION_TOPIC = "__transaction_state"
-DEFAULT_PARTITIONS = 10
-MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 WRITE_TIMEOUT_S = 30.0
 COMPLETION_RETRY_S = 0.5
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
@@ -46,12 +45,11 @@ TopicPartition = tuple[str, int]
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Any, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker: Broker, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.clock = clock.wall_ms  # transaction start and update times are stored
-        self.topic = InternalTopic(broker, TRANSACTION_TOPIC,
-                                   getattr(broker.config, "transaction_state_partitions", DEFAULT_PARTITIONS))
-        self.max_timeout_ms = getattr(broker.config, "transaction_max_timeout_ms", MAX_TIMEOUT_MS)
+        self.topic = InternalTopic(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions)
+        self.max_timeout_ms = broker.config.transaction_max_timeout_ms
         self.txns: dict[str, TxnMetadata] = {}
         self.markers = MarkerWriter(broker)
         self._completing: set[str] = set()  # ids whose markers are being written

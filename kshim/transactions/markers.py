@@ -2,8 +2,9 @@
 
 - `write_here` appends markers to partitions this broker leads and waits until they are COMMITTED
   (Kafka writes markers with acks=all); the WriteTxnMarkers handler and the local coordinator
-  both use it. A marker on a `__consumer_offsets` partition also settles the transaction's
-  offset commits with the group coordinator.
+  both use it. The replica manager tells its marker listeners of each COMMITTED marker: that is
+  how a marker on a `__consumer_offsets` partition settles the transaction's offset commits with
+  the group coordinator.
 - `MarkerWriter` is the coordinator's side: it groups a transaction's partitions by leader, writes
   the local ones with `write_here` and sends WriteTxnMarkers (v1) to the other leaders, retrying
   with backoff what failed (no leader yet, a leader change, a slow follower) until every partition
@@ -17,9 +18,9 @@ from typing import Callable, Iterable
 
 import anyio
 
+from kshim.broker import Broker
 from kshim.cluster.image import NO_LEADER
-from kshim.groups import OFFSETS_TOPIC
-from kshim.replica import TxnMarker
+from kshim.replica import ReplicaManager, TxnMarker
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
 
@@ -33,7 +34,7 @@ MAX_BACKOFF_S = 1.0
 TopicPartition = tuple[str, int]
 
 
-async def write_here(broker, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
+async def write_here(replicas: ReplicaManager, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
                      partitions: Iterable[TopicPartition], timeout_s: float) -> dict[TopicPartition, ErrorCode]:
     """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`. The
     partitions wait together, so the whole lasts as long as the slowest."""
@@ -41,10 +42,7 @@ async def write_here(broker, producer_id: int, producer_epoch: int, committed: b
     codes: dict[TopicPartition, ErrorCode] = {}
 
     async def write(tp: TopicPartition) -> None:
-        result = await broker.replica_manager.append_and_wait(*tp, marker, timeout_s)
-        codes[tp] = result.error
-        if not result.error and tp[0] == OFFSETS_TOPIC:
-            broker.groups.on_txn_marker(producer_id, tp[1], committed, result.last_offset)
+        codes[tp] = (await replicas.append_and_wait(*tp, marker, timeout_s)).error
 
     async with anyio.create_task_group() as tg:
         for tp in partitions:
@@ -53,7 +51,7 @@ async def write_here(broker, producer_id: int, producer_epoch: int, committed: b
 
 
 class MarkerWriter:
-    def __init__(self, broker) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._connections: dict[int, BrokerConnection] = {}
         self._locks: dict[int, anyio.Lock] = {}
@@ -100,7 +98,7 @@ class MarkerWriter:
     async def _write_to(self, node_id: int, producer_id: int, producer_epoch: int, committed: bool,
                         coordinator_epoch: int, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         if node_id == self.broker.node_id:
-            return await write_here(self.broker, producer_id, producer_epoch, committed, coordinator_epoch, tps,
+            return await write_here(self.broker.replica_manager, producer_id, producer_epoch, committed, coordinator_epoch, tps,
                                     REQUEST_TIMEOUT_S)
         node = self.broker.image.brokers.get(node_id)
         if node is None or not node.alive:
