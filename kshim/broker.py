@@ -10,7 +10,7 @@ local replicas.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Mapping, Protocol, TypeVar
 
 import anyio
 
@@ -95,8 +95,8 @@ class Broker:
         return self.replica_manager.replicas()
 
     # ------------------------------------------------------------------ metadata changes
-    async def create_topic(self, name: str, partitions: int | None = None, configs: dict[str, str | None] | None = None,
-                           *, replication_factor: int = -1, validate_only: bool = False) -> TopicInfo | None:
+    async def create_topic(self, name: str, partitions: int | None = None,
+                           configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, validate_only: bool = False) -> TopicInfo | None:
         return await self.controller.call(CreateTopic(name, -1 if partitions is None else partitions,
                                                       replication_factor, dict(configs or {}), validate_only))
 
@@ -119,7 +119,7 @@ class Broker:
     async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         await self.controller.call(CreatePartitions(name, total, validate_only))
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))
 
     async def allocate_producer_id(self) -> int:

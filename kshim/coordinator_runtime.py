@@ -1,5 +1,8 @@
-"""An internal topic whose partition leaders coordinate keys: `__consumer_offsets` places consumer
-groups, `__transaction_state` transactional ids (Kafka's rule for both).
+"""The coordinator runtime (Kafka's CoordinatorRuntime, small): what the group and the transaction
+coordinators share. Each keeps its state in an internal topic whose partition leaders coordinate
+keys: `__consumer_offsets` places consumer groups, `__transaction_state` transactional ids
+(Kafka's rule for both). A coordinator is a `Shard`: it replays a partition's records into its
+state (`load`), forgets them (`unload`) and fires its timers (`timers`); the runtime does the rest.
 
 - Key K lives on the leader of partition abs(java_string_hashcode(K)) % N, N being the topic's
   partition count. The first FindCoordinator creates the topic through the controller with
@@ -8,18 +11,34 @@ groups, `__transaction_state` transactional ids (Kafka's rule for both).
   for its keys, once the partition's high watermark has reached its log end (a record not yet
   COMMITTED may still vanish in a failover): until then they get COORDINATOR_LOAD_IN_PROGRESS;
   others get NOT_COORDINATOR.
+- `run` is the coordinator's one background task: it loads partitions as they become ready, fires
+  the shard's timers, and sleeps on a wake-up signal (a new partition to load, a state change)
+  or until the next deadline; it never polls, but retries a load every LOAD_RETRY_MS while a
+  partition waits for its high watermark.
+- `write` appends a coordinator's records to its partition and waits until they are COMMITTED
+  (through the replica manager, as Kafka's coordinators write with acks=all).
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-from typing import Iterator
+from typing import Callable, Iterator, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
 
 from kshim.broker import Broker
+from kshim.cluster.image import BrokerInfo
 from kshim.errors import BrokerError
+from kshim.partition import Partition
+from kshim.replica import PartitionAppend, TxnMarker
+from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
 
 LOAD_CHUNK_BYTES = 1 << 20
+LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
+IDLE_WAKE_S = 60.0  # with no deadline, the run loop still looks around this often
 
 
 @lru_cache(maxsize=4096)  # asked several times per request for the same few group and transactional ids
@@ -36,13 +55,30 @@ def partition_for(key: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
 
 
-class InternalTopic:
-    def __init__(self, broker: Broker, name: str, default_partitions: int) -> None:
+class Shard(Protocol):
+    """A coordinator's state, as the runtime drives it."""
+
+    def load(self, index: int, replica: Partition) -> None:
+        """Replay partition `index` (led here, COMMITTED to its end) into the state."""
+
+    def unload(self, index: int) -> None:
+        """Forget what partition `index` holds: this broker no longer leads it."""
+
+    async def timers(self, tg: TaskGroup) -> float:
+        """Fire what is due (long work goes to `tg`); the next deadline in the runtime's clock ms, or inf."""
+
+
+class CoordinatorRuntime:
+    def __init__(self, broker: Broker, name: str, default_partitions: int, shard: Shard,
+                 clock_ms: Callable[[], int]) -> None:
         self.broker = broker
         self.name = name
         self.default_partitions = default_partitions
+        self.shard = shard
+        self.clock_ms = clock_ms
         self.loaded: set[int] = set()
         self.loading: set[int] = set()
+        self.wake = Signal()  # the run loop looks again: something to load, or a deadline moved
 
     @property
     def num_partitions(self) -> int:
@@ -78,32 +114,29 @@ class InternalTopic:
                 raise
         return self.broker.topics.get(self.name)
 
-    async def find(self, key: str) -> dict:
-        """A FindCoordinator answer for one key: error_code, error_message, node_id, host, port."""
-        def error(code: ErrorCode, message: str | None = None) -> dict:
-            return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}
+    async def find(self, key: str) -> BrokerInfo:
+        """The live broker that coordinates `key` (FindCoordinator); BrokerError
+        COORDINATOR_NOT_AVAILABLE while the topic is being created or the partition has no leader."""
         try:
             topic = await self.ensure()
         except BrokerError as e:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message)
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, e.message) from None
         if topic is None:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name} is being created")
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name} is being created")
         info = topic.partitions[partition_for(key, len(topic.partitions))]
-        alive = {b.node_id: b for b in self.broker.image.alive_brokers()}
-        node = alive.get(info.leader)
+        node = {b.node_id: b for b in self.broker.image.alive_brokers()}.get(info.leader)
         if node is None:
-            return error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name}-{info.index} has no leader")
-        return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
-                "host": node.host, "port": node.port}
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name}-{info.index} has no leader")
+        return node
 
-    def on_image(self) -> tuple[set[int], set[int]]:
-        """After a metadata image: (partitions no longer led, partitions newly led). The lost ones
-        leave `loaded`; the new ones join `loading` until the owner loads them."""
+    def on_image(self) -> None:
+        """After a metadata image: the shard forgets partitions no longer led here; newly led ones
+        join `loading` until they can be loaded."""
         topic = self.broker.topics.get(self.name)
         leading = set()
         if topic is not None:
             for info in topic.partitions:
-                replica = self.broker.replica_manager.partition(self.name, info.index)
+                replica = self.broker.partition(self.name, info.index)
                 if replica is not None and replica.is_leader:
                     leading.add(info.index)
         lost = self.loaded - leading
@@ -111,7 +144,41 @@ class InternalTopic:
         self.loading &= leading
         new = leading - self.loaded - self.loading
         self.loading |= new
-        return lost, new
+        for index in sorted(lost):
+            self.shard.unload(index)
+        if new:
+            self.wake.fire()
+
+    def load_pending(self) -> None:
+        """Load every partition in `loading` that is ready."""
+        for index in sorted(self.loading):
+            replica = self.take_for_loading(index)
+            if replica is not None:
+                self.shard.load(index, replica)
+                self.loaded.add(index)
+
+    def reload(self, index: int) -> None:
+        """Forget partition `index` and load it again from its log (memory must follow the log)."""
+        self.loaded.discard(index)
+        self.shard.unload(index)
+        self.loading.add(index)
+        self.wake.fire()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            while True:
+                self.load_pending()
+                deadline = await self.shard.timers(tg)
+                if self.loading:
+                    deadline = min(deadline, self.clock_ms() + LOAD_RETRY_MS)
+                wait_s = IDLE_WAKE_S if deadline == math.inf else max(deadline - self.clock_ms(), 1) / 1000
+                with anyio.move_on_after(wait_s):
+                    await self.wake.wait()
+
+    async def write(self, index: int, records: bytes | TxnMarker, timeout_s: float,
+                    on_appended: Callable[[PartitionAppend], None] | None = None) -> PartitionAppend:
+        """Append to partition `index` as its leader and wait until COMMITTED (see ReplicaManager.append_and_wait)."""
+        return await self.broker.replica_manager.append_and_wait(self.name, index, records, timeout_s, on_appended)
 
     def take_for_loading(self, index: int):
         """The replica of `index` to load now, leaving `loading`; None if it is not ready yet (it

@@ -339,7 +339,7 @@ class Partition:
         append_time = SYSTEM.wall_ms() if self.log_append_time else -1
         while pos < end:
             error, message, header = self._validate(buf, pos, end)
-            if error:
+            if error or header is None:  # a header comes with NONE only
                 result.error, result.message = error, message
                 break
             if header.producer_id >= 0:

@@ -73,13 +73,26 @@ class BatchHeaderLike(Protocol):
     transaction, they carry no sequence numbers.
     """
 
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    last_offset_delta: int
-    max_timestamp: int
-    records_count: int
-    is_transactional: bool
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def producer_epoch(self) -> int: ...
+
+    @property
+    def base_sequence(self) -> int: ...
+
+    @property
+    def last_offset_delta(self) -> int: ...
+
+    @property
+    def max_timestamp(self) -> int: ...
+
+    @property
+    def records_count(self) -> int: ...
+
+    @property
+    def is_transactional(self) -> bool: ...
 
 
 # --------------------------------------------------------------------------

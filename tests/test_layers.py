@@ -4,7 +4,7 @@ wire/ with `ast` (no import is executed).
 Top to bottom; a module imports its own layer and the layers below it, never a higher one:
 
     net                 kshim/server.py, kshim/protocol.py, kshim/handlers/, kshim/broker_server.py
-    coordinators        kshim/groups/, kshim/transactions/, kshim/internal_topic.py
+    coordinators        kshim/groups/, kshim/transactions/, kshim/coordinator_runtime.py
     replica management  kshim/broker.py, kshim/replica_manager.py or kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes)
     ("net", ("kshim.server", "kshim.protocol", "kshim.handlers", "kshim.broker_server")),
-    ("coordinators", ("kshim.groups", "kshim.transactions", "kshim.internal_topic")),
+    ("coordinators", ("kshim.groups", "kshim.transactions", "kshim.coordinator_runtime")),
     ("replica management", ("kshim.broker", "kshim.replica_manager", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),

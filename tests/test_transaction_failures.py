@@ -100,8 +100,8 @@ async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
             await wait_until(lambda: writes, message="the marker write started")
             # a state write of ANOTHER transactional id of the same __transaction_state partition
-            # timed out in wait_committed: _persist calls _reload(index)
-            coord._reload(coord.topic.partition_of("tx"))
+            # timed out in wait_committed: _persist reloads the partition
+            coord.runtime.reload(coord.runtime.partition_of("tx"))
             assert "tx" not in coord.txns
             await wait_until(lambda: "tx" in coord.txns, message="the run loop reloads")
             assert coord.txns["tx"].state == TxnState.PREPARE_COMMIT

@@ -125,8 +125,7 @@ async def test_a_crash_rebuilds_producer_state_and_the_aborted_index_from_the_lo
 async def coordinated(broker, tid: str) -> None:
     resp = await call_awaiting(broker, find_coordinator, 4, {"key_type": 1, "coordinator_keys": [tid]})
     assert resp.coordinators[0].error_code == ErrorCode.NONE
-    for index in sorted(served(broker).transactions.topic.loading):
-        served(broker).transactions._load(index)
+    served(broker).transactions.runtime.load_pending()
     assert served(broker).transactions.check(tid) == ErrorCode.NONE
 
 

@@ -11,6 +11,7 @@ from mypy import api  # in the test extra, so CI always runs this check
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = [
     "wire",
+    "kshim",
 ]
 
 

@@ -43,7 +43,7 @@ def _flexible_or_false(api_key: int, version: int) -> bool:
     return (api_key, "request") in MESSAGES and is_flexible(api_key, version)
 
 
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def _uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
     result = shift = 0
     for _ in range(5):
         if pos >= len(buf):
@@ -57,7 +57,7 @@ def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     raise DecodeError("varint longer than 5 bytes in header")
 
 
-def decode_request_header(frame: bytes | memoryview) -> RequestHeader:
+def decode_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     """Parse the header at the start of a request frame (without its size prefix).
 
     The header version depends on whether (api_key, version) is flexible; an api key or version

@@ -171,11 +171,11 @@ def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _pack_q(buf, pos, base_offset)  # outside the CRC: no recompute
 
 
-def set_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     _pack_i(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)  # outside the CRC
 
 
-def set_log_append_time(buf: bytearray, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
+def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
     """Kafka's in-place LogAppendTime (DefaultRecordBatch.setMaxTimestamp): set the
     timestamp-type bit and maxTimestamp, keep baseTimestamp, recompute the CRC.
     Readers then give every record maxTimestamp. Returns the updated header

@@ -84,7 +84,7 @@ class Operation(Generic[R]):
         if code in OPERATIONS:
             raise TypeError(f"{cls.__name__} and {OPERATIONS[code].__name__} share type code {code}")
         cls.CODE, cls.PUBLISHES, cls.SERVED_BY = code, publishes, served_by
-        cls.RESULT = next(typing.get_args(base)[0] for base in cls.__orig_bases__
+        cls.RESULT = next(typing.get_args(base)[0] for base in getattr(cls, "__orig_bases__", ())
                           if typing.get_origin(base) is Operation)
         cls.METHOD = re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
         OPERATIONS[code] = cls
@@ -219,13 +219,14 @@ _Nothing = Struct(Terminated)
 
 
 @functools.cache
-def _request_body(op: type[Operation]) -> Construct:
+def _request_body(code: int) -> Construct:
+    op: Any = OPERATIONS[code]  # Any: mypy takes a frozen dataclass's class for unhashable (codec caches by it)
     return Struct("request" / codec(op), Terminated)
 
 
 @functools.cache
-def _reply_body(op: type[Operation]) -> Construct:
-    return Struct("version" / Int64sb, "result" / codec(op.RESULT), Terminated)
+def _reply_body(code: int) -> Construct:
+    return Struct("version" / Int64sb, "result" / codec(OPERATIONS[code].RESULT), Terminated)
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def encode_request(correlation_id: int, request: Operation) -> bytes:
         raise FrameError(f"cannot encode {request!r}: not a registered operation")
     try:
         return _framed(_RequestHead.build({"correlation_id": correlation_id, "code": request.CODE})
-                       + _request_body(type(request)).build({"request": request}))
+                       + _request_body(request.CODE).build({"request": request}))
     except (ConstructError, AttributeError, TypeError, ValueError) as e:
         raise FrameError(f"cannot encode {request!r}: {e}") from None
 
@@ -265,7 +266,7 @@ def decode_request(body: bytes) -> tuple[int, Operation]:
     """(correlation id, request) from a frame body (size prefix removed)."""
     try:
         head = _RequestHead.parse(body)
-        return head.correlation_id, _request_body(_operation(head.code)).parse(body[_RequestHead.sizeof():]).request
+        return head.correlation_id, _request_body(_operation(head.code).CODE).parse(body[_RequestHead.sizeof():]).request
     except (ConstructError, ValueError, TypeError, UnicodeDecodeError) as e:
         raise FrameError(f"malformed request: {e}") from None
 
@@ -280,7 +281,7 @@ def encode_response(correlation_id: int, op: type[Operation], reply: Reply | Non
             return _framed(head)
         if not isinstance(reply, Reply):
             raise TypeError(f"expected a Reply, got {type(reply).__name__}")
-        return _framed(head + _reply_body(op).build({"version": reply.version, "result": reply.result}))
+        return _framed(head + _reply_body(op.CODE).build({"version": reply.version, "result": reply.result}))
     except (ConstructError, AttributeError, TypeError, ValueError) as e:
         raise FrameError(f"cannot encode the {op.__name__} response: {e}") from None
 
@@ -293,7 +294,7 @@ def decode_response(body: bytes) -> Response:
         if error_code != ErrorCode.NONE:
             _Nothing.parse(rest)
             return Response(head.correlation_id, head.code, error_code, head.message, None)
-        parsed = _reply_body(_operation(head.code)).parse(rest)
+        parsed = _reply_body(_operation(head.code).CODE).parse(rest)
         return Response(head.correlation_id, head.code, error_code, head.message,
                         Reply(parsed.version, parsed.result))
     except (ConstructError, ValueError, TypeError, UnicodeDecodeError) as e:

@@ -109,6 +109,13 @@ class BrokerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     @property
+    def started(self) -> subprocess.Popen:
+        """The process, for a broker that was spawned (every caller checked it was)."""
+        if self.proc is None:
+            raise RuntimeError(f"broker {self.node_id} was never started")
+        return self.proc
+
+    @property
     def state(self) -> str:
         if self.proc is None:
             return "not started"
@@ -135,7 +142,7 @@ class Supervisor:
     def spawn(self, node_id: int) -> BrokerProcess:
         broker = self.get(node_id)
         if broker.running:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is already running (pid {broker.proc.pid})")
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is already running (pid {broker.started.pid})")
         broker.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = self.settings.broker_command(node_id)
         with open(broker.log_path, "ab") as out:
@@ -148,16 +155,16 @@ class Supervisor:
                                            start_new_session=True)
         broker.paused = False
         broker.exit_logged = False
-        log.info("started broker %d (pid %d, port %d)", node_id, broker.proc.pid, self.settings.port + node_id)
+        log.info("started broker %d (pid %d, port %d)", node_id, broker.started.pid, self.settings.port + node_id)
         return broker
 
     def reap(self) -> None:
         """Collect exited brokers (no zombies) and log each exit once."""
         for broker in self.brokers.values():
-            if broker.proc is not None and broker.proc.poll() is not None and not broker.exit_logged:
+            if broker.proc is not None and broker.started.poll() is not None and not broker.exit_logged:
                 broker.exit_logged = True
                 broker.paused = False
-                log.warning("broker %d (pid %d) %s", broker.node_id, broker.proc.pid, broker.state)
+                log.warning("broker %d (pid %d) %s", broker.node_id, broker.started.pid, broker.state)
 
     async def reap_loop(self) -> None:
         while True:
@@ -166,8 +173,8 @@ class Supervisor:
 
     def _signal(self, broker: BrokerProcess, signum: signal.Signals) -> None:
         assert broker.proc is not None
-        if broker.proc.poll() is None:  # not reaped, so the PID is still ours
-            broker.proc.send_signal(signum)
+        if broker.started.poll() is None:  # not reaped, so the PID is still ours
+            broker.started.send_signal(signum)
 
     def _require_running(self, node_id: int) -> BrokerProcess:
         broker = self.get(node_id)
@@ -179,10 +186,10 @@ class Supervisor:
         broker = self._require_running(node_id)
         self._signal(broker, signal.SIGKILL)
         with anyio.move_on_after(5):
-            while broker.proc.poll() is None:
+            while broker.started.poll() is None:
                 await anyio.sleep(0.01)
         self.reap()
-        return f"killed broker {node_id} (pid {broker.proc.pid})"
+        return f"killed broker {node_id} (pid {broker.started.pid})"
 
     def pause(self, node_id: int) -> str:
         broker = self._require_running(node_id)
@@ -190,7 +197,7 @@ class Supervisor:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is already paused")
         self._signal(broker, signal.SIGSTOP)
         broker.paused = True
-        return f"paused broker {node_id} (pid {broker.proc.pid})"
+        return f"paused broker {node_id} (pid {broker.started.pid})"
 
     def resume(self, node_id: int) -> str:
         broker = self._require_running(node_id)
@@ -198,7 +205,7 @@ class Supervisor:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is not paused")
         self._signal(broker, signal.SIGCONT)
         broker.paused = False
-        return f"resumed broker {node_id} (pid {broker.proc.pid})"
+        return f"resumed broker {node_id} (pid {broker.started.pid})"
 
     async def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM every running broker (waking paused ones), wait, then SIGKILL what remains."""
@@ -209,19 +216,19 @@ class Supervisor:
                 self._signal(broker, signal.SIGCONT)
                 broker.paused = False
         deadline = SYSTEM.monotonic() + timeout_s
-        while any(b.proc.poll() is None for b in running) and SYSTEM.monotonic() < deadline:
+        while any(b.started.poll() is None for b in running) and SYSTEM.monotonic() < deadline:
             await anyio.sleep(0.02)
         for broker in running:
-            if broker.proc.poll() is None:
+            if broker.started.poll() is None:
                 log.warning("broker %d (pid %d) did not stop within %.0fs: killing it",
-                            broker.node_id, broker.proc.pid, timeout_s)
+                            broker.node_id, broker.started.pid, timeout_s)
                 self._signal(broker, signal.SIGKILL)
-                broker.proc.wait()
+                broker.started.wait()
         for broker in running:
             broker.exit_logged = True  # an exit asked for: logged here, not by reap()
-            code = broker.proc.returncode
+            code = broker.started.returncode
             (log.info if code == 0 else log.warning)("broker %d (pid %d) stopped with exit code %d",
-                                                     broker.node_id, broker.proc.pid, code)
+                                                     broker.node_id, broker.started.pid, code)
 
     def log_tail(self, node_id: int, lines: int = LOG_TAIL_LINES) -> str:
         path = self.brokers[node_id].log_path
@@ -292,7 +299,7 @@ class ControllerService:
             await self.wait_registered(node_id, READY_TIMEOUT_S)
         except StartupFailed as e:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, str(e)) from None
-        return f"started broker {node_id} (pid {broker.proc.pid})"
+        return f"started broker {node_id} (pid {broker.started.pid})"
 
     async def wait_registered(self, node_id: int, timeout_s: float) -> None:
         """Until the process the supervisor started for node_id has registered; StartupFailed if it
@@ -300,8 +307,8 @@ class ControllerService:
         assert self.supervisor is not None
         broker = self.supervisor.brokers[node_id]
         deadline = SYSTEM.monotonic() + timeout_s
-        while self.registered.get(node_id) != broker.proc.pid:
-            if broker.proc.poll() is not None:
+        while self.registered.get(node_id) != broker.started.pid:
+            if broker.started.poll() is not None:
                 raise StartupFailed(f"broker {node_id} {broker.state} before registering; "
                                     f"tail of {broker.log_path}:\n{self.supervisor.log_tail(node_id)}")
             if SYSTEM.monotonic() >= deadline:
@@ -320,8 +327,9 @@ class ControllerService:
             pid = process.proc.pid if process and process.proc else info.pid if info else 0
             brokers.append({
                 "id": node_id,
-                "host": info.host if info else self.supervisor.settings.host,
-                "port": info.port if info else self.supervisor.settings.port + node_id,
+                # a node without an image entry is one the supervisor knows: it has settings
+                "host": info.host if info else self.supervisor.settings.host if self.supervisor else "",
+                "port": info.port if info else self.supervisor.settings.port + node_id if self.supervisor else -1,
                 "pid": pid,
                 "alive": bool(info and info.alive),  # the controller's view: registered and not fenced
                 "isolated": bool(info and info.isolated),

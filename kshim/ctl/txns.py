@@ -183,16 +183,16 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
             continue
         for rt in resp.topics:
             for rp in rt.partitions:
-                p = parts.get(rp.partition_index)
-                if p is None:
+                entry = parts.get(rp.partition_index)
+                if entry is None:
                     continue
                 if rp.error_code:
-                    p["error"] = f"DescribeProducers on broker {leader}: " + \
+                    entry["error"] = f"DescribeProducers on broker {leader}: " + \
                         error_text(rp.error_code, rp.get("error_message"))
                     continue
                 for a in rp.active_producers:
                     tid, state = owners.get(a.producer_id, (None, None))
-                    p["producers"].append({
+                    entry["producers"].append({
                         "producer_id": a.producer_id, "producer_epoch": a.producer_epoch,
                         "last_sequence": _none_if_negative(a.last_sequence),
                         "last_timestamp": _none_if_negative(a.last_timestamp),

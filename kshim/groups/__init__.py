@@ -3,7 +3,7 @@ server-side assignors (`consumer_group`, `assignors`), the coordinator that plac
 `__consumer_offsets` partition leaders and keeps their committed offsets (`coordinator`), and the
 offsets record format (`offsets_format`)."""
 from kshim.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from kshim.internal_topic import java_string_hashcode, partition_for
+from kshim.coordinator_runtime import java_string_hashcode, partition_for
 from kshim.groups.group import Group, GroupConfig, Member
 
 __all__ = ["GroupCoordinator", "Group", "GroupConfig", "Member", "OFFSETS_TOPIC", "java_string_hashcode",

@@ -26,7 +26,7 @@ DEFAULT_ASSIGNOR = "uniform"
 
 def _partitions(subscriptions: Subscriptions, topics: Topics) -> list[tuple[TP, list[str]]]:
     """Every assignable partition (topics by name, partitions in order) with its subscribers."""
-    out = []
+    out: list[tuple[TP, list[str]]] = []
     for name in sorted(topics):
         topic_id, count = topics[name]
         subscribers = sorted(m for m, subs in subscriptions.items() if name in subs)

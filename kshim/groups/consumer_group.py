@@ -318,7 +318,7 @@ class ConsumerGroup:
         self._refresh(topics)
         self._reconcile(now, member, owned_set)
         self.on_change()
-        response = {"error_code": ErrorCode.NONE, "error_message": None, "member_id": member.member_id,
+        response: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "member_id": member.member_id,
                     "member_epoch": member.epoch,
                     "heartbeat_interval_ms": self.config.consumer_heartbeat_interval_ms, "assignment": None}
         full = member_epoch == JOIN_EPOCH or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None

@@ -26,17 +26,17 @@ import logging
 import math
 from typing import Any
 
-import anyio
+from anyio.abc import TaskGroup
 
-from kshim.clock import SYSTEM, Clock
 from kshim.broker import Broker
+from kshim.clock import SYSTEM, Clock
+from kshim.cluster.image import BrokerInfo
+from kshim.coordinator_runtime import CoordinatorRuntime
 from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
-from kshim.internal_topic import InternalTopic
-from kshim.replica import TxnMarker
-from kshim.replica import PartitionAppend
-from kshim.signal import Signal
+from kshim.partition import Partition
+from kshim.replica import PartitionAppend, TxnMarker
 from wire import records
 from wire.errors import ErrorCode
 
@@ -44,7 +44,6 @@ log = logging.getLogger("kshim.groups")
 
 OFFSETS_TOPIC = "__consumer_offsets"
 EXPIRY_INTERVAL_MS = 60_000
-LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 
 TopicPartition = tuple[str, int]
@@ -56,43 +55,39 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
         self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
-        self.groups: dict[str, Group] = {}
+        self.groups: dict[str, Group | ConsumerGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
-        self.topic = InternalTopic(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions)
+        self.runtime = CoordinatorRuntime(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions, self,
+                                          self.clock)
         self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
-        self._wake = Signal()
         self._next_expiry = 0
 
     # ------------------------------------------------------------------ placement
     @property
     def loaded(self) -> set[int]:
-        return self.topic.loaded
+        return self.runtime.loaded
 
     @property
     def loading(self) -> set[int]:
-        return self.topic.loading
+        return self.runtime.loading
 
     def partition_of(self, group_id: str) -> int:
-        return self.topic.partition_of(group_id)
+        return self.runtime.partition_of(group_id)
 
     def check(self, group_id: str) -> ErrorCode:
         """NONE when this broker coordinates the group and has loaded its offsets."""
-        return self.topic.status(group_id)
+        return self.runtime.status(group_id)
 
-    async def find(self, key: str) -> dict:
-        return await self.topic.find(key)
+    async def find(self, key: str) -> BrokerInfo:
+        return await self.runtime.find(key)
 
     # ------------------------------------------------------------------ leadership and loading
     def on_image(self) -> None:
         """After each metadata image: start loading newly led offsets partitions, drop lost ones."""
-        lost, new = self.topic.on_image()
-        for index in lost:
-            self._unload(index)
-        if new:
-            self._wake.fire()
+        self.runtime.on_image()
 
-    def _unload(self, index: int) -> None:
+    def unload(self, index: int) -> None:
         for group_id in [g for g in set(self.groups) | set(self.offsets) if self.partition_of(g) == index]:
             group = self.groups.pop(group_id, None)
             if group is not None:
@@ -103,17 +98,13 @@ class GroupCoordinator:
         log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, index)
 
     def load_pending(self) -> None:
-        for index in sorted(self.loading):
-            self._load(index)
+        self.runtime.load_pending()
 
-    def _load(self, index: int) -> None:
-        replica = self.topic.take_for_loading(index)
-        if replica is None:
-            return
+    def load(self, index: int, replica: Partition) -> None:
         count = 0
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
-        for header, batch in self.topic.stored_batches(replica):
+        for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
                 marker = records.read_marker(batch)
                 for rec in open_txns.pop(header.producer_id, ()):
@@ -130,7 +121,7 @@ class GroupCoordinator:
             for rec in recs:
                 parsed = decode_key(bytes(rec.key)) if rec.key else None
                 entry = decode_value(bytes(rec.value)) if parsed and rec.value else None
-                if entry is not None:
+                if parsed is not None and entry is not None:
                     entry.log_offset = rec.offset
                     self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).append(
                         (parsed[0], (parsed[1], parsed[2]), entry))
@@ -139,7 +130,6 @@ class GroupCoordinator:
                 self.offsets[group_id] = entries
                 if group_id not in self.groups:
                     self.groups[group_id] = self._new_group(group_id)
-        self.loaded.add(index)
         log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, index, count, len(loaded))
 
     @staticmethod
@@ -162,7 +152,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ groups
     def _new_group(self, group_id: str) -> Group:
-        return Group(group_id, self.config, state_since=self.clock(), on_change=self._wake.fire)
+        return Group(group_id, self.config, state_since=self.clock(), on_change=self.runtime.wake.fire)
 
     def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
@@ -179,9 +169,9 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             return ErrorCode.NONE, group
         if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
-            group = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
-                                                          on_change=self._wake.fire)
-            return ErrorCode.NONE, group
+            consumer = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
+                                                             on_change=self.runtime.wake.fire)
+            return ErrorCode.NONE, consumer
         return ErrorCode.GROUP_ID_NOT_FOUND, None
 
     def topics_snapshot(self) -> dict[str, tuple[Any, int]]:
@@ -192,7 +182,7 @@ class GroupCoordinator:
         topic = self.broker.topics_by_id.get(topic_id)
         return topic.name if topic is not None else ""
 
-    def led_groups(self) -> list[Group]:
+    def led_groups(self) -> list[Group | ConsumerGroup]:
         return [g for g in self.groups.values() if g.state != DEAD]
 
     # ------------------------------------------------------------------ offsets
@@ -249,8 +239,8 @@ class GroupCoordinator:
         for tp, _ in updates:
             flight[tp] = flight.get(tp, 0) + 1
         try:
-            result = await self.broker.replica_manager.append_and_wait(
-                OFFSETS_TOPIC, index, batch, self.config.offsets_commit_timeout_ms / 1000)
+            result = await self.runtime.write(
+                index, batch, self.config.offsets_commit_timeout_ms / 1000)
         finally:
             for tp, _ in updates:
                 flight[tp] -= 1
@@ -307,8 +297,8 @@ class GroupCoordinator:
             if group_id not in self.groups:
                 self.groups[group_id] = self._new_group(group_id)
 
-        result = await self.broker.replica_manager.append_and_wait(
-            OFFSETS_TOPIC, index, batch, self.config.offsets_commit_timeout_ms / 1000, on_appended=pending_from_append)
+        result = await self.runtime.write(
+            index, batch, self.config.offsets_commit_timeout_ms / 1000, on_appended=pending_from_append)
         if not result.appended:
             return self._write_error(group_id, result)
         if not result.error and index in self.loaded:
@@ -335,7 +325,7 @@ class GroupCoordinator:
         (ABORT); any after it belong to its next transaction."""
         by_partition = self.pending_txn.get(producer_id)
         pending = by_partition.get(index) if by_partition else None
-        if not pending:
+        if not pending or by_partition is None:
             return
         settled = [p for p in pending if p[2].log_offset < marker_offset]
         later = [p for p in pending if p[2].log_offset > marker_offset]
@@ -425,20 +415,15 @@ class GroupCoordinator:
         deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(deadlines, default=math.inf)
 
+    async def timers(self, tg: TaskGroup) -> float:
+        """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
+        deadline = self.tick()
+        now = self.clock()
+        if now >= self._next_expiry:
+            self._next_expiry = now + EXPIRY_INTERVAL_MS
+            tg.start_soon(self.expire_offsets)
+        return min(deadline, self._next_expiry)
+
     async def run(self) -> None:
-        """Loads offsets partitions, fires group timers and expires offsets; waits on a wake-up
-        signal or the next deadline in between, never polls."""
-        async with anyio.create_task_group() as tg:
-            while True:
-                if self.loading:
-                    self.load_pending()
-                deadline = self.tick()
-                now = self.clock()
-                if now >= self._next_expiry:
-                    self._next_expiry = now + EXPIRY_INTERVAL_MS
-                    tg.start_soon(self.expire_offsets)
-                deadline = min(deadline, self._next_expiry)
-                if self.loading:
-                    deadline = min(deadline, self.clock() + LOAD_RETRY_MS)
-                with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000):
-                    await self._wake.wait()
+        """Loads offsets partitions, fires group timers and expires offsets (the runtime's loop)."""
+        await self.runtime.run()

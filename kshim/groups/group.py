@@ -357,7 +357,8 @@ class Group:
             m.assignment = b""
             m.session_deadline = now + m.session_timeout_ms
             waiter, m.join_waiter = m.join_waiter, None
-            waiter.set(self._join_response(m))
+            if waiter is not None:  # every member joined this round, so each has its waiter
+                waiter.set(self._join_response(m))
         self.on_change()
 
     def _remove(self, member: Member, why: str = "left") -> None:

@@ -27,18 +27,21 @@ from __future__ import annotations
 
 from typing import Awaitable
 
+from construct import Container
+
 from kshim.errors import BrokerError
+from kshim.handlers import RequestContext, Response
 from kshim.protocol import ProtocolError
-from kshim.replica import PartitionAppend
+from kshim.replica import PartitionAppend, Records
 from wire.errors import ErrorCode
 
 API_KEY = 0
 VERSIONS = (3, 11)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     broker = ctx.broker
-    entries = []
+    entries: list[tuple[str, int, Records]] = []
     topic_errors: dict[str, ErrorCode] = {}
     for topic_data in req.topic_data:
         name = topic_data.name
@@ -50,6 +53,7 @@ async def handle(ctx, req):
         entries.extend((name, pd.index, pd.records) for pd in topic_data.partition_data)
     results = broker.replica_manager.append(req.acks, req.timeout_ms / 1000, entries, topic_errors)
     if req.acks == 0:
+        assert isinstance(results, list)  # acks=0 waits for nothing
         failed = [(name, index, r.error) for (name, index, _), r in zip(entries, results) if r.error]
         if failed:
             raise ProtocolError(f"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata")

@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from typing import Awaitable
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from wire.errors import ErrorCode
 
@@ -35,14 +38,14 @@ API_KEY = 1
 VERSIONS = (4, 17)
 
 
-def _replica_id(ctx, req) -> int:
+def _replica_id(ctx: RequestContext, req: Container) -> int:
     if ctx.version >= 15:
         state = req.get("replica_state")
         return state.replica_id if state else -1
     return req.replica_id
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     by_id = ctx.version >= 13
     params = FetchParams(_replica_id(ctx, req), req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level)
     asked = [FetchPartition(t.topic_id if by_id else t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,

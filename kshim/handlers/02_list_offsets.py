@@ -14,6 +14,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 2
@@ -39,7 +42,7 @@ def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
     return found
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     isolation = req.get("isolation_level", 0)
     topics = []
     for t in req.topics:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import uuid
 
+from construct import Container
+
 from kshim.errors import BrokerError
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 3
@@ -23,12 +26,12 @@ VERSIONS = (0, 12)
 NO_OPERATIONS = -(1 << 31)
 
 
-def broker_list(ctx) -> list[dict]:
+def broker_list(ctx: RequestContext) -> list[dict]:
     return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
             for b in ctx.broker.image.alive_brokers()]
 
 
-def topic_entry(ctx, topic) -> dict:
+def topic_entry(ctx: RequestContext, topic) -> dict:
     alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
@@ -47,7 +50,7 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None =
             "topic_authorized_operations": NO_OPERATIONS}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     broker = ctx.broker
     v = ctx.version
     if req.topics is None or (v == 0 and not req.topics):

@@ -14,6 +14,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import commit_entries, commit_response
 from wire.errors import ErrorCode
 
@@ -28,7 +31,7 @@ async def _write(coordinator, req, updates, codes) -> dict:
     return commit_response(req, codes)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     v = ctx.version
     if not req.group_id:

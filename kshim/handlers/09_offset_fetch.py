@@ -14,6 +14,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 9
@@ -41,7 +44,7 @@ def _group(coordinator, group_id: str, topics, require_stable: bool, v: int, mem
     return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     v = ctx.version
     stable = bool(req.get("require_stable", False)) if v >= 7 else False

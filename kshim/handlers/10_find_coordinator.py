@@ -10,22 +10,29 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.cluster.image import BrokerInfo
+from kshim.errors import BrokerError
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 10
 VERSIONS = (0, 6)
 
 
-async def _find(ctx, key: str, key_type: int) -> dict:
-    if key_type == 0:
-        return await ctx.groups.find(key)
-    if key_type == 1:
-        return await ctx.transactions.find(key)
-    return {"error_code": ErrorCode.INVALID_REQUEST, "error_message": f"unknown key type {key_type}",
-            "node_id": -1, "host": "", "port": -1}
+async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
+    try:
+        if key_type not in (0, 1):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        node: BrokerInfo = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
+    except BrokerError as e:
+        return {"error_code": e.code, "error_message": e.message, "node_id": -1, "host": "", "port": -1}
+    return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
+            "host": node.host, "port": node.port}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     key_type = req.get("key_type", 0) if ctx.version >= 1 else 0
     if ctx.version >= 4:
         answers = []

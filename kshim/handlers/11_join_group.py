@@ -15,7 +15,10 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
 from kshim.groups.group import _error_join
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import client_host, instance_id
 from wire.errors import ErrorCode
 
@@ -33,7 +36,7 @@ async def _wait(version: int, waiter) -> dict:
     return _fit(version, await waiter.wait())
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     if not req.group_id:
@@ -42,6 +45,7 @@ async def handle(ctx, req):
     if code:
         return _fit(v, _error_join(code, req.member_id))
     group = coordinator.get_group(req.group_id, create=True)
+    assert group is not None  # create=True always gives one
     waiter = group.join(
         coordinator.clock(), member_id=req.member_id, instance_id=instance_id(req, v, 5),
         client_id=ctx.header.client_id or "", client_host=client_host(ctx),

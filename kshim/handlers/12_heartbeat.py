@@ -8,6 +8,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import instance_id
 from wire.errors import ErrorCode
 
@@ -15,7 +18,7 @@ API_KEY = 12
 VERSIONS = (0, 4)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     if not code:

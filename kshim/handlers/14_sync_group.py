@@ -9,7 +9,10 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
 from kshim.groups.group import _error_sync
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import instance_id
 from wire.errors import ErrorCode
 
@@ -21,7 +24,7 @@ async def _wait(waiter) -> dict:
     return {"throttle_time_ms": 0, **(await waiter.wait())}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID

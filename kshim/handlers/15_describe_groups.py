@@ -9,6 +9,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 15
@@ -35,5 +38,5 @@ def describe(coordinator, group_id: str) -> dict:
     return entry
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.groups]}

@@ -8,13 +8,16 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 18
 VERSIONS = (0, 4)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in ctx.supported.items()]
     if req is None:
         return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_keys}

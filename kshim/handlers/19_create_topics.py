@@ -19,7 +19,6 @@
 """
 from __future__ import annotations
 
-
 from typing import Any, Mapping
 
 from construct import Container
@@ -31,7 +30,6 @@ from kshim.handlers.config_resources import config_dict, config_entry
 from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
-
 
 API_KEY = 19
 VERSIONS = (2, 7)

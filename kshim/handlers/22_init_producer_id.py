@@ -14,6 +14,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -21,7 +24,7 @@ API_KEY = 22
 VERSIONS = (0, 5)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     tid = req.transactional_id
     if tid is None:
         return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(),
@@ -33,5 +36,5 @@ async def _answer(ctx, req):
     return {"error_code": for_version(code, ctx.version, 4), "producer_id": pid, "producer_epoch": epoch}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

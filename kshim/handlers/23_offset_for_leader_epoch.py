@@ -15,13 +15,16 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 23
 VERSIONS = (0, 4)
 
 
-def _answer(ctx, topic_name: str, p) -> dict:
+def _answer(ctx: RequestContext, topic_name: str, p) -> dict:
     entry = {"partition": p.partition, "error_code": ErrorCode.NONE, "leader_epoch": -1, "end_offset": -1}
     partition = ctx.broker.replica_manager.get_partition_or_error(topic_name, p.partition,
                                                                   p.get("current_leader_epoch", -1))
@@ -33,7 +36,7 @@ def _answer(ctx, topic_name: str, p) -> dict:
     return entry
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     topics = [{"topic": t.topic, "partitions": [_answer(ctx, t.topic, p) for p in t.partitions]}
               for t in req.topics]
     return {"throttle_time_ms": 0, "topics": topics}

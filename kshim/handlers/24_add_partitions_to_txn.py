@@ -11,6 +11,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -24,7 +27,7 @@ def _results(topics, codes: dict) -> list[dict]:
         for t in topics]
 
 
-async def _one(ctx, tid: str, producer_id: int, epoch: int, topics, verify_only: bool) -> dict:
+async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics, verify_only: bool) -> dict:
     coordinator = ctx.transactions
     wanted = {(t.name, p) for t in topics for p in t.partitions}
     unknown = coordinator.unknown_partitions(wanted)
@@ -40,7 +43,7 @@ async def _one(ctx, tid: str, producer_id: int, epoch: int, topics, verify_only:
     return dict.fromkeys(wanted, code)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     if ctx.version <= 3:
         codes = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                            req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
@@ -53,5 +56,5 @@ async def _answer(ctx, req):
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": results}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

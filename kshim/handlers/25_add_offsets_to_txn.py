@@ -8,8 +8,11 @@ below v2), CONCURRENT_TRANSACTIONS, NOT_COORDINATOR; an empty group id is INVALI
 """
 from __future__ import annotations
 
+from construct import Container
+
 from kshim.errors import BrokerError
 from kshim.groups import OFFSETS_TOPIC
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -17,20 +20,20 @@ API_KEY = 25
 VERSIONS = (0, 4)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     if not req.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     try:
-        topic = await ctx.groups.topic.ensure()
+        topic = await ctx.groups.runtime.ensure()
     except BrokerError:
         topic = None
     if topic is None:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
-    index = ctx.groups.topic.partition_of(req.group_id)
+    index = ctx.groups.partition_of(req.group_id)
     code = await ctx.transactions.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
                                                         {(OFFSETS_TOPIC, index)})
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2)}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

@@ -11,18 +11,21 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.txn_common import for_version
 
 API_KEY = 26
 VERSIONS = (0, 5)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     code = await ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  req.committed)
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2),
             "producer_id": req.producer_id, "producer_epoch": req.producer_epoch}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

@@ -10,13 +10,16 @@ and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.transactions.markers import REQUEST_TIMEOUT_S, write_here
 
 API_KEY = 27
 VERSIONS = (0, 1)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     out = []
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
@@ -28,5 +31,5 @@ async def _answer(ctx, req):
     return {"markers": out}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)

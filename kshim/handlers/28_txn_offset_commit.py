@@ -15,15 +15,18 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
 """
 from __future__ import annotations
 
-from kshim.handlers.txn_common import for_version
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import commit_entries, commit_response
+from kshim.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
 API_KEY = 28
 VERSIONS = (0, 4)
 
 
-async def _answer(ctx, req):
+async def _answer(ctx: RequestContext, req: Container):
     coordinator = ctx.groups
     v = ctx.version
     if not req.group_id:
@@ -41,5 +44,5 @@ async def _answer(ctx, req):
     return commit_response(req, codes)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _answer(ctx, req)  # answered once COMMITTED: the connection goes on reading meanwhile

@@ -22,7 +22,6 @@ from kshim.handlers import RequestContext
 from kshim.handlers.config_resources import alter_each, config_dict, target_topic
 from wire.errors import ErrorCode
 
-
 API_KEY = 33
 VERSIONS = (0, 2)
 

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-
 from typing import Any, Mapping
 
 from construct import Container
@@ -19,7 +18,6 @@ from kshim.errors import BrokerError
 from kshim.handlers import RequestContext
 from kshim.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
-
 
 API_KEY = 37
 VERSIONS = (0, 3)

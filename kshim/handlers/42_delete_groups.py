@@ -6,6 +6,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 42
@@ -20,5 +23,5 @@ async def _delete(coordinator, names) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return _delete(ctx.groups, list(req.groups_names))

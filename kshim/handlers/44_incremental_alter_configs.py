@@ -27,7 +27,6 @@ from kshim.handlers import RequestContext
 from kshim.handlers.config_resources import alter_each, target_topic
 from wire.errors import ErrorCode
 
-
 API_KEY = 44
 VERSIONS = (0, 1)
 

@@ -6,6 +6,9 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 47
@@ -26,7 +29,7 @@ async def _delete(coordinator, req, deletes, codes) -> dict:
     return _answer(ErrorCode.NONE, req, codes)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     if code:

@@ -8,14 +8,19 @@ tooling such as `kafka-transactions.sh describe-producers` and finding hanging t
 """
 from __future__ import annotations
 
+from typing import Any
+
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 61
 VERSIONS = (0, 0)
 
 
-def _partition(ctx, topic: str, index: int) -> dict:
-    out = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None, "active_producers": []}
+def _partition(ctx: RequestContext, topic: str, index: int) -> dict:
+    out: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None, "active_producers": []}
     replica = ctx.broker.replica_manager.get_partition_or_error(topic, index)
     if isinstance(replica, ErrorCode):
         out["error_code"] = replica
@@ -28,7 +33,7 @@ def _partition(ctx, topic: str, index: int) -> dict:
     return out
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [_partition(ctx, t.name, i) for i in t.partition_indexes]}
         for t in req.topics]}

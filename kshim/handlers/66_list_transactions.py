@@ -6,6 +6,9 @@ list would silently miss ids.
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from kshim.transactions import TxnState
 from wire.errors import ErrorCode
 
@@ -15,8 +18,8 @@ VERSIONS = (0, 1)
 _NAMES = {s.value for s in TxnState}
 
 
-async def handle(ctx, req):
-    if ctx.transactions.topic.loading:
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    if ctx.transactions.runtime.loading:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                 "unknown_state_filters": [], "transaction_states": []}
     states = set(req.state_filters)

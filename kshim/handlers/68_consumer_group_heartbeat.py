@@ -21,14 +21,17 @@
 """
 from __future__ import annotations
 
+from construct import Container
+
 from kshim.groups.consumer_group import error_response, validate_heartbeat
+from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import client_host
 
 API_KEY = 68
 VERSIONS = (0, 1)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     regex = req.get("subscribed_topic_regex") if v >= 1 else None
@@ -43,7 +46,7 @@ async def handle(ctx, req):
     if code:
         return {"throttle_time_ms": 0, **error_response(code, message)}
     code, group = coordinator.consumer_group(req.group_id, create=req.member_epoch == 0)
-    if code:
+    if code or group is None:
         return {"throttle_time_ms": 0, **error_response(code, f"Group {req.group_id} is not a consumer group")}
     owned = None if req.topic_partitions is None else [(t.topic_id, list(t.partitions)) for t in req.topic_partitions]
     body = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",

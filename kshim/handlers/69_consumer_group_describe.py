@@ -9,6 +9,9 @@ members, and each member's current and target assignment (topic ids and names).
 """
 from __future__ import annotations
 
+from construct import Container
+
+from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 69
@@ -33,5 +36,5 @@ def describe(coordinator, group_id: str) -> dict:
     return group.describe(coordinator.topic_name)
 
 
-async def handle(ctx, req):
+async def handle(ctx: RequestContext, req: Container) -> Response:
     return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.group_ids]}

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from kshim.clock import SYSTEM
 from kshim.groups.offsets_format import OffsetEntry
+from kshim.handlers import RequestContext
 from wire.errors import ErrorCode
 
 
-def client_host(ctx) -> str:
+def client_host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 

@@ -50,13 +50,19 @@ class CorruptCheckpoint(ValueError):
 
 
 class _Header(Protocol):
-    partition_leader_epoch: int
-    base_offset: int
+    @property
+    def partition_leader_epoch(self) -> int: ...
+
+    @property
+    def base_offset(self) -> int: ...
 
 
 class _LogLike(Protocol):
-    log_start_offset: int
-    log_end_offset: int
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
 
     def batch_headers(self, from_offset: int = 0) -> Iterable[_Header]: ...
 
@@ -73,7 +79,7 @@ def read_checkpoint(path: Path) -> list[tuple[int, int]]:
         count = int(lines[1])
         if count != len(lines) - 2:
             raise CorruptCheckpoint(f"{path}: {count} entries announced, {len(lines) - 2} present")
-        entries = []
+        entries: list[tuple[int, int]] = []
         for line in lines[2:]:
             parts = line.split()
             if len(parts) != 2:

@@ -152,7 +152,7 @@ class Log:
         self._dir_dirty = True
 
     # ================================================================== appends
-    def append(self, batch: bytearray, pos: int = 0, length: int | None = None) -> tuple[int, int]:
+    def append(self, batch: bytearray | memoryview, pos: int = 0, length: int | None = None) -> tuple[int, int]:
         """Leader append of the whole batches in ``batch[pos:pos+length]``: each batch's base offset
         is patched in place to the next offset (the caller already checked the CRC and set the
         leader epoch; the base offset is outside the CRC). Rolls first if the active segment would
@@ -193,7 +193,7 @@ class Log:
             self._append(memoryview(batch)[pos:end], metas, next_offset - 1, records)
             return base, next_offset - 1
 
-    def append_with_offsets(self, data: bytes) -> int:
+    def append_with_offsets(self, data: bytes | memoryview) -> int:
         """Follower append: whole batches that already carry their offsets, the first starting at
         log_end_offset and each following on (ValueError otherwise); CRCs are checked since the
         bytes came over the network (CorruptRecordError). Returns the new log end offset."""
@@ -232,7 +232,7 @@ class Log:
         cfg = self.config
         limit = min(cfg.segment_bytes, INT32_MAX)  # positions in the index are int32
         seg = self._segments[-1]
-        if seg.size and now - seg.first_append_ms > cfg.segment_ms:
+        if seg.size and seg.first_append_ms is not None and now - seg.first_append_ms > cfg.segment_ms:
             seg = self._roll()
         nbytes = len(data)
         if ((seg.size + nbytes <= limit or (not seg.size and len(metas) == 1))
@@ -377,7 +377,7 @@ class Log:
         with self._lock:
             i = max(bisect_right(self._bases, from_offset) - 1, 0)
             segs = self._segments[i:]
-            starts = []
+            starts: list[tuple[Segment, int | None]] = []
             for seg in segs:  # position of the first batch to report in each segment
                 pos = seg.position_of(from_offset) if not starts or starts[-1][1] is None else 0
                 starts.append((seg, pos))

@@ -441,7 +441,7 @@ class Segment:
                     break
                 if expected is None and last - self.base_offset != self.idx_off[-1]:
                     break  # the last index entry does not name this batch: index is stale
-                if validate and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
+                if validate and body is not None and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
                     break
                 self._track(pos, h[1] + LOG_OVERHEAD, last, h[8], interval, write)
                 expected = last + 1
@@ -535,6 +535,7 @@ class Segment:
         kt = bisect_left(self.ts_off, new_next - self.base_offset)
         del self.ts_ts[kt:]
         del self.ts_off[kt:]
+        assert self.idx_fd is not None and self.tidx_fd is not None  # opened at the top
         os.ftruncate(self.idx_fd, len(self.idx_off) * IDX_ENTRY)
         os.ftruncate(self.tidx_fd, len(self.ts_off) * TIDX_ENTRY)
         self._reset_tail_state()

@@ -21,6 +21,6 @@ map requests to these calls and results to responses; coordinators write through
   when woken. Records are the bytes the log read, passed through without copying.
 """
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchPartitionData
-from kshim.replica.manager import PartitionAppend, ReplicaManager, TxnMarker
+from kshim.replica.manager import PartitionAppend, Records, ReplicaManager, TxnMarker
 
-__all__ = ["FetchParams", "FetchPartition", "FetchPartitionData", "PartitionAppend", "ReplicaManager", "TxnMarker"]
+__all__ = ["FetchParams", "FetchPartition", "FetchPartitionData", "PartitionAppend", "Records", "ReplicaManager", "TxnMarker"]

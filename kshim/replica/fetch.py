@@ -18,13 +18,17 @@ from wire.errors import ErrorCode
 
 
 class _Image(Protocol):
-    image: MetadataImage
+    @property
+    def image(self) -> MetadataImage: ...
 
 
 class ReplicaManager(Protocol):
     """What the read path needs of the ReplicaManager (a protocol: the manager imports this module)."""
-    node_id: int
-    metadata: _Image
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def metadata(self) -> _Image: ...
 
     def get_partition_or_error(self, topic: str | uuid.UUID, index: int,
                                current_leader_epoch: int = -1) -> Partition | ErrorCode: ...

@@ -58,9 +58,14 @@ class TxnMarker:
 
 class Metadata(Protocol):
     """The broker's view of the cluster that the replica manager reads (it never changes it)."""
-    image: MetadataImage
-    topics: Mapping[str, TopicInfo]
-    topics_by_id: Mapping[uuid.UUID, TopicInfo]
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def topics(self) -> Mapping[str, TopicInfo]: ...
+
+    @property
+    def topics_by_id(self) -> Mapping[uuid.UUID, TopicInfo]: ...
 
 
 class ReplicaManager:

@@ -95,12 +95,12 @@ class Fetcher:
                         await self.broker.image_changed()
                     continue
                 try:
-                    await self._ensure_connected()
+                    conn = await self._ensure_connected()
                     with anyio.CancelScope() as scope:
                         self._inflight, self._inflight_keys = scope, _keys(partitions)
                         try:
-                            await self._validate(partitions)
-                            await self._fetch([p for p in partitions if self._is_valid(p)])
+                            await self._validate(conn, partitions)
+                            await self._fetch(conn, [p for p in partitions if self._is_valid(p)])
                         finally:
                             self._inflight = None
                     if scope.cancelled_caught:
@@ -118,15 +118,16 @@ class Fetcher:
             with anyio.CancelScope(shield=True):
                 await self._close()
 
-    async def _ensure_connected(self) -> None:
+    async def _ensure_connected(self) -> BrokerConnection:
         if self._conn is not None:
-            return
+            return self._conn
         info = self.broker.image.brokers.get(self.leader_id)
         if info is None:
             raise ConnectionError(f"no address for broker {self.leader_id}")
         conn = BrokerConnection(info.host, info.port, f"kshim-replica-{self.broker.node_id}")
         await conn.connect()
         self._conn = conn
+        return conn
 
     async def _close(self) -> None:
         if self._conn is not None:
@@ -140,7 +141,7 @@ class Fetcher:
         self._parked[(p.topic, p.index)] = (self.broker.image.version, SYSTEM.monotonic() + PARK_RETRY_S)
 
     # ------------------------------------------------------------------ truncation (KIP-101)
-    async def _validate(self, partitions: list[Partition]) -> None:
+    async def _validate(self, conn: BrokerConnection, partitions: list[Partition]) -> None:
         todo = [p for p in partitions if not self._is_valid(p)]
         if not todo:
             return
@@ -149,7 +150,7 @@ class Fetcher:
             topics.setdefault(p.topic, []).append({
                 "partition": p.index, "current_leader_epoch": p.leader_epoch,
                 "leader_epoch": p.epochs.latest_epoch})
-        response = await self._conn.request(23, EPOCH_VERSION, {
+        response = await conn.request(23, EPOCH_VERSION, {
             "replica_id": self.broker.node_id,
             "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()]})
         answers = {(t.topic, r.partition): r for t in response.topics for r in t.partitions}
@@ -183,7 +184,7 @@ class Fetcher:
         p.truncate_to(min(target, p.log_end_offset))
 
     # ------------------------------------------------------------------ fetching
-    async def _fetch(self, partitions: list[Partition]) -> None:
+    async def _fetch(self, conn: BrokerConnection, partitions: list[Partition]) -> None:
         if not partitions:
             return
         topics: dict[str, list[dict]] = {}
@@ -192,7 +193,7 @@ class Fetcher:
                 "partition": p.index, "current_leader_epoch": p.leader_epoch, "fetch_offset": p.log_end_offset,
                 "last_fetched_epoch": p.epochs.latest_epoch, "log_start_offset": p.log_start_offset,
                 "partition_max_bytes": PARTITION_MAX_BYTES})
-        response = await self._conn.request(1, FETCH_VERSION, {
+        response = await conn.request(1, FETCH_VERSION, {
             "replica_id": self.broker.node_id, "max_wait_ms": FETCH_MAX_WAIT_MS, "min_bytes": 1,
             "max_bytes": FETCH_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
@@ -200,10 +201,10 @@ class Fetcher:
         by_key = {(p.topic, p.index): p for p in partitions}
         for t in response.responses:
             for r in t.partitions:
-                p = by_key.get((t.topic, r.partition_index))
-                if p is None or p.is_leader or p.leader_id != self.leader_id:
+                asked = by_key.get((t.topic, r.partition_index))
+                if asked is None or asked.is_leader or asked.leader_id != self.leader_id:
                     continue  # the metadata moved on while the fetch was out
-                self._apply(p, r)
+                self._apply(asked, r)
 
     def _apply(self, p: Partition, r) -> None:
         code = r.error_code

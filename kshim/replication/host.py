@@ -15,9 +15,14 @@ class IsrProposals(Protocol):
 
 
 class ReplicaHost(Protocol):
-    node_id: int
-    image: MetadataImage
-    controller: IsrProposals
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    @property
+    def controller(self) -> IsrProposals: ...
 
     def replicas(self) -> list[Partition]: ...
 

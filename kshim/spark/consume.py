@@ -114,20 +114,22 @@ def read_range(opts: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
             want = min(ROWS_PER_BATCH, rng.end - reached)
             for msg in consumer.consume(num_messages=want, timeout=min(POLL_STEP_S, left)):
                 err = msg.error()
+                offset = msg.offset()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        reached = max(reached, msg.offset())
+                        reached = max(reached, offset if offset is not None else reached)
                         if not opts.fail_on_data_loss:
                             reached = rng.end  # the partition ends short of the range: accept the loss
                         continue
                     if err.code() in _TRANSIENT or (err.retriable() and not err.fatal()):
                         continue  # the client reconnects and retries; the deadline bounds it
                     raise KafkaException(err)
-                if msg.offset() >= rng.end:
-                    reached = max(reached, msg.offset())
+                assert offset is not None  # a record always has its offset
+                if offset >= rng.end:
+                    reached = max(reached, offset)
                     break
                 columns.add(msg)
-                reached = max(reached, msg.offset() + 1)
+                reached = max(reached, offset + 1)
             if reached < rng.end:
                 position = consumer.position([tp])[0].offset
                 if position >= 0:

@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import overload
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -45,6 +46,14 @@ def _flag(opts: dict[str, str], name: str, default: bool) -> bool:
     if raw.strip().lower() not in ("true", "false"):
         raise ValueError(f"option {name} must be true or false, not {raw!r}")
     return raw.strip().lower() == "true"
+
+
+@overload
+def _positive_int(opts: dict[str, str], name: str, default: int) -> int: ...
+
+
+@overload
+def _positive_int(opts: dict[str, str], name: str, default: None) -> int | None: ...
 
 
 def _positive_int(opts: dict[str, str], name: str, default: int | None) -> int | None:
@@ -182,7 +191,7 @@ class ReadOptions:
             group_id=group_id,
         )
 
-    def admin_config(self) -> dict[str, str]:
+    def admin_config(self) -> dict[str, str | int | float | bool]:
         """The driver's client, which only asks for metadata and offsets (ListOffsets)."""
         return dict(self.client)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from pyspark.sql import Row
@@ -55,11 +56,12 @@ class SinkColumns:
         if topic is None and topic_option is None:
             raise ValueError("no topic: set the option topic or add a topic column (string)")
         headers = check("headers", (ArrayType,), "array<struct<key: string, value: binary>>")
-        if headers is not None:
-            element = types["headers"].elementType
-            names = [f.name.lower() for f in element.fields] if isinstance(element, StructType) else []
-            if names != ["key", "value"] or not isinstance(element.fields[0].dataType, StringType) \
-                    or not isinstance(element.fields[1].dataType, _STRING_OR_BINARY):
+        headers_type = types.get("headers")
+        if headers is not None and isinstance(headers_type, ArrayType):  # check() made sure it is
+            element = headers_type.elementType
+            fields = element.fields if isinstance(element, StructType) else []
+            if [f.name.lower() for f in fields] != ["key", "value"] or not isinstance(fields[0].dataType, StringType) \
+                    or not isinstance(fields[1].dataType, _STRING_OR_BINARY):
                 raise ValueError("column headers must be array<struct<key: string, value: binary>>, "
                                  f"not {types['headers'].simpleString()}")
         return cls(value=value, key=check("key", _STRING_OR_BINARY, "string or binary"), topic=topic,
@@ -87,7 +89,7 @@ def produce_rows(opts: WriteOptions, layout: SinkColumns, rows: Iterator[Row]) -
         topic = opts.topic or (row[layout.topic] if layout.topic is not None else None)
         if not topic:
             raise ValueError("a row has a null topic; set the option topic or fill the topic column")
-        kwargs = {"value": _bytes(row[layout.value]), "on_delivery": delivered}
+        kwargs: dict[str, Any] = {"value": _bytes(row[layout.value]), "on_delivery": delivered}
         if layout.key is not None:
             kwargs["key"] = _bytes(row[layout.key])
         if layout.partition is not None and row[layout.partition] is not None:

@@ -1,5 +1,5 @@
 """The transaction coordinator of one broker: the transactional ids whose `__transaction_state`
-partition it leads (Kafka's placement, see `kshim.internal_topic`).
+partition it leads (Kafka's placement, see `kshim.coordinator_runtime`).
 
 - Every state change of a transactional id is a record of that partition (`log_format`), appended
   as the leader and applied in memory only once COMMITTED; while it is being written the id is
@@ -23,11 +23,13 @@ import math
 from typing import Iterable
 
 import anyio
+from anyio.abc import TaskGroup
 
-from kshim.clock import SYSTEM, Clock
 from kshim.broker import Broker
-from kshim.internal_topic import InternalTopic
-from kshim.signal import Signal
+from kshim.clock import SYSTEM, Clock
+from kshim.cluster.image import BrokerInfo
+from kshim.coordinator_runtime import CoordinatorRuntime
+from kshim.partition import Partition
 from kshim.transactions import log_format
 from kshim.transactions.markers import MarkerWriter
 from kshim.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
@@ -39,7 +41,6 @@ log = logging.getLogger("kshim.transactions")
 TRANSACTION_TOPIC = "__transaction_state"
 WRITE_TIMEOUT_S = 30.0
 COMPLETION_RETRY_S = 0.5
-LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 
 TopicPartition = tuple[str, int]
 
@@ -48,41 +49,37 @@ class TransactionCoordinator:
     def __init__(self, broker: Broker, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.clock = clock.wall_ms  # transaction start and update times are stored
-        self.topic = InternalTopic(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions)
+        self.runtime = CoordinatorRuntime(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions,
+                                          self, self.clock)
         self.max_timeout_ms = broker.config.transaction_max_timeout_ms
         self.txns: dict[str, TxnMetadata] = {}
         self.markers = MarkerWriter(broker)
         self._completing: set[str] = set()  # ids whose markers are being written
         self._to_complete: list[str] = []   # found in Prepare* by a load: the task finishes them
-        self._wake = Signal()
-        self._task_group: anyio.abc.TaskGroup | None = None
+        self._task_group: TaskGroup | None = None
 
     # ------------------------------------------------------------------ placement and loading
     def check(self, transactional_id: str) -> ErrorCode:
-        return self.topic.status(transactional_id)
+        return self.runtime.status(transactional_id)
 
-    async def find(self, transactional_id: str) -> dict:
-        return await self.topic.find(transactional_id)
+    async def find(self, transactional_id: str) -> BrokerInfo:
+        return await self.runtime.find(transactional_id)
 
     def coordinator_epoch(self, transactional_id: str) -> int:
-        replica = self.topic.leader_replica(self.topic.partition_of(transactional_id))
+        replica = self.runtime.leader_replica(self.runtime.partition_of(transactional_id))
         return replica.leader_epoch if replica is not None else -1
 
     def on_image(self) -> None:
-        lost, new = self.topic.on_image()
-        for index in lost:
-            for tid in [t for t in self.txns if self.topic.partition_of(t) == index]:
-                del self.txns[tid]
-            log.info("no longer transaction coordinator for %s-%d", TRANSACTION_TOPIC, index)
-        if new:
-            self._wake.fire()
+        self.runtime.on_image()
 
-    def _load(self, index: int) -> None:
-        replica = self.topic.take_for_loading(index)
-        if replica is None:
-            return
+    def unload(self, index: int) -> None:
+        for tid in [t for t in self.txns if self.runtime.partition_of(t) == index]:
+            del self.txns[tid]
+        log.info("dropped the transactional ids of %s-%d", TRANSACTION_TOPIC, index)
+
+    def load(self, index: int, replica: Partition) -> None:
         found: dict[str, TxnMetadata | None] = {}
-        for header, batch in self.topic.stored_batches(replica):
+        for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
                 continue
             for rec in records.decode_records(batch):
@@ -95,61 +92,54 @@ class TransactionCoordinator:
                 self.txns[tid] = meta
                 if meta.state.preparing:
                     self._to_complete.append(tid)
-        self.topic.loaded.add(index)
         log.info("loaded %s-%d: %d transactional ids", TRANSACTION_TOPIC, index, len(found))
 
     # ------------------------------------------------------------------ durable changes
-    def _validate(self, transactional_id: str, producer_id: int, producer_epoch: int) -> tuple[ErrorCode, TxnMetadata | None]:
+    def _validate(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata | ErrorCode:
+        """The id's state if this producer may change it now, else why not."""
         code = self.check(transactional_id)
         if code:
-            return code, None
+            return code
         meta = self.txns.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, None
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
-            return ErrorCode.PRODUCER_FENCED, None
+            return ErrorCode.PRODUCER_FENCED
         if meta.pending or transactional_id in self._completing and meta.state.preparing:
-            return ErrorCode.CONCURRENT_TRANSACTIONS, None
-        return ErrorCode.NONE, meta
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return meta
 
     async def _persist(self, new: TxnMetadata) -> ErrorCode:
         """Write `new` as the id's state and apply it once COMMITTED. The caller checked that no
         other change is pending."""
         tid = new.transactional_id
-        index = self.topic.partition_of(tid)
+        index = self.runtime.partition_of(tid)
         current = self.txns.get(tid)
         if current is not None:
             current.pending = True
         try:
-            if index not in self.topic.loaded:
+            if index not in self.runtime.loaded:
                 return ErrorCode.NOT_COORDINATOR
             new.update_ms = self.clock()
             key, value = log_format.encode(new)
-            result = await self.broker.replica_manager.append_and_wait(
-                TRANSACTION_TOPIC, index, records.encode_batch([(key, value)]), WRITE_TIMEOUT_S)
+            result = await self.runtime.write(
+                index, records.encode_batch([(key, value)]), WRITE_TIMEOUT_S)
             if result.error:
                 if result.not_led_here:
                     return ErrorCode.NOT_COORDINATOR
                 if not result.appended:
                     log.warning("transaction state write for %s failed: %s", tid, result.error.name)
-                elif index in self.topic.loaded:  # not COMMITTED in time, but it may still be:
-                    self._reload(index)  # memory must follow the log
+                elif index in self.runtime.loaded:  # not COMMITTED in time, but it may still be:
+                    self.runtime.reload(index)  # memory must follow the log
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
         finally:
             if current is not None:
                 current.pending = False
-        if index not in self.topic.loaded:
+        if index not in self.runtime.loaded:
             return ErrorCode.NOT_COORDINATOR
         self.txns[tid] = new
-        self._wake.fire()
+        self.runtime.wake.fire()
         return ErrorCode.NONE
-
-    def _reload(self, index: int) -> None:
-        self.topic.loaded.discard(index)
-        for tid in [t for t in self.txns if self.topic.partition_of(t) == index]:
-            del self.txns[tid]
-        self.topic.loading.add(index)
-        self._wake.fire()
 
     # ------------------------------------------------------------------ requests
     async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
@@ -207,9 +197,9 @@ class TransactionCoordinator:
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[TopicPartition]) -> ErrorCode:
-        code, meta = self._validate(transactional_id, producer_id, producer_epoch)
-        if code:
-            return code
+        meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return meta
         if meta.state.preparing:
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
@@ -223,11 +213,11 @@ class TransactionCoordinator:
     def is_in_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: set[TopicPartition]) -> ErrorCode:
         """AddPartitionsToTxn verify_only (KIP-890): are these partitions part of the open transaction?"""
-        code, meta = self._validate(transactional_id, producer_id, producer_epoch)
-        if code == ErrorCode.CONCURRENT_TRANSACTIONS:
-            meta, code = self.txns.get(transactional_id), ErrorCode.NONE
-        if code:
-            return code
+        meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if meta == ErrorCode.CONCURRENT_TRANSACTIONS:  # a state write in flight: the current state answers
+            meta = self.txns.get(transactional_id) or ErrorCode.CONCURRENT_TRANSACTIONS
+        if isinstance(meta, ErrorCode):
+            return meta
         if meta.state != TxnState.ONGOING or not partitions <= meta.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
@@ -282,14 +272,14 @@ class TransactionCoordinator:
         try:
             while True:
                 meta = self.txns.get(transactional_id)
-                index = self.topic.partition_of(transactional_id)
-                if meta is None or not meta.state.preparing or index not in self.topic.loaded:
+                index = self.runtime.partition_of(transactional_id)
+                if meta is None or not meta.state.preparing or index not in self.runtime.loaded:
                     return
                 committed = meta.state == TxnState.PREPARE_COMMIT
                 coordinator_epoch = self.coordinator_epoch(transactional_id)
 
                 def still_coordinator() -> bool:
-                    return index in self.topic.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
+                    return index in self.runtime.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
 
                 try:
                     if await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
@@ -307,21 +297,13 @@ class TransactionCoordinator:
             self._completing.discard(transactional_id)
 
     # ------------------------------------------------------------------ tooling
-    def describe(self, transactional_id: str) -> dict:
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        """The id's state (DescribeTransactions), or why there is none: NOT_COORDINATOR and the
+        like, TRANSACTIONAL_ID_NOT_FOUND for an id never initialised."""
         code = self.check(transactional_id)
-        meta = self.txns.get(transactional_id) if not code else None
-        if meta is None:
-            return {"error_code": code or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": transactional_id,
-                    "transaction_state": "", "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
-                    "producer_id": -1, "producer_epoch": -1, "topics": []}
-        topics: dict[str, list[int]] = {}
-        for topic, index in sorted(meta.partitions):
-            topics.setdefault(topic, []).append(index)
-        return {"error_code": ErrorCode.NONE, "transactional_id": transactional_id,
-                "transaction_state": meta.state.value, "transaction_timeout_ms": meta.timeout_ms,
-                "transaction_start_time_ms": meta.start_ms, "producer_id": meta.producer_id,
-                "producer_epoch": meta.producer_epoch,
-                "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
+        if code:
+            return code
+        return self.txns.get(transactional_id) or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
     def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int) -> list[TxnMetadata]:
         now = self.clock()
@@ -335,7 +317,7 @@ class TransactionCoordinator:
         return sorted(out, key=lambda m: m.transactional_id)
 
     # ------------------------------------------------------------------ the timer task
-    async def _abort_expired(self) -> float:
+    async def _abort_expired(self, tg: TaskGroup) -> float:
         """Abort (and fence) transactions open past their timeout; returns the next deadline (ms)."""
         now = self.clock()
         deadline = math.inf
@@ -346,28 +328,24 @@ class TransactionCoordinator:
             if expires <= now:
                 log.info("aborting transaction %s: open longer than %d ms", meta.transactional_id, meta.timeout_ms)
                 meta.pending = True  # until the abort is written: no second abort, no racing request
-                self._task_group.start_soon(self._begin_end, meta, False, True)
+                tg.start_soon(self._begin_end, meta, False, True)
             else:
                 deadline = min(deadline, expires)
         return deadline
 
+    async def timers(self, tg: TaskGroup) -> float:
+        """The runtime's timer hook: finish transactions a load found half-ended, abort expired ones."""
+        self._task_group = tg
+        pending, self._to_complete = self._to_complete, []
+        for tid in pending:
+            self._start_completion(tid)
+        return await self._abort_expired(tg)
+
     async def run(self) -> None:
         """Loads `__transaction_state` partitions, finishes transactions found half-ended and aborts
-        timed-out ones; sleeps until woken or the next deadline, never polls."""
+        timed-out ones (the runtime's loop)."""
         try:
-            async with anyio.create_task_group() as tg:
-                self._task_group = tg
-                while True:
-                    for index in sorted(self.topic.loading):
-                        self._load(index)
-                    pending, self._to_complete = self._to_complete, []
-                    for tid in pending:
-                        self._start_completion(tid)
-                    deadline = await self._abort_expired()
-                    if self.topic.loading:
-                        deadline = min(deadline, self.clock() + LOAD_RETRY_MS)
-                    with anyio.move_on_after(max(deadline - self.clock(), 1) / 1000 if deadline != math.inf else 60):
-                        await self._wake.wait()
+            await self.runtime.run()
         finally:
             self._task_group = None
             with anyio.CancelScope(shield=True):

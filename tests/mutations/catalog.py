@@ -125,8 +125,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        if False:\n            # a previous instance"),),
         "a new instance leaves the old one's transaction open"),
     Mutation("a transaction open longer than transaction.timeout.ms", TXN_COORDINATOR, (
-        ("self._task_group.start_soon(self._begin_end, meta, False, True)",
-         "self._task_group.start_soon(self._begin_end, meta, False, False)"),),
+        ("tg.start_soon(self._begin_end, meta, False, True)",
+         "tg.start_soon(self._begin_end, meta, False, False)"),),
         "the timeout aborts the transaction without bumping the producer epoch (no fencing)"),
     Mutation("a SIGKILLed transaction coordinator or partition leader mid-transaction", TXN_COORDINATOR, (
         ("            if meta is not None:\n                self.txns[tid] = meta",
