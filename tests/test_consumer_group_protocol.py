@@ -56,7 +56,7 @@ def hb(g: ConsumerGroup, now: int, member: str, epoch: int, owned=None, topics=N
 
 
 def assigned(response) -> set[int]:
-    return {p for t in response["assignment"]["topic_partitions"] for p in t["partitions"]}
+    return {p for ps in response.assignment.values() for p in ps}
 
 
 def owned(parts) -> list:
@@ -66,20 +66,20 @@ def owned(parts) -> list:
 def test_revocation_before_assignment_and_epochs():
     g = ConsumerGroup("g", GroupConfig(consumer_session_timeout_ms=10_000))
     r1 = hb(g, 0, "m1", 0)
-    assert r1["error_code"] == 0 and r1["member_epoch"] == 1 and assigned(r1) == set(range(6))
+    assert r1.error_code == 0 and r1.member_epoch == 1 and assigned(r1) == set(range(6))
     assert g.state == STABLE
     r2 = hb(g, 1, "m2", 0)  # m2 joins: epoch 2, but m1 still owns everything
-    assert r2["member_epoch"] == 2 and assigned(r2) == set() and g.state == RECONCILING
+    assert r2.member_epoch == 2 and assigned(r2) == set() and g.state == RECONCILING
     assert g.members["m2"].state == M_UNRELEASED
     r1 = hb(g, 2, "m1", 1, owned(range(6)))  # m1 is asked to revoke three, stays at epoch 1
-    assert r1["member_epoch"] == 1 and len(assigned(r1)) == 3 and g.members["m1"].state == M_UNREVOKED
+    assert r1.member_epoch == 1 and len(assigned(r1)) == 3 and g.members["m1"].state == M_UNREVOKED
     keep = assigned(r1)
     r2 = hb(g, 3, "m2", 2, [])  # not released yet
-    assert r2["assignment"] is None or assigned(r2) == set()
+    assert r2.assignment is None or assigned(r2) == set()
     r1 = hb(g, 4, "m1", 1, owned(range(6)))  # still owns them: no progress
-    assert r1["member_epoch"] == 1 and g.members["m1"].state == M_UNREVOKED
+    assert r1.member_epoch == 1 and g.members["m1"].state == M_UNREVOKED
     r1 = hb(g, 5, "m1", 1, owned(keep))  # revoked: epoch 2
-    assert r1["member_epoch"] == 2
+    assert r1.member_epoch == 2
     r2 = hb(g, 6, "m2", 2, [])
     assert assigned(r2) == set(range(6)) - keep and g.state == STABLE
 
@@ -87,9 +87,9 @@ def test_revocation_before_assignment_and_epochs():
 def test_fencing_and_errors():
     g = ConsumerGroup("g", GroupConfig(consumer_session_timeout_ms=10_000))
     r = hb(g, 0, "m1", 0)
-    assert hb(g, 1, "m1", 5, [])["error_code"] == ErrorCode.FENCED_MEMBER_EPOCH
-    assert hb(g, 1, "nobody", 1, [])["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
-    assert g.validate_commit("m1", r["member_epoch"]) == ErrorCode.NONE
+    assert hb(g, 1, "m1", 5, []).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert hb(g, 1, "nobody", 1, []).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert g.validate_commit("m1", r.member_epoch) == ErrorCode.NONE
     assert g.validate_commit("m1", 0) == ErrorCode.STALE_MEMBER_EPOCH
     assert g.validate_commit("m1", 9) == ErrorCode.FENCED_MEMBER_EPOCH
     assert g.validate_fetch(None, -1) == ErrorCode.NONE
@@ -103,28 +103,28 @@ def test_fencing_and_errors():
     r2 = hb(g, 10_600, "m2", g.members["m2"].epoch, [])
     assert assigned(r2) == set(range(6)) and g.state == STABLE
     left = g.consumer_heartbeat(10_700, member_id="m2", member_epoch=-1)
-    assert left["member_epoch"] == -1 and g.state == EMPTY
+    assert left.member_epoch == -1 and g.state == EMPTY
 
 
 def test_subscription_and_topic_changes_bump_the_epoch():
     g = ConsumerGroup("g")
     r = hb(g, 0, "m1", 0)
     epoch = g.group_epoch
-    r = hb(g, 1, "m1", r["member_epoch"], topics={"a": ("id-a", 8)})  # the topic grew
+    r = hb(g, 1, "m1", r.member_epoch, topics={"a": ("id-a", 8)})  # the topic grew
     assert g.group_epoch == epoch + 1 and assigned(r) == set(range(8))
-    r = hb(g, 2, "m1", r["member_epoch"], subscribed_topic_regex="b.*", topics={"a": ("id-a", 8), "b1": ("id-b", 2)})
+    r = hb(g, 2, "m1", r.member_epoch, subscribed_topic_regex="b.*", topics={"a": ("id-a", 8), "b1": ("id-b", 2)})
     assert g.group_epoch == epoch + 2
-    assert sum(len(t["partitions"]) for t in r["assignment"]["topic_partitions"]) == 10
+    assert sum(len(ps) for ps in r.assignment.values()) == 10
 
 
 def test_static_member_replacement():
     g = ConsumerGroup("g")
     r = hb(g, 0, "m1", 0, instance_id="i1")
     before = g.group_epoch
-    assert hb(g, 1, "m9", 0, instance_id="i1")["error_code"] == ErrorCode.UNRELEASED_INSTANCE_ID
-    assert g.consumer_heartbeat(2, member_id="m1", member_epoch=-2, instance_id="i1")["member_epoch"] == -2
+    assert hb(g, 1, "m9", 0, instance_id="i1").error_code == ErrorCode.UNRELEASED_INSTANCE_ID
+    assert g.consumer_heartbeat(2, member_id="m1", member_epoch=-2, instance_id="i1").member_epoch == -2
     r = hb(g, 3, "m2", 0, instance_id="i1")
-    assert r["error_code"] == 0 and assigned(r) == set(range(6)) and g.group_epoch == before
+    assert r.error_code == 0 and assigned(r) == set(range(6)) and g.group_epoch == before
     assert set(g.members) == {"m2"}
 
 
@@ -156,7 +156,7 @@ def test_classic_and_consumer_groups_stay_apart():
     assert code == 0
     hb(g, 0, "m1", 0)
     join = c.get_group("g", create=True).join(0, member_id="")
-    assert join.value["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert join.value.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert c.get_group("g").heartbeat(0) == ErrorCode.UNKNOWN_MEMBER_ID
     g.consumer_heartbeat(1, member_id="m1", member_epoch=-1)
     classic = c.get_group("g", create=True)  # empty: becomes a classic group

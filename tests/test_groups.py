@@ -37,8 +37,8 @@ def join(g: Group, now: int, member_id: str = "", *, instance: str | None = None
 def joined(g: Group, now: int, **kw) -> tuple[str, object]:
     """A dynamic member's two-step join (MEMBER_ID_REQUIRED, then with the id)."""
     first = join(g, now, **kw)
-    assert first.value["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
-    member_id = first.value["member_id"]
+    assert first.value.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    member_id = first.value.member_id
     return member_id, join(g, now, member_id, **kw)
 
 
@@ -49,16 +49,16 @@ def sync(g: Group, now: int, member_id: str, generation: int, assignments=()):
 
 def stable_pair(g: Group) -> tuple[str, str]:
     a, wa = joined(g, 0)
-    assert wa.done and wa.value["generation_id"] == 1 and wa.value["leader"] == a
+    assert wa.done and wa.value.generation_id == 1 and wa.value.leader == a
     b, wb = joined(g, 1)  # a second member: a rebalance that waits for a to rejoin
     assert not wb.done and g.state == PREPARING
     wa2 = join(g, 2, a)
     assert wa2.done and wb.done and g.state == COMPLETING and g.generation == 2
-    assert len(wa2.value["members"]) == 2 and wb.value["members"] == []  # only the leader gets them
+    assert len(wa2.value.members) == 2 and wb.value.members == ()  # only the leader gets them
     sb = sync(g, 3, b, 2)
     assert not sb.done
     sa = sync(g, 3, a, 2, [(a, b"A"), (b, b"B")])
-    assert g.state == STABLE and sa.value["assignment"] == b"A" and sb.value["assignment"] == b"B"
+    assert g.state == STABLE and sa.value.assignment == b"A" and sb.value.assignment == b"B"
     return a, b
 
 
@@ -79,7 +79,7 @@ async def test_heartbeat_errors_and_rebalance_in_progress():
     assert g.state == PREPARING
     assert g.heartbeat(6, member_id=a, instance_id=None, generation=2) == ErrorCode.REBALANCE_IN_PROGRESS
     w = join(g, 7, a)
-    assert w.done and w.value["generation_id"] == 3 and g.state == COMPLETING
+    assert w.done and w.value.generation_id == 3 and g.state == COMPLETING
 
 
 @pytest.mark.anyio
@@ -91,7 +91,7 @@ async def test_session_timeout_removes_member_and_rebalances():
         g.tick(t)
     assert b not in g.members and g.state == PREPARING
     w = join(g, 12_500, a)
-    assert w.value["generation_id"] == 3 and [m["member_id"] for m in w.value["members"]] == [a]
+    assert w.value.generation_id == 3 and [m.member_id for m in w.value.members] == [a]
 
 
 @pytest.mark.anyio
@@ -113,18 +113,18 @@ async def test_rebalance_timeout_removes_members_that_do_not_rejoin():
 async def test_member_id_required_expires():
     g = Group("g")
     w = join(g, 0)
-    assert w.value["error_code"] == ErrorCode.MEMBER_ID_REQUIRED and g.pending
+    assert w.value.error_code == ErrorCode.MEMBER_ID_REQUIRED and g.pending
     g.tick(10_001)
     assert not g.pending
-    assert join(g, 10_002, w.value["member_id"]).value["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert join(g, 10_002, w.value.member_id).value.error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 @pytest.mark.anyio
 async def test_inconsistent_protocols_and_session_timeout_bounds():
     g = Group("g")
     stable_pair(g)
-    assert join(g, 5, protocols=[("other", b"")]).value["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    assert join(g, 5, session=10).value["error_code"] == ErrorCode.INVALID_SESSION_TIMEOUT
+    assert join(g, 5, protocols=[("other", b"")]).value.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert join(g, 5, session=10).value.error_code == ErrorCode.INVALID_SESSION_TIMEOUT
 
 
 @pytest.mark.anyio
@@ -133,8 +133,8 @@ async def test_protocol_choice_is_one_all_members_support():
     a, wa = joined(g, 0, protocols=[("cooperative-sticky", b"x"), ("range", b"r")])
     b, wb = joined(g, 1, protocols=[("range", b"r2")])
     wa = join(g, 2, a, protocols=[("cooperative-sticky", b"x"), ("range", b"r")])
-    assert wa.value["protocol_name"] == "range" == wb.value["protocol_name"]
-    assert {m["metadata"] for m in wa.value["members"]} == {b"r", b"r2"}
+    assert wa.value.protocol_name == "range" == wb.value.protocol_name
+    assert {m.metadata for m in wa.value.members} == {b"r", b"r2"}
 
 
 @pytest.mark.anyio
@@ -143,15 +143,15 @@ async def test_static_member_rejoins_without_rebalance_and_old_id_is_fenced():
     leader, _ = joined(g2, 0)
     wf = join(g2, 1, instance="if")
     join(g2, 2, leader)
-    follower = wf.value["member_id"]
+    follower = wf.value.member_id
     sync(g2, 3, follower, 2)
     sync(g2, 3, leader, 2, [(leader, b"L"), (follower, b"F")])
     assert g2.state == STABLE
     again = join(g2, 4, instance="if")
-    assert again.done and again.value["error_code"] == ErrorCode.NONE and again.value["generation_id"] == 2
-    new_id = again.value["member_id"]
+    assert again.done and again.value.error_code == ErrorCode.NONE and again.value.generation_id == 2
+    new_id = again.value.member_id
     assert new_id != follower and g2.state == STABLE
-    assert sync(g2, 5, new_id, 2).value["assignment"] == b"F"
+    assert sync(g2, 5, new_id, 2).value.assignment == b"F"
     assert g2.heartbeat(6, member_id=follower, instance_id="if", generation=2) == ErrorCode.FENCED_INSTANCE_ID
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping
 
 from kshim.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
-from kshim.groups.group import GroupConfig, Waiter, _error_join, _error_sync
+from kshim.groups.group import GroupConfig, JoinResult, SyncResult, Waiter
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.groups")
@@ -106,9 +106,16 @@ def validate_heartbeat(version: int, *, group_id: str, member_id: str, member_ep
     return ErrorCode.NONE, None
 
 
-def error_response(code: ErrorCode, message: str | None = None) -> dict:
-    return {"error_code": code, "error_message": message, "member_id": None, "member_epoch": 0,
-            "heartbeat_interval_ms": 0, "assignment": None}
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    """What a ConsumerGroupHeartbeat gets: the member's epoch and, when it changed (or on a full
+    heartbeat), its assignment as topic id -> partitions."""
+    error_code: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: dict[Hashable, list[int]] | None = None
 
 
 def by_topic(partitions: set[TP]) -> dict[Hashable, list[int]]:
@@ -256,15 +263,15 @@ class ConsumerGroup:
                            rebalance_timeout_ms: int = -1, subscribed_topic_names=None,
                            subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
                            owned: list[tuple[Hashable, list[int]]] | None = None, client_id: str = "",
-                           client_host: str = "", topics: Topics | None = None) -> dict:
-        """The response body of one (validated) heartbeat."""
+                           client_host: str = "", topics: Topics | None = None) -> HeartbeatResult:
+        """The answer to one (validated) heartbeat."""
         if self.dead:
-            return error_response(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         owned_set = None if owned is None else {(t, p) for t, ps in owned for p in ps}
         member = self.members.get(member_id) if member_id else None
         if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if member is None:
-                return error_response(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
             if member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
                 member.set_epoch(STATIC_LEAVE_EPOCH)  # keeps its partitions until its session ends
                 log.info("group %s: static member %s (%s) left temporarily", self.group_id, member_id,
@@ -272,18 +279,17 @@ class ConsumerGroup:
             else:
                 self._remove(member, "left", topics)
             self.on_change()
-            return {"error_code": ErrorCode.NONE, "member_id": member_id, "member_epoch": member_epoch,
-                    "heartbeat_interval_ms": 0, "assignment": None}
+            return HeartbeatResult(ErrorCode.NONE, member_id=member_id, member_epoch=member_epoch)
         if member_epoch == JOIN_EPOCH:
             if not member_id:
                 member_id = new_member_id()
             if member is None:
                 static = self._static(instance_id)
                 if static is not None and static.epoch != STATIC_LEAVE_EPOCH:
-                    return error_response(ErrorCode.UNRELEASED_INSTANCE_ID,
+                    return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID,
                                           f"instance {instance_id} is used by member {static.member_id}")
                 if static is None and len(self.members) >= self.config.max_size:
-                    return error_response(ErrorCode.GROUP_MAX_SIZE_REACHED)
+                    return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
                 member = ConsumerMember(member_id, instance_id)
                 if static is not None:  # takes the place (and partitions) of the static member that left
                     del self.members[static.member_id]
@@ -296,10 +302,10 @@ class ConsumerGroup:
                 self.members[member_id] = member
         else:
             if member is None:
-                return error_response(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+                return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
             if member_epoch > member.epoch or (member_epoch < member.epoch and (
                     member_epoch != member.previous_epoch or owned_set is None or not owned_set <= member.assigned)):
-                return error_response(ErrorCode.FENCED_MEMBER_EPOCH,
+                return HeartbeatResult(ErrorCode.FENCED_MEMBER_EPOCH,
                                       f"member epoch {member_epoch} does not match {member.epoch}; rejoin")
         # the member's fields: absent (null / -1) means unchanged
         if subscribed_topic_names is not None:
@@ -318,15 +324,11 @@ class ConsumerGroup:
         self._refresh(topics)
         self._reconcile(now, member, owned_set)
         self.on_change()
-        response: dict[str, Any] = {"error_code": ErrorCode.NONE, "error_message": None, "member_id": member.member_id,
-                    "member_epoch": member.epoch,
-                    "heartbeat_interval_ms": self.config.consumer_heartbeat_interval_ms, "assignment": None}
         full = member_epoch == JOIN_EPOCH or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None
                                               and owned is not None)
-        if full or member.assigned != before:
-            response["assignment"] = {"topic_partitions": [
-                {"topic_id": t, "partitions": ps} for t, ps in by_topic(member.assigned).items()]}
-        return response
+        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.epoch,
+                               self.config.consumer_heartbeat_interval_ms,
+                               by_topic(member.assigned) if full or member.assigned != before else None)
 
     def _static(self, instance_id: str | None) -> ConsumerMember | None:
         if instance_id is None:
@@ -365,12 +367,12 @@ class ConsumerGroup:
     def join(self, now: int, *, member_id: str, **_: Any) -> Waiter:
         """JoinGroup: kshim has no mixed (classic members in consumer groups) membership."""
         waiter = Waiter()
-        waiter.set(_error_join(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
+        waiter.set(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
         return waiter
 
     def sync(self, now: int, **_: Any) -> Waiter:
         waiter = Waiter()
-        waiter.set(_error_sync(ErrorCode.UNKNOWN_MEMBER_ID))
+        waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         return waiter
 
     def heartbeat(self, now: int, **_: Any) -> ErrorCode:
@@ -394,21 +396,3 @@ class ConsumerGroup:
 
     def shut_down(self, code: ErrorCode) -> None:
         self.dead = True
-
-    # ------------------------------------------------------------------ ConsumerGroupDescribe
-    def describe(self, topic_name: Callable[[Hashable], str]) -> dict:
-        def assignment(partitions: set[TP]) -> dict:
-            return {"topic_partitions": [{"topic_id": t, "topic_name": topic_name(t), "partitions": ps}
-                                         for t, ps in by_topic(partitions).items()]}
-        return {
-            "error_code": ErrorCode.NONE, "error_message": None, "group_id": self.group_id,
-            "group_state": self.state, "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
-            "assignor_name": self.assignor_name,
-            "members": [{
-                "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
-                "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
-                "subscribed_topic_names": list(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
-                "assignment": assignment(m.assigned),
-                "target_assignment": assignment(self.target.get(m.member_id, set())),
-            } for m in self.members.values()],
-        }

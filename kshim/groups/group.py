@@ -19,6 +19,8 @@ Responses are built here as dicts shaped like the JoinGroup/SyncGroup response b
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -55,9 +57,9 @@ class Waiter:
 
     def __init__(self) -> None:
         self._event = anyio.Event()
-        self.value: Any = None
+        self.value: Any = None  # a JoinResult or a SyncResult
 
-    def set(self, value: Any) -> None:
+    def set(self, value: JoinResult | SyncResult) -> None:
         if not self._event.is_set():
             self.value = value
             self._event.set()
@@ -98,13 +100,34 @@ class Member:
         return [name for name, _ in self.protocols]
 
 
-def _error_join(code: ErrorCode, member_id: str = "") -> dict:
-    return {"error_code": code, "generation_id": -1, "protocol_type": None, "protocol_name": None,
-            "leader": "", "member_id": member_id, "members": []}
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    """A member as the leader sees it in its JoinGroup answer."""
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
 
 
-def _error_sync(code: ErrorCode) -> dict:
-    return {"error_code": code, "protocol_type": None, "protocol_name": None, "assignment": b""}
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """What a JoinGroup gets: the generation it joined, or why not."""
+    error_code: ErrorCode
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[JoinedMember, ...] = ()  # for the leader only
+    skip_assignment: bool = False  # a static leader rejoining a stable group (KIP-814)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What a SyncGroup gets: the member's assignment, or why not."""
+    error_code: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
 
 
 @dataclass(eq=False)
@@ -188,13 +211,13 @@ class Group:
         if rebalance_timeout_ms < 0:
             rebalance_timeout_ms = session_timeout_ms  # v0 has no rebalance timeout
         if not (self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms):
-            waiter.set(_error_join(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
+            waiter.set(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id))
             return waiter
         if self.state == DEAD:
-            waiter.set(_error_join(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id))
+            waiter.set(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id))
             return waiter
         if not self._supports(protocol_type, protocols):
-            waiter.set(_error_join(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
+            waiter.set(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
             return waiter
         args = dict(client_id=client_id, client_host=client_host, session_timeout_ms=session_timeout_ms,
                     rebalance_timeout_ms=rebalance_timeout_ms, protocol_type=protocol_type, protocols=list(protocols))
@@ -203,20 +226,20 @@ class Group:
                 self._replace_static(now, waiter, instance_id, version, args)
                 return waiter
             if len(self.members) + len(self.pending) >= self.config.max_size:
-                waiter.set(_error_join(ErrorCode.GROUP_MAX_SIZE_REACHED))
+                waiter.set(JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED))
                 return waiter
             new_id = self._new_member_id(client_id, instance_id)
             if instance_id is None and require_known_member:
                 self.pending[new_id] = now + session_timeout_ms
                 self.on_change()
-                waiter.set(_error_join(ErrorCode.MEMBER_ID_REQUIRED, new_id))
+                waiter.set(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_id))
                 return waiter
             self._add_member(now, waiter, new_id, instance_id, version, args)
             return waiter
         # a known (or pending) member id
         fenced = self._check_fenced(member_id, instance_id)
         if fenced:
-            waiter.set(_error_join(fenced, member_id))
+            waiter.set(JoinResult(fenced, member_id))
             return waiter
         if member_id in self.pending:
             del self.pending[member_id]
@@ -224,12 +247,12 @@ class Group:
             return waiter
         member = self.members.get(member_id)
         if member is None:
-            waiter.set(_error_join(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
+            waiter.set(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
             return waiter
         changed = member.protocols != args["protocols"]
         self._update_member(member, args, version)
         if member.join_waiter is not None and not member.join_waiter.done:
-            member.join_waiter.set(_error_join(ErrorCode.REBALANCE_IN_PROGRESS, member_id))  # superseded
+            member.join_waiter.set(JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id))  # superseded
         if self.state == PREPARING:
             member.join_waiter = waiter
             self._maybe_complete_join(now)
@@ -273,8 +296,8 @@ class Group:
         self._update_member(old, args, version)
         for w in (old.join_waiter, old.sync_waiter):
             if w is not None:
-                w.set(_error_join(ErrorCode.FENCED_INSTANCE_ID, old_id) if w is old.join_waiter
-                      else _error_sync(ErrorCode.FENCED_INSTANCE_ID))
+                w.set(JoinResult(ErrorCode.FENCED_INSTANCE_ID, old_id) if w is old.join_waiter
+                      else SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         old.join_waiter = old.sync_waiter = None
         self.members[new_id] = old
         self.static[instance_id] = new_id
@@ -286,9 +309,7 @@ class Group:
             # no rebalance: the member gets the current generation and keeps its assignment; a
             # leader (v9+, KIP-814) gets the members with skip_assignment. An older leader has no
             # way to skip the assignment, so it rebalances, as in Kafka.
-            response = self._join_response(old)
-            response["skip_assignment"] = was_leader
-            waiter.set(response)
+            waiter.set(dataclasses.replace(self._join_response(old), skip_assignment=was_leader))
             self.on_change()
         else:
             old.join_waiter = waiter
@@ -297,23 +318,20 @@ class Group:
             else:
                 self._prepare_rebalance(now)
 
-    def _join_response(self, member: Member) -> dict:
+    def _join_response(self, member: Member) -> JoinResult:
         is_leader = member.member_id == self.leader_id
-        return {
-            "error_code": ErrorCode.NONE, "generation_id": self.generation,
-            "protocol_type": self.protocol_type, "protocol_name": self.protocol_name,
-            "leader": self.leader_id or "", "skip_assignment": False, "member_id": member.member_id,
-            "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
-                         "metadata": m.metadata(self.protocol_name)} for m in self.members.values()]
-            if is_leader else [],
-        }
+        return JoinResult(
+            ErrorCode.NONE, member.member_id, self.generation, self.protocol_type, self.protocol_name,
+            self.leader_id or "",
+            tuple(JoinedMember(m.member_id, m.instance_id, m.metadata(self.protocol_name))
+                  for m in self.members.values()) if is_leader else ())
 
     # ------------------------------------------------------------------ rebalances
     def _prepare_rebalance(self, now: int) -> None:
         if self.state == COMPLETING:
             for m in self.members.values():  # members waiting for their assignment must rejoin
                 if m.sync_waiter is not None:
-                    m.sync_waiter.set(_error_sync(ErrorCode.REBALANCE_IN_PROGRESS))
+                    m.sync_waiter.set(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
                     m.sync_waiter = None
         if self.state != PREPARING:
             timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -369,9 +387,9 @@ class Group:
         if self.leader_id == member.member_id:
             self.leader_id = next(iter(self.members), None)
         if member.join_waiter is not None:
-            member.join_waiter.set(_error_join(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
+            member.join_waiter.set(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
         if member.sync_waiter is not None:
-            member.sync_waiter.set(_error_sync(ErrorCode.UNKNOWN_MEMBER_ID))
+            member.sync_waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
 
     def remove_member(self, now: int, member: Member, why: str = "left") -> None:
         """A member left or timed out: the others rebalance."""
@@ -398,23 +416,23 @@ class Group:
         member = self.members.get(member_id)
         fenced = self._check_fenced(member_id, instance_id)
         if fenced:
-            waiter.set(_error_sync(fenced))
+            waiter.set(SyncResult(fenced))
         elif member is None or self.state in (EMPTY, DEAD):
-            waiter.set(_error_sync(ErrorCode.UNKNOWN_MEMBER_ID))
+            waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         elif generation != self.generation:
-            waiter.set(_error_sync(ErrorCode.ILLEGAL_GENERATION))
+            waiter.set(SyncResult(ErrorCode.ILLEGAL_GENERATION))
         elif (protocol_type is not None and protocol_type != self.protocol_type) or (
                 protocol_name is not None and protocol_name != self.protocol_name):
-            waiter.set(_error_sync(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            waiter.set(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
         elif self.state == PREPARING:
-            waiter.set(_error_sync(ErrorCode.REBALANCE_IN_PROGRESS))
+            waiter.set(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         elif self.state == STABLE:
             member.session_deadline = now + member.session_timeout_ms
             waiter.set(self._sync_response(member))
         else:  # CompletingRebalance
             member.session_deadline = now + member.session_timeout_ms
             if member.sync_waiter is not None:
-                member.sync_waiter.set(_error_sync(ErrorCode.REBALANCE_IN_PROGRESS))
+                member.sync_waiter.set(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
             member.sync_waiter = waiter
             if member_id == self.leader_id:
                 given = dict(assignments)
@@ -429,9 +447,8 @@ class Group:
                 self.on_change()
         return waiter
 
-    def _sync_response(self, member: Member) -> dict:
-        return {"error_code": ErrorCode.NONE, "protocol_type": self.protocol_type,
-                "protocol_name": self.protocol_name, "assignment": member.assignment}
+    def _sync_response(self, member: Member) -> SyncResult:
+        return SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, member.assignment)
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup
     def heartbeat(self, now: int, *, member_id: str, instance_id: str | None, generation: int) -> ErrorCode:
@@ -504,9 +521,9 @@ class Group:
         """The coordinator moved or the group was deleted: waiting members get `code`."""
         for m in self.members.values():
             if m.join_waiter is not None:
-                m.join_waiter.set(_error_join(code, m.member_id))
+                m.join_waiter.set(JoinResult(code, m.member_id))
             if m.sync_waiter is not None:
-                m.sync_waiter.set(_error_sync(code))
+                m.sync_waiter.set(SyncResult(code))
         self.state = DEAD
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.groups.group import _error_join
+from kshim.groups.group import JoinResult
 from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import client_host, instance_id
 from wire.errors import ErrorCode
@@ -26,10 +26,13 @@ API_KEY = 11
 VERSIONS = (0, 9)
 
 
-def _fit(version: int, body: dict) -> dict:
-    if version < 7 and body.get("protocol_name") is None:
-        body = {**body, "protocol_name": ""}
-    return {"throttle_time_ms": 0, **body}
+def _fit(version: int, result: JoinResult) -> dict:
+    return {"throttle_time_ms": 0, "error_code": result.error_code, "generation_id": result.generation_id,
+            "protocol_type": result.protocol_type,
+            "protocol_name": "" if version < 7 and result.protocol_name is None else result.protocol_name,
+            "leader": result.leader, "skip_assignment": result.skip_assignment, "member_id": result.member_id,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+                        for m in result.members]}
 
 
 async def _wait(version: int, waiter) -> dict:
@@ -40,10 +43,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     if not req.group_id:
-        return _fit(v, _error_join(ErrorCode.INVALID_GROUP_ID, req.member_id))
+        return _fit(v, JoinResult(ErrorCode.INVALID_GROUP_ID, req.member_id))
     code = coordinator.check(req.group_id)
     if code:
-        return _fit(v, _error_join(code, req.member_id))
+        return _fit(v, JoinResult(code, req.member_id))
     group = coordinator.get_group(req.group_id, create=True)
     assert group is not None  # create=True always gives one
     waiter = group.join(

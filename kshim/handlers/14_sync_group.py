@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.groups.group import _error_sync
+from kshim.groups.group import SyncResult
 from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import instance_id
 from wire.errors import ErrorCode
@@ -20,8 +20,13 @@ API_KEY = 14
 VERSIONS = (0, 5)
 
 
+def _answer(result: SyncResult) -> dict:
+    return {"throttle_time_ms": 0, "error_code": result.error_code, "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name, "assignment": result.assignment}
+
+
 async def _wait(waiter) -> dict:
-    return {"throttle_time_ms": 0, **(await waiter.wait())}
+    return _answer(await waiter.wait())
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
@@ -30,12 +35,12 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
     group = coordinator.get_group(req.group_id) if not code else None
     if code or group is None:
-        return {"throttle_time_ms": 0, **_error_sync(code or ErrorCode.UNKNOWN_MEMBER_ID)}
+        return _answer(SyncResult(code or ErrorCode.UNKNOWN_MEMBER_ID))
     waiter = group.sync(coordinator.clock(), member_id=req.member_id, instance_id=instance_id(req, v, 3),
                         generation=req.generation_id,
                         protocol_type=req.get("protocol_type") if v >= 5 else None,
                         protocol_name=req.get("protocol_name") if v >= 5 else None,
                         assignments=[(a.member_id, bytes(a.assignment)) for a in req.assignments])
     if waiter.done:
-        return {"throttle_time_ms": 0, **waiter.value}
+        return _answer(waiter.value)
     return _wait(waiter)

@@ -23,12 +23,20 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.groups.consumer_group import error_response, validate_heartbeat
+from kshim.groups.consumer_group import HeartbeatResult, validate_heartbeat
 from kshim.handlers import RequestContext, Response
 from kshim.handlers.group_common import client_host
 
 API_KEY = 68
 VERSIONS = (0, 1)
+
+
+def _answer(result: HeartbeatResult) -> dict:
+    assignment = None if result.assignment is None else {"topic_partitions": [
+        {"topic_id": t, "partitions": ps} for t, ps in result.assignment.items()]}
+    return {"throttle_time_ms": 0, "error_code": result.error_code, "error_message": result.error_message,
+            "member_id": result.member_id, "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms, "assignment": assignment}
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
@@ -44,11 +52,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if not code:
         code = coordinator.check(req.group_id)
     if code:
-        return {"throttle_time_ms": 0, **error_response(code, message)}
+        return _answer(HeartbeatResult(code, message))
     code, group = coordinator.consumer_group(req.group_id, create=req.member_epoch == 0)
     if code or group is None:
-        return {"throttle_time_ms": 0, **error_response(code, f"Group {req.group_id} is not a consumer group")}
+        return _answer(HeartbeatResult(code, f"Group {req.group_id} is not a consumer group"))
     owned = None if req.topic_partitions is None else [(t.topic_id, list(t.partitions)) for t in req.topic_partitions]
-    body = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",
+    result = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",
                                     client_host=client_host(ctx), topics=coordinator.topics_snapshot(), **fields)
-    return {"throttle_time_ms": 0, **body}
+    return _answer(result)

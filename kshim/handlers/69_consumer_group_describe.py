@@ -9,8 +9,12 @@ members, and each member's current and target assignment (topic ids and names).
 """
 from __future__ import annotations
 
+from typing import Callable, Hashable
+
 from construct import Container
 
+from kshim.groups import GroupCoordinator
+from kshim.groups.consumer_group import ConsumerGroup, by_topic
 from kshim.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -23,17 +27,35 @@ def _error(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
             "group_epoch": -1, "assignment_epoch": -1, "assignor_name": "", "members": []}
 
 
-def describe(coordinator, group_id: str) -> dict:
+def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
     if not group_id:
         return _error(group_id, ErrorCode.INVALID_GROUP_ID)
     code = coordinator.check(group_id)
     if code:
         return _error(group_id, code)
     code, group = coordinator.consumer_group(group_id)
-    if code:
+    if code or group is None:
         return _error(group_id, code, f"Group {group_id} not found." if group_id not in coordinator.groups
                       else f"Group {group_id} is not a consumer group.")
-    return group.describe(coordinator.topic_name)
+    return _described(group, coordinator.topic_name)
+
+
+def _described(group: ConsumerGroup, topic_name: Callable[[Hashable], str]) -> dict:
+    def assignment(partitions: set[tuple[Hashable, int]]) -> dict:
+        return {"topic_partitions": [{"topic_id": t, "topic_name": topic_name(t), "partitions": ps}
+                                     for t, ps in by_topic(partitions).items()]}
+    return {
+        "error_code": ErrorCode.NONE, "error_message": None, "group_id": group.group_id,
+        "group_state": group.state, "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+        "assignor_name": group.assignor_name,
+        "members": [{
+            "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+            "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
+            "subscribed_topic_names": list(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
+            "assignment": assignment(m.assigned),
+            "target_assignment": assignment(group.target.get(m.member_id, set())),
+        } for m in group.members.values()],
+    }
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
