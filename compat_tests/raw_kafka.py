@@ -118,6 +118,19 @@ class RawConnection:
 
 
 # ---------------------------------------------------------------- what a kafka-python user would see
+def list_offsets_latest(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> int:
+    """ListOffsets latest under one isolation level: the offset that level reads up to (the last
+    stable offset for read_committed)."""
+    with RawConnection(bootstrap) as conn:
+        response = conn.request(LIST_OFFSETS, 5, {
+            "replica_id": -1, "isolation_level": isolation_level,
+            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1,
+                                                       "current_leader_epoch": -1}]}]})
+    p = response.topics[0].partitions[0]
+    assert p.error_code == 0, p
+    return p.offset
+
+
 def consumer(bootstrap: str) -> KafkaConsumer:
     return KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
                          auto_offset_reset="earliest", request_timeout_ms=10000)

@@ -13,23 +13,11 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.raw_kafka import FETCH, LIST_OFFSETS, RawConnection
+from compat_tests.raw_kafka import FETCH, RawConnection, list_offsets_latest
 from wire.records import encode_batch
 
 TIMEOUT = 15.0
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
-
-
-def list_offsets_latest(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> int:
-    """ListOffsets latest under one isolation level: the offset that level reads up to."""
-    with RawConnection(bootstrap) as conn:
-        response = conn.request(LIST_OFFSETS, 5, {
-            "replica_id": -1, "isolation_level": isolation_level,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1,
-                                                       "current_leader_epoch": -1}]}]})
-    p = response.topics[0].partitions[0]
-    assert p.error_code == 0, p
-    return p.offset
 
 
 def fetch_watermarks(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> tuple[int, int]:

@@ -15,11 +15,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.kshim_process import wait_until
-from compat_tests.raw_kafka import RawConnection
+from compat_tests.raw_kafka import RawConnection, list_offsets_latest
 from compat_tests.test_consistency import fetch_watermarks
 
 SENTINEL = b"--end--"
-LIST_OFFSETS, DESCRIBE_TRANSACTIONS = 2, 65
+DESCRIBE_TRANSACTIONS = 65
 TIMEOUT_S = 20.0
 
 
@@ -62,18 +62,6 @@ def read_to_sentinel(bootstrap: str, topic: str, isolation: str, partition: int 
     return got[:-1]
 
 
-def list_offset(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> int:
-    """ListOffsets latest for one isolation level: the last stable offset for read_committed."""
-    with RawConnection(bootstrap) as conn:
-        response = conn.request(LIST_OFFSETS, 5, {
-            "replica_id": -1, "isolation_level": isolation_level,
-            "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": -1,
-                                                       "current_leader_epoch": -1}]}]})
-    p = response.topics[0].partitions[0]
-    assert p.error_code == 0, p
-    return p.offset
-
-
 def describe_transaction(bootstrap: str, transactional_id: str) -> tuple[str, int]:
     """(state, producer epoch) the coordinator holds for a transactional id (DescribeTransactions)."""
     with RawConnection(bootstrap) as conn:
@@ -112,18 +100,25 @@ def test_committed_aborted_and_plain_records_by_isolation_level(kshim, topic_nam
         b"A0", b"A1", b"A2", b"B0", b"B1", b"B2", b"plain", b"C0"]
 
 
-def test_an_open_transaction_holds_read_committed_at_its_first_offset(kshim, topic_name):
-    create_topic(kshim.bootstrap, topic_name)
-    plain_produce(kshim.bootstrap, topic_name, b"before")
-    open_txn = txn_producer(kshim.bootstrap)
+def open_between(bootstrap: str, topic: str, *after: bytes):
+    """A new topic holding a plain record (offset 0), a transaction left open at offset 1, and
+    `after` as plain records behind it; returns the transaction's producer."""
+    create_topic(bootstrap, topic)
+    plain_produce(bootstrap, topic, b"before")
+    open_txn = txn_producer(bootstrap)
     open_txn.begin_transaction()
-    open_txn.produce(topic_name, b"open", partition=0)
+    open_txn.produce(topic, b"open", partition=0)
     assert open_txn.flush(TIMEOUT_S) == 0
-    plain_produce(kshim.bootstrap, topic_name, b"after", SENTINEL)
+    plain_produce(bootstrap, topic, *after)
+    return open_txn
+
+
+def test_an_open_transaction_holds_read_committed_at_its_first_offset(kshim, topic_name):
+    open_txn = open_between(kshim.bootstrap, topic_name, b"after", SENTINEL)
 
     # offsets: before 0, open 1, after 2, sentinel 3
-    assert list_offset(kshim.bootstrap, topic_name, 1) == 1  # the last stable offset
-    assert list_offset(kshim.bootstrap, topic_name, 0) == 4
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == 1  # the last stable offset
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 0) == 4
     assert read_to_sentinel(kshim.bootstrap, topic_name, "read_uncommitted") == [b"before", b"open", b"after"]
 
     reader = Consumer({"bootstrap.servers": kshim.bootstrap, "group.id": f"held-{topic_name}",
@@ -139,12 +134,12 @@ def test_an_open_transaction_holds_read_committed_at_its_first_offset(kshim, top
         wait_until(lambda: read(1), TIMEOUT_S, interval=0, message="the record before the transaction")
         assert got == [b"before"]
         # held: the plain records after the open transaction's first offset stay invisible
-        assert list_offset(kshim.bootstrap, topic_name, 1) == 1
+        assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == 1
         assert not read(2)
         open_txn.commit_transaction(TIMEOUT_S)
         wait_until(lambda: read(4), TIMEOUT_S, interval=0, message="everything after the commit")
         assert got == [b"before", b"open", b"after", SENTINEL]
-        assert list_offset(kshim.bootstrap, topic_name, 1) == 5  # four records and the marker
+        assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == 5  # four records and the marker
     finally:
         reader.close()
 
@@ -153,20 +148,14 @@ def test_list_offsets_and_fetch_watermarks_follow_the_same_bound_per_isolation_l
     """With a transaction open from offset 1 and plain records after it: read_committed's
     ListOffsets latest and a Fetch's last stable offset are both 1, read_uncommitted's latest and
     the high watermark are the log end, 4; after the commit all agree on 5 (the marker included)."""
-    create_topic(kshim.bootstrap, topic_name)
-    plain_produce(kshim.bootstrap, topic_name, b"before")
-    open_txn = txn_producer(kshim.bootstrap)
-    open_txn.begin_transaction()
-    open_txn.produce(topic_name, b"open", partition=0)
-    assert open_txn.flush(TIMEOUT_S) == 0
-    plain_produce(kshim.bootstrap, topic_name, b"after-1", b"after-2")
+    open_txn = open_between(kshim.bootstrap, topic_name, b"after-1", b"after-2")
 
-    assert list_offset(kshim.bootstrap, topic_name, 1) == 1
-    assert list_offset(kshim.bootstrap, topic_name, 0) == 4
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == 1
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 0) == 4
     assert fetch_watermarks(kshim.bootstrap, topic_name, 1) == (4, 1)
     assert fetch_watermarks(kshim.bootstrap, topic_name, 0) == (4, 1)
     open_txn.commit_transaction(TIMEOUT_S)
-    assert list_offset(kshim.bootstrap, topic_name, 1) == list_offset(kshim.bootstrap, topic_name, 0) == 5
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == list_offsets_latest(kshim.bootstrap, topic_name, 0) == 5
     assert fetch_watermarks(kshim.bootstrap, topic_name, 1) == (5, 5)
 
 
@@ -254,7 +243,7 @@ def test_a_transaction_left_open_is_aborted_at_its_timeout(kshim, topic_name):
     state, epoch = describe_transaction(kshim.bootstrap, tid)
     assert state == "Ongoing"
     plain_produce(kshim.bootstrap, topic_name, b"later", SENTINEL)
-    assert list_offset(kshim.bootstrap, topic_name, 1) == 0  # held by the open transaction
+    assert list_offsets_latest(kshim.bootstrap, topic_name, 1) == 0  # held by the open transaction
     # the coordinator aborts it after 2 s: read_committed moves on, without the abandoned record
     assert read_to_sentinel(kshim.bootstrap, topic_name, "read_committed") == [b"later"]
     # ... and fences its producer: the abort bumped the epoch, so the old one is refused as fenced

@@ -96,7 +96,8 @@ class Broker:
 
     # ------------------------------------------------------------------ metadata changes
     async def create_topic(self, name: str, partitions: int | None = None,
-                           configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1, validate_only: bool = False) -> TopicInfo | None:
+                           configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1,
+                           validate_only: bool = False) -> TopicInfo | None:
         return await self.controller.call(CreateTopic(name, -1 if partitions is None else partitions,
                                                       replication_factor, dict(configs or {}), validate_only))
 

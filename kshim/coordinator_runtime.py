@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
-from kshim.broker import Broker
-from kshim.cluster.image import BrokerInfo
+from kshim.cluster.image import BrokerInfo, TopicInfo
+from kshim.configs.broker import BrokerConfig
 from kshim.errors import BrokerError
 from kshim.partition import Partition
-from kshim.replica import PartitionAppend, TxnMarker
+from kshim.replica import PartitionAppend, ReplicaManager, TxnMarker
+from kshim.replica.manager import Metadata
 from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
@@ -55,6 +56,29 @@ def partition_for(key: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
 
 
+class CoordinatorHost(Metadata, Protocol):
+    """What the coordinators use of the broker they run on (a protocol: they do not import it)."""
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def cluster_size(self) -> int: ...
+
+    @property
+    def replica_manager(self) -> ReplicaManager: ...
+
+    def partition(self, topic: str, index: int) -> Partition | None: ...
+
+    async def create_topic(self, name: str, partitions: int | None = None,
+                           configs: Mapping[str, str | None] | None = None, *, replication_factor: int = -1,
+                           validate_only: bool = False) -> TopicInfo | None: ...
+
+    async def allocate_producer_id(self) -> int: ...
+
+
 class Shard(Protocol):
     """A coordinator's state, as the runtime drives it."""
 
@@ -69,7 +93,7 @@ class Shard(Protocol):
 
 
 class CoordinatorRuntime:
-    def __init__(self, broker: Broker, name: str, default_partitions: int, shard: Shard,
+    def __init__(self, broker: CoordinatorHost, name: str, default_partitions: int, shard: Shard,
                  clock_ms: Callable[[], int]) -> None:
         self.broker = broker
         self.name = name

@@ -22,6 +22,9 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
   kshim/__main__.py, kshim/standalone.py, kshim/runner.py, kshim/cluster/broker_process.py,
   kshim/controller/process.py.
 - kshim.ctl (a client of the cluster) imports neither the server nor the handlers.
+- Only the composition roots, kshim.server, kshim.broker_server and the handlers' RequestContext
+  import kshim.broker; coordinators, replication and the controller client take a Protocol of
+  what they use of it.
 - Imports under `if TYPE_CHECKING:` follow the same rules.
 - An import of a kshim or wire module inside a function is either listed in LAZY_IMPORTS with
   why it is deferred, or moved to the top of its module: deferring an import to dodge a cycle
@@ -54,6 +57,9 @@ ENTRY_POINTS = ("kshim.server", "kshim.runner", "kshim.cli")
 COMPOSITION_ROOTS = {"kshim.cli", "kshim.__main__", "kshim.standalone", "kshim.runner",
                      "kshim.cluster.broker_process", "kshim.controller.process"}
 NOT_FOR_CTL = ("kshim.server", "kshim.handlers")
+# the Broker object: the composition roots build it, the server and BrokerServer serve it and the
+# handlers' RequestContext carries it; everything else sees the few members it needs (a Protocol)
+BROKER_USERS = COMPOSITION_ROOTS | {"kshim.server", "kshim.broker_server", "kshim.handlers"}
 
 # (importing module, imported module): why it may break the rules, for now
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
@@ -169,6 +175,8 @@ def broken_rule(i: Import) -> str | None:
         return "wire imports nothing from kshim"
     if any(under(i.target, e) for e in ENTRY_POINTS) and i.module not in COMPOSITION_ROOTS:
         return f"only the composition roots ({', '.join(sorted(COMPOSITION_ROOTS))}) import {i.target}"
+    if i.target == "kshim.broker" and i.module not in BROKER_USERS:
+        return "only the composition roots, the server and the request context use the Broker: take a Protocol"
     if under(i.module, "kshim.ctl") and any(under(i.target, n) for n in NOT_FOR_CTL):
         return "kshim.ctl is a client of the cluster: it imports neither the server nor the handlers"
     mine, theirs = layer_of(i.module), layer_of(i.target)

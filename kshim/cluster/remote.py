@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -25,10 +25,21 @@ from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.controller.client import ControllerClient
 from kshim.errors import BrokerError
+from kshim.partition import Partition
 from wire.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from kshim.broker import Broker
+
+
+class ImageSink(Protocol):
+    """The broker this client serves (a protocol: the broker's layer does not import the cluster's)."""
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def apply_image(self, image: MetadataImage) -> None: ...
+
+    def replicas(self) -> list[Partition]: ...
+
+    async def wait_for_image(self, version: int, timeout_s: float = 30.0) -> None: ...
 
 log = logging.getLogger("kshim.cluster.remote")
 
@@ -49,13 +60,13 @@ class RemoteControllerClient(ControllerClient):
         self.node_id = node_id
         self.heartbeat_wait_ms = heartbeat_wait_ms
         self.call_timeout_s = call_timeout_s
-        self.broker: Broker | None = None
+        self.broker: ImageSink | None = None
         self.broker_epoch = 0
         self.registrations = 0  # how many times this broker registered (tests, logs)
         self._connection: rpc.RpcConnection | None = None
         self._state = ""
 
-    def attach(self, broker: Broker) -> None:
+    def attach(self, broker: ImageSink) -> None:
         """The broker whose images this client applies (and waits for, after each change)."""
         self.broker = broker
 

@@ -28,10 +28,9 @@ from typing import Any
 
 from anyio.abc import TaskGroup
 
-from kshim.broker import Broker
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
-from kshim.coordinator_runtime import CoordinatorRuntime
+from kshim.coordinator_runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.groups.consumer_group import ConsumerGroup
 from kshim.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
@@ -50,7 +49,7 @@ TopicPartition = tuple[str, int]
 
 
 class GroupCoordinator:
-    def __init__(self, broker: Broker, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker: CoordinatorHost, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.config = config or GroupConfig()
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances

@@ -25,10 +25,9 @@ from typing import Iterable
 import anyio
 from anyio.abc import TaskGroup
 
-from kshim.broker import Broker
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
-from kshim.coordinator_runtime import CoordinatorRuntime
+from kshim.coordinator_runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.partition import Partition
 from kshim.transactions import log_format
 from kshim.transactions.markers import MarkerWriter
@@ -46,7 +45,7 @@ TopicPartition = tuple[str, int]
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: Broker, clock: Clock = SYSTEM) -> None:
+    def __init__(self, broker: CoordinatorHost, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.clock = clock.wall_ms  # transaction start and update times are stored
         self.runtime = CoordinatorRuntime(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions,

@@ -18,8 +18,8 @@ from typing import Callable, Iterable
 
 import anyio
 
-from kshim.broker import Broker
 from kshim.cluster.image import NO_LEADER
+from kshim.coordinator_runtime import CoordinatorHost
 from kshim.replica import ReplicaManager, TxnMarker
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
@@ -51,7 +51,7 @@ async def write_here(replicas: ReplicaManager, producer_id: int, producer_epoch:
 
 
 class MarkerWriter:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: CoordinatorHost) -> None:
         self.broker = broker
         self._connections: dict[int, BrokerConnection] = {}
         self._locks: dict[int, anyio.Lock] = {}
