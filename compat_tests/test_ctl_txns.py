@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
-from kshim.coordinator_runtime import partition_for
+from kshim.coordinator.runtime import partition_for
 
 DEADLINE_S = 30.0
 TXN_TIMEOUT_MS = 45000

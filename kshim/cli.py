@@ -93,8 +93,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
 
 async def _serve(config: BrokerConfig) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
-    from kshim.broker_server import BrokerServer
-    from kshim.server import Server
+    from kshim.net.broker_server import BrokerServer
+    from kshim.net.server import Server
 
     broker = open_standalone(config)
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import weakref
 
 from kshim.broker import Broker
-from kshim.broker_server import BrokerServer
+from kshim.net.broker_server import BrokerServer
 
 _nodes: "weakref.WeakKeyDictionary[Broker, BrokerServer]" = weakref.WeakKeyDictionary()
 

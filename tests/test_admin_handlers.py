@@ -12,7 +12,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.standalone import open_standalone
-from kshim.handlers import RequestContext
+from kshim.net.handlers import RequestContext
 from wire import codec
 from wire.errors import ErrorCode
 from wire.headers import RequestHeader
@@ -20,14 +20,14 @@ from wire.primitives import ZERO_UUID
 from wire.records import encode_batch
 from tests.nodes import served
 
-create_topics = importlib.import_module("kshim.handlers.19_create_topics")
-delete_topics = importlib.import_module("kshim.handlers.20_delete_topics")
-delete_records = importlib.import_module("kshim.handlers.21_delete_records")
-describe_configs = importlib.import_module("kshim.handlers.32_describe_configs")
-alter_configs = importlib.import_module("kshim.handlers.33_alter_configs")
-create_partitions = importlib.import_module("kshim.handlers.37_create_partitions")
-incremental_alter = importlib.import_module("kshim.handlers.44_incremental_alter_configs")
-describe_cluster = importlib.import_module("kshim.handlers.60_describe_cluster")
+create_topics = importlib.import_module("kshim.net.handlers.19_create_topics")
+delete_topics = importlib.import_module("kshim.net.handlers.20_delete_topics")
+delete_records = importlib.import_module("kshim.net.handlers.21_delete_records")
+describe_configs = importlib.import_module("kshim.net.handlers.32_describe_configs")
+alter_configs = importlib.import_module("kshim.net.handlers.33_alter_configs")
+create_partitions = importlib.import_module("kshim.net.handlers.37_create_partitions")
+incremental_alter = importlib.import_module("kshim.net.handlers.44_incremental_alter_configs")
+describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_cluster")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

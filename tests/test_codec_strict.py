@@ -18,7 +18,7 @@ from wire.schema.messages import MESSAGES
 from wire.schema.model import in_range
 
 PRODUCE, FETCH = 0, 1
-list_offsets = importlib.import_module("kshim.handlers.02_list_offsets")
+list_offsets = importlib.import_module("kshim.net.handlers.02_list_offsets")
 
 
 def produce_response(**partition: object) -> dict:

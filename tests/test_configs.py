@@ -10,7 +10,7 @@ from kshim.broker import BrokerConfig
 from kshim.configs import BROKER_CONFIGS, TOPIC_CONFIGS, InvalidConfig, Source, resolve, validate
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
-from kshim.handlers import RequestContext
+from kshim.net.handlers import RequestContext
 from kshim.log import LogConfig
 from kshim.standalone import open_standalone
 from wire import codec
@@ -109,7 +109,7 @@ def test_controller_elects_by_the_brokers_unclean_setting(tmp_path, setting):
 
 
 async def _call(broker, module_name: str, version: int, body: dict):
-    module = importlib.import_module(f"kshim.handlers.{module_name}")
+    module = importlib.import_module(f"kshim.net.handlers.{module_name}")
     req = codec.decode(module.API_KEY, version, "request", codec.encode(module.API_KEY, version, "request", body))
     resp = await module.handle(RequestContext(served(broker), RequestHeader(module.API_KEY, version, 1, "t", 0), "t:0", {}), req)
     return codec.decode(module.API_KEY, version, "response",

@@ -1,4 +1,4 @@
-"""The sans-IO connection core (kshim/protocol.py), in-process: frames in, requests out, responses
+"""The sans-IO connection core (kshim/net/protocol.py), in-process: frames in, requests out, responses
 out as bytes. Requests are built by hand here (struct), so the codec under test does not make its
 own input; responses are read back by hand too."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from kshim.handlers import load_handlers, supported_versions
-from kshim.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.handlers import load_handlers, supported_versions
+from kshim.net.protocol import ConnectionCore, ProtocolError, Request
 
 SUPPORTED = supported_versions(load_handlers())
 API_VERSIONS, METADATA, PRODUCE = 18, 3, 0

@@ -7,10 +7,10 @@ import importlib
 import pytest
 
 from kshim.clock import ManualClock
-from kshim.groups.assignors import range_assignor, uniform
-from kshim.groups.consumer_group import (EMPTY, M_UNRELEASED, M_UNREVOKED, RECONCILING, STABLE,
+from kshim.coordinator.groups.assignors import range_assignor, uniform
+from kshim.coordinator.groups.consumer_group import (EMPTY, M_UNRELEASED, M_UNREVOKED, RECONCILING, STABLE,
                                          ConsumerGroup, validate_heartbeat)
-from kshim.groups.group import GroupConfig
+from kshim.coordinator.groups.group import GroupConfig
 from wire.errors import ErrorCode
 from kshim.configs.broker import BrokerConfig
 
@@ -146,7 +146,7 @@ def test_validation(fields, code):
 
 
 def test_classic_and_consumer_groups_stay_apart():
-    coordinator_mod = importlib.import_module("kshim.groups.coordinator")
+    coordinator_mod = importlib.import_module("kshim.coordinator.groups.coordinator")
 
     class FakeBroker:
         topics, topics_by_id, config = {}, {}, BrokerConfig()
@@ -171,7 +171,7 @@ def test_subscription_regexes_match_in_linear_time():
     """A pattern that makes a backtracking engine run for minutes is matched at once (RE2)."""
     import time
 
-    from kshim.groups.consumer_group import compile_regex
+    from kshim.coordinator.groups.consumer_group import compile_regex
     start = time.monotonic()
     assert compile_regex("(a|a)*b").fullmatch("a" * 5000) is None
     assert time.monotonic() - start < 1.0

@@ -13,7 +13,7 @@ def test_protocol_table_matches_registry():
 
 
 def test_every_served_version_exists_in_kafka_specs():
-    from kshim.handlers import load_handlers
+    from kshim.net.handlers import load_handlers
     from wire.codec import message
 
     for key, handler in load_handlers().items():

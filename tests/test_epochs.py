@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kshim.handlers import RequestContext
+from kshim.net.handlers import RequestContext
 from kshim.log import Log, LogConfig
 from kshim.log.epochs import (
     CHECKPOINT_NAME, CorruptCheckpoint, LeaderEpochCache, read_checkpoint,
@@ -25,7 +25,7 @@ from wire.errors import ErrorCode
 from wire.headers import RequestHeader
 from wire.records import BatchHeader, encode_batch
 
-handler = importlib.import_module("kshim.handlers.23_offset_for_leader_epoch")
+handler = importlib.import_module("kshim.net.handlers.23_offset_for_leader_epoch")
 
 
 def cache_with(directory: Path, *entries: tuple[int, int]) -> LeaderEpochCache:

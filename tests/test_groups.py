@@ -8,20 +8,20 @@ import anyio
 import pytest
 
 from kshim.broker import BrokerConfig
-from kshim.groups import Group, GroupConfig, java_string_hashcode, partition_for
-from kshim.groups.group import COMPLETING, EMPTY, PREPARING, STABLE
+from kshim.coordinator.groups import Group, GroupConfig, java_string_hashcode, partition_for
+from kshim.coordinator.groups.group import COMPLETING, EMPTY, PREPARING, STABLE
 from kshim.standalone import open_standalone
 from tests.test_admin_handlers import call
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
 from tests.nodes import served
 
-find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
-offset_commit = importlib.import_module("kshim.handlers.08_offset_commit")
-offset_fetch = importlib.import_module("kshim.handlers.09_offset_fetch")
-delete_groups = importlib.import_module("kshim.handlers.42_delete_groups")
-list_groups = importlib.import_module("kshim.handlers.16_list_groups")
-describe_groups = importlib.import_module("kshim.handlers.15_describe_groups")
+find_coordinator = importlib.import_module("kshim.net.handlers.10_find_coordinator")
+offset_commit = importlib.import_module("kshim.net.handlers.08_offset_commit")
+offset_fetch = importlib.import_module("kshim.net.handlers.09_offset_fetch")
+delete_groups = importlib.import_module("kshim.net.handlers.42_delete_groups")
+list_groups = importlib.import_module("kshim.net.handlers.16_list_groups")
+describe_groups = importlib.import_module("kshim.net.handlers.15_describe_groups")
 
 
 P = [("range", b"meta")]
@@ -186,7 +186,7 @@ async def call_awaiting(broker, module, version, body):
     """Like `call`, for handlers that answer with an awaitable."""
     from wire import codec
     from wire.headers import RequestHeader
-    from kshim.handlers import RequestContext
+    from kshim.net.handlers import RequestContext
     req = codec.decode(module.API_KEY, version, "request",
                        codec.encode(module.API_KEY, version, "request", body), exact=True)
     ctx = RequestContext(served(broker), RequestHeader(module.API_KEY, version, 1, "test", 0), "test:0", {})

@@ -3,9 +3,9 @@ wire/ with `ast` (no import is executed).
 
 Top to bottom; a module imports its own layer and the layers below it, never a higher one:
 
-    net                 kshim/server.py, kshim/protocol.py, kshim/handlers/, kshim/broker_server.py
-    coordinators        kshim/groups/, kshim/transactions/, kshim/coordinator_runtime.py
-    replica management  kshim/broker.py, kshim/replica_manager.py or kshim/replica/, kshim/replication/
+    net                 kshim/net/ (server, connection core, handlers, BrokerServer)
+    coordinators        kshim/coordinator/ (runtime, groups, transactions)
+    replica management  kshim/broker.py, kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
     base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, the control-plane
@@ -18,11 +18,11 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
 - Within a layer, these do not import each other: the group and the transaction coordinator;
   the broker and replication (which works on the replicas, not on the broker).
 - A layered module imports no kshim module outside the layers (the control plane, ctl, ...).
-- Nothing imports kshim.server, kshim.runner or kshim.cli but the composition roots: kshim/cli.py,
+- Nothing imports kshim.net.server, kshim.runner or kshim.cli but the composition roots: kshim/cli.py,
   kshim/__main__.py, kshim/standalone.py, kshim/runner.py, kshim/cluster/broker_process.py,
   kshim/controller/process.py.
 - kshim.ctl (a client of the cluster) imports neither the server nor the handlers.
-- Only the composition roots, kshim.server, kshim.broker_server and the handlers' RequestContext
+- Only the composition roots, kshim.net.server, kshim.net.broker_server and the handlers' RequestContext
   import kshim.broker; coordinators, replication and the controller client take a Protocol of
   what they use of it.
 - Imports under `if TYPE_CHECKING:` follow the same rules.
@@ -43,38 +43,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes)
-    ("net", ("kshim.server", "kshim.protocol", "kshim.handlers", "kshim.broker_server")),
-    ("coordinators", ("kshim.groups", "kshim.transactions", "kshim.coordinator_runtime")),
-    ("replica management", ("kshim.broker", "kshim.replica_manager", "kshim.replica", "kshim.replication")),
+    ("net", ("kshim.net",)),
+    ("coordinators", ("kshim.coordinator",)),
+    ("replica management", ("kshim.broker", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]
-INDEPENDENT = [("kshim.groups", "kshim.transactions"), ("kshim.broker", "kshim.replication")]
-ENTRY_POINTS = ("kshim.server", "kshim.runner", "kshim.cli")
+INDEPENDENT = [("kshim.coordinator.groups", "kshim.coordinator.transactions"), ("kshim.broker", "kshim.replication")]
+ENTRY_POINTS = ("kshim.net.server", "kshim.runner", "kshim.cli")
 COMPOSITION_ROOTS = {"kshim.cli", "kshim.__main__", "kshim.standalone", "kshim.runner",
                      "kshim.cluster.broker_process", "kshim.controller.process"}
-NOT_FOR_CTL = ("kshim.server", "kshim.handlers")
+NOT_FOR_CTL = ("kshim.net.server", "kshim.net.handlers")
 # the Broker object: the composition roots build it, the server and BrokerServer serve it and the
 # handlers' RequestContext carries it; everything else sees the few members it needs (a Protocol)
-BROKER_USERS = COMPOSITION_ROOTS | {"kshim.server", "kshim.broker_server", "kshim.handlers"}
+BROKER_USERS = COMPOSITION_ROOTS | {"kshim.net.server", "kshim.net.broker_server", "kshim.net.handlers"}
 
 # (importing module, imported module): why it may break the rules, for now
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 # (importing module, imported module): imports inside a function that stay, and why
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
-    ("kshim.cli", "kshim.server"):
+    ("kshim.cli", "kshim.net.server"):
         "start-up: `kshim ctl` and `serve --brokers` (the controller process) do not load the server and handlers",
     ("kshim.cli", "kshim.controller.process"): "start-up: only `serve --brokers` runs the controller process",
-    ("kshim.controller.process", "kshim.server"):
+    ("kshim.controller.process", "kshim.net.server"):
         "the controller process only borrows open_listener to check the brokers' ports; it serves no Kafka",
-    ("kshim.cluster.broker_process", "kshim.server"):
+    ("kshim.cluster.broker_process", "kshim.net.server"):
         "start-up: kshim/cli.py imports this module for its options; only a broker process loads the server",
-    ("kshim.cluster.broker_process", "kshim.broker_server"): "start-up: as kshim.server, with it",
-    ("kshim.cli", "kshim.broker_server"): "start-up: as kshim.server, with it",
+    ("kshim.cluster.broker_process", "kshim.net.broker_server"): "start-up: as kshim.net.server, with it",
+    ("kshim.cli", "kshim.net.broker_server"): "start-up: as kshim.net.server, with it",
 }
 
 
@@ -287,19 +287,19 @@ def test_the_checker_names_the_module_and_the_import():
 
 def test_the_checker_sees_type_checking_and_function_imports():
     problems = _check({
-        "kshim.partition": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kshim.handlers import x\n",
-        "kshim.handlers": "def f():\n    from kshim.partition import Partition\n",
-        "kshim.ctl.status": "from kshim.handlers import load_handlers\n",
+        "kshim.partition": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kshim.net.handlers import x\n",
+        "kshim.net.handlers": "def f():\n    from kshim.partition import Partition\n",
+        "kshim.ctl.status": "from kshim.net.handlers import load_handlers\n",
         "wire.codec": "from kshim.errors import BrokerError\n",
         "kshim.errors": "",
     })
     assert problems == [
-        "kshim.partition: kshim/partition.py:3 `from kshim.handlers import x` (under TYPE_CHECKING): "
+        "kshim.partition: kshim/partition.py:3 `from kshim.net.handlers import x` (under TYPE_CHECKING): "
         "the partition layer imports the higher net layer",
-        "kshim.handlers: kshim/handlers.py:2 `from kshim.partition import Partition` (inside a function): an import "
+        "kshim.net.handlers: kshim/net/handlers.py:2 `from kshim.partition import Partition` (inside a function): an import "
         "inside a function (move it to the top of the module; if that makes a cycle, fix the layering; if it saves "
         "start-up time, list it in LAZY_IMPORTS)",
-        "kshim.ctl.status: kshim/ctl/status.py:1 `from kshim.handlers import load_handlers`: kshim.ctl is a client "
+        "kshim.ctl.status: kshim/ctl/status.py:1 `from kshim.net.handlers import load_handlers`: kshim.ctl is a client "
         "of the cluster: it imports neither the server nor the handlers",
         "wire.codec: wire/codec.py:1 `from kshim.errors import BrokerError`: wire imports nothing from kshim",
     ]

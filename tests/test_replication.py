@@ -15,13 +15,13 @@ import anyio
 import pytest
 
 from kshim.broker import Broker, BrokerConfig
-from kshim.broker_server import BrokerServer
+from kshim.net.broker_server import BrokerServer
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
 from kshim.replication import run_replication
 from kshim.replication.client import BrokerConnection
-from kshim.server import Server
+from kshim.net.server import Server
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
 from wire.records import decode_all, encode_batch

@@ -8,8 +8,8 @@ import pytest
 
 from kshim.broker import BrokerConfig
 from kshim.partition import FollowerState
-from kshim.transactions import TxnState
-from kshim.transactions.markers import write_here
+from kshim.coordinator.transactions import TxnState
+from kshim.coordinator.transactions.markers import write_here
 from tests.test_transactions import add, coordinated, data, end, init, settle, standalone_topic
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
@@ -38,7 +38,7 @@ async def test_a_marker_not_committed_is_not_reported_written(tmp_path):
 
 @pytest.mark.anyio
 async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_path, monkeypatch):
-    import kshim.transactions.markers as markers
+    import kshim.coordinator.transactions.markers as markers
     monkeypatch.setattr(markers, "REQUEST_TIMEOUT_S", 0.1)
     attempts: list[dict] = []  # each marker attempt's answers
     real_write_here = markers.write_here
@@ -123,7 +123,7 @@ async def offsets_setup(tmp_path):
 
 @pytest.mark.anyio
 async def test_txn_offsets_are_unstable_from_their_append(tmp_path):
-    from kshim.groups.offsets_format import OffsetEntry
+    from kshim.coordinator.groups.offsets_format import OffsetEntry
     broker, p, o, index = await offsets_setup(tmp_path)
     try:
         async with anyio.create_task_group() as tg:
@@ -144,7 +144,7 @@ async def test_txn_offsets_are_unstable_from_their_append(tmp_path):
 async def test_an_abort_marker_drops_txn_offsets_appended_before_it(tmp_path):
     """TxnOffsetCommit (offset X) waits for the HW; the transaction is aborted (timeout / fence)
     and its marker (Y > X) written to [t-0, offsets-N]; one follower fetch moves both HWs."""
-    from kshim.groups.offsets_format import OffsetEntry
+    from kshim.coordinator.groups.offsets_format import OffsetEntry
     broker, p, o, index = await offsets_setup(tmp_path)
     try:
         assert not p.append(data(5, 0, b"v")).error
@@ -173,7 +173,7 @@ async def test_an_abort_marker_drops_txn_offsets_appended_before_it(tmp_path):
 async def test_txn_offset_commit_with_only_the_group_id_is_accepted(tmp_path):
     import importlib
     from tests.test_groups import call_awaiting, joined, sync
-    txn_offset_commit = importlib.import_module("kshim.handlers.28_txn_offset_commit")
+    txn_offset_commit = importlib.import_module("kshim.net.handlers.28_txn_offset_commit")
     broker, p, o, index = await offsets_setup(tmp_path)
     try:
         group = served(broker).groups.get_group("g", create=True)

@@ -11,20 +11,20 @@ import pytest
 from kshim.broker import BrokerConfig
 from kshim.log.txnindex import ENTRY_SIZE, AbortedTxn, TxnIndex
 from kshim.standalone import open_standalone
-from kshim.transactions import TxnState
+from kshim.coordinator.transactions import TxnState
 from tests.test_groups import call_awaiting
 from tests.waiting import wait_until
 from wire import records
 from wire.errors import ErrorCode
 from tests.nodes import served
 
-find_coordinator = importlib.import_module("kshim.handlers.10_find_coordinator")
-init_producer_id = importlib.import_module("kshim.handlers.22_init_producer_id")
-add_partitions = importlib.import_module("kshim.handlers.24_add_partitions_to_txn")
-end_txn = importlib.import_module("kshim.handlers.26_end_txn")
-describe_txns = importlib.import_module("kshim.handlers.65_describe_transactions")
-list_txns = importlib.import_module("kshim.handlers.66_list_transactions")
-describe_producers = importlib.import_module("kshim.handlers.61_describe_producers")
+find_coordinator = importlib.import_module("kshim.net.handlers.10_find_coordinator")
+init_producer_id = importlib.import_module("kshim.net.handlers.22_init_producer_id")
+add_partitions = importlib.import_module("kshim.net.handlers.24_add_partitions_to_txn")
+end_txn = importlib.import_module("kshim.net.handlers.26_end_txn")
+describe_txns = importlib.import_module("kshim.net.handlers.65_describe_transactions")
+list_txns = importlib.import_module("kshim.net.handlers.66_list_transactions")
+describe_producers = importlib.import_module("kshim.net.handlers.61_describe_producers")
 
 
 def aborted(partition, fetch_offset: int, upper_bound: int) -> list[dict]:

@@ -71,8 +71,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
     # lazy: `kshim` imports this module for its options; ctl and the controller need no server
-    from kshim.broker_server import BrokerServer
-    from kshim.server import Server
+    from kshim.net.broker_server import BrokerServer
+    from kshim.net.server import Server
 
     client = RemoteControllerClient(controller_socket, config.node_id)
     broker = Broker(config, client)

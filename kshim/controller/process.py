@@ -369,7 +369,7 @@ async def _controller_running(path: Path) -> bool:
 
 
 def _check_ports(settings: ClusterSettings) -> None:
-    from kshim.server import open_listener
+    from kshim.net.server import open_listener
 
     for node_id in range(settings.brokers):
         port = settings.port + node_id

@@ -49,7 +49,7 @@ class _FrameSocket:
     """Whole frames over a connected unix socket stream.
 
     The I/O goes through the raw non-blocking socket with anyio.wait_readable/wait_writable (as
-    kshim.server does), not through the stream's receive/send: on asyncio, anyio's unix stream
+    kshim.net.server does), not through the stream's receive/send: on asyncio, anyio's unix stream
     can fail with InvalidStateError in an event-loop callback when a pending receive is cancelled
     just as data arrives, which is exactly what a cancelled long-poll does.
     """

@@ -18,9 +18,9 @@ class Mutation:
     breaks: str                         # what the patched broker does wrong
 
 
-PARTITION, PRODUCE = "kshim/partition.py", "kshim/handlers/00_produce.py"
+PARTITION, PRODUCE = "kshim/partition.py", "kshim/net/handlers/00_produce.py"
 REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
-TXN_COORDINATOR = "kshim/transactions/coordinator.py"
+TXN_COORDINATOR = "kshim/coordinator/transactions/coordinator.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------------ producers
@@ -81,7 +81,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "result.last_stable_offset = partition.high_watermark"),),
         "Fetch reports the high watermark as its last stable offset"),
     # ------------------------------------------------------------------ with followers
-    Mutation("acks=1 records are UNCOMMITTED until the in-sync followers have them", "kshim/handlers/02_list_offsets.py", (
+    Mutation("acks=1 records are UNCOMMITTED until the in-sync followers have them", "kshim/net/handlers/02_list_offsets.py", (
         ("        return partition.read_bound(isolation_level), -1", "        return partition.read_bound(0), -1"),),
         "ListOffsets latest answers the log end offset under read_committed"),
     Mutation("acks=all with in-sync followers that do not fetch", REPLICAS, (
@@ -116,7 +116,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        in_sync = [r for r in p.replicas if r in alive]"),),
         "any alive replica may be elected leader"),
     # ------------------------------------------------------------------ transactions
-    Mutation("become visible to read_committed all at once when it commits", "kshim/groups/coordinator.py", (
+    Mutation("become visible to read_committed all at once when it commits", "kshim/coordinator/groups/coordinator.py", (
         ("        if not committed or index not in self.loaded:\n            return",
          "        if True:\n            return"),),
         "offsets sent with a transaction never take effect when it commits"),
@@ -136,7 +136,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("                if meta.state.preparing:\n                    self._to_complete.append(tid)",
          "                if False:\n                    self._to_complete.append(tid)"),),
         "a new transaction coordinator never finishes the commits and aborts it finds half-written"),
-    Mutation("exactly once with the Java client", "kshim/groups/coordinator.py", (
+    Mutation("exactly once with the Java client", "kshim/coordinator/groups/coordinator.py", (
         ("                    if marker is not None and marker.committed:\n                        self._apply_record",
          "                    if False:\n                        self._apply_record"),),
         "a new group coordinator forgets offsets committed in transactions"),

@@ -1,0 +1,428 @@
+"""The group coordinator of one broker: the groups whose `__consumer_offsets` partition it leads.
+
+- Placement (Kafka's rule): group G lives on the leader of partition
+  abs(java_string_hashcode(G)) % N of `__consumer_offsets`, N being that topic's partition count
+  (`BrokerConfig.offsets_topic_partitions`, 10 by default, when the first FindCoordinator creates
+  it with replication factor min(3, live brokers) and retention.ms=-1).
+- Committed offsets are records of that partition (format in `offsets_format`), appended as the
+  leader and answered once COMMITTED (acks=all). The in-memory map is the answer for OffsetFetch.
+- When this broker becomes leader of an offsets partition (start-up, failover) the partition is
+  marked loading; once its high watermark reaches its log end, the coordinator's task reads its
+  log from the start (latest record per key wins, a tombstone deletes; transactional offset
+  commits wait for their transaction's marker) and until then requests for its groups get
+  COORDINATOR_LOAD_IN_PROGRESS. Losing the leadership drops its groups: waiting members get
+  NOT_COORDINATOR and rejoin elsewhere. Membership is not persisted.
+- A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
+  (no members) of one kind becomes the other kind when a member of the other protocol arrives
+  (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
+  GROUP_ID_NOT_FOUND and JoinGroup on a consumer group INCONSISTENT_GROUP_PROTOCOL (kshim has no
+  mixed membership).
+- Offsets of Empty groups expire offsets_retention_ms after their commit timestamp (tombstones);
+  an Empty group without offsets is forgotten.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from anyio.abc import TaskGroup
+
+from kshim.clock import SYSTEM, Clock
+from kshim.cluster.image import BrokerInfo
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.coordinator.groups.consumer_group import ConsumerGroup
+from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
+from kshim.coordinator.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
+from kshim.partition import Partition
+from kshim.replica import PartitionAppend, TxnMarker
+from wire import records
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.groups")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+EXPIRY_INTERVAL_MS = 60_000
+
+
+TopicPartition = tuple[str, int]
+
+
+class GroupCoordinator:
+    def __init__(self, broker: CoordinatorHost, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
+        self.broker = broker
+        self.config = config or GroupConfig()
+        self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
+        self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
+        self.groups: dict[str, Group | ConsumerGroup] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
+        self.runtime = CoordinatorRuntime(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions, self,
+                                          self.clock)
+        self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
+        self._next_expiry = 0
+
+    # ------------------------------------------------------------------ placement
+    @property
+    def loaded(self) -> set[int]:
+        return self.runtime.loaded
+
+    @property
+    def loading(self) -> set[int]:
+        return self.runtime.loading
+
+    def partition_of(self, group_id: str) -> int:
+        return self.runtime.partition_of(group_id)
+
+    def check(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates the group and has loaded its offsets."""
+        return self.runtime.status(group_id)
+
+    async def find(self, key: str) -> BrokerInfo:
+        return await self.runtime.find(key)
+
+    # ------------------------------------------------------------------ leadership and loading
+    def on_image(self) -> None:
+        """After each metadata image: start loading newly led offsets partitions, drop lost ones."""
+        self.runtime.on_image()
+
+    def unload(self, index: int) -> None:
+        for group_id in [g for g in set(self.groups) | set(self.offsets) if self.partition_of(g) == index]:
+            group = self.groups.pop(group_id, None)
+            if group is not None:
+                group.shut_down(ErrorCode.NOT_COORDINATOR)
+            self.offsets.pop(group_id, None)
+        for by_partition in self.pending_txn.values():
+            by_partition.pop(index, None)
+        log.info("no longer coordinator for %s-%d", OFFSETS_TOPIC, index)
+
+    def load_pending(self) -> None:
+        self.runtime.load_pending()
+
+    def load(self, index: int, replica: Partition) -> None:
+        count = 0
+        loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
+        for header, batch in self.runtime.stored_batches(replica):
+            if header.is_control:
+                marker = records.read_marker(batch)
+                for rec in open_txns.pop(header.producer_id, ()):
+                    if marker is not None and marker.committed:
+                        self._apply_record(loaded, rec.key, rec.value, rec.offset)
+                continue
+            for rec in records.decode_records(batch):
+                count += 1
+                if header.is_transactional:
+                    open_txns.setdefault(header.producer_id, []).append(rec)
+                else:
+                    self._apply_record(loaded, rec.key, rec.value, rec.offset)
+        for producer_id, recs in open_txns.items():
+            for rec in recs:
+                parsed = decode_key(bytes(rec.key)) if rec.key else None
+                entry = decode_value(bytes(rec.value)) if parsed and rec.value else None
+                if parsed is not None and entry is not None:
+                    entry.log_offset = rec.offset
+                    self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).append(
+                        (parsed[0], (parsed[1], parsed[2]), entry))
+        for group_id, entries in loaded.items():
+            if entries:
+                self.offsets[group_id] = entries
+                if group_id not in self.groups:
+                    self.groups[group_id] = self._new_group(group_id)
+        log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, index, count, len(loaded))
+
+    @staticmethod
+    def _apply_record(into: dict, key: bytes | None, value: bytes | None, log_offset: int) -> None:
+        parsed = decode_key(bytes(key)) if key else None
+        if parsed is None:
+            return
+        group_id, topic, partition = parsed
+        entries = into.setdefault(group_id, {})
+        current = entries.get((topic, partition))
+        if current is not None and current.log_offset > log_offset:
+            return  # a transaction's commit applied at its marker: a later plain commit wins
+        if value is None:
+            entries.pop((topic, partition), None)
+            return
+        entry = decode_value(bytes(value))
+        if entry is not None:
+            entry.log_offset = log_offset
+            entries[(topic, partition)] = entry
+
+    # ------------------------------------------------------------------ groups
+    def _new_group(self, group_id: str) -> Group:
+        return Group(group_id, self.config, state_since=self.clock(), on_change=self.runtime.wake.fire)
+
+    def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
+        """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
+        classic one. A consumer group with members is returned as is: its classic entry points answer
+        errors."""
+        group = self.groups.get(group_id)
+        if create and (group is None or isinstance(group, ConsumerGroup) and not group.members):
+            group = self.groups[group_id] = self._new_group(group_id)
+        return group
+
+    def consumer_group(self, group_id: str, create: bool = False) -> tuple[ErrorCode, ConsumerGroup | None]:
+        """The consumer group for ConsumerGroupHeartbeat (`create`) and ConsumerGroupDescribe."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return ErrorCode.NONE, group
+        if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
+            consumer = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
+                                                             on_change=self.runtime.wake.fire)
+            return ErrorCode.NONE, consumer
+        return ErrorCode.GROUP_ID_NOT_FOUND, None
+
+    def topics_snapshot(self) -> dict[str, tuple[Any, int]]:
+        """Topic name -> (topic id, partition count), the assignors' view of the cluster."""
+        return {name: (t.topic_id, len(t.partitions)) for name, t in self.broker.topics.items()}
+
+    def topic_name(self, topic_id) -> str:
+        topic = self.broker.topics_by_id.get(topic_id)
+        return topic.name if topic is not None else ""
+
+    def led_groups(self) -> list[Group | ConsumerGroup]:
+        return [g for g in self.groups.values() if g.state != DEAD]
+
+    # ------------------------------------------------------------------ offsets
+    def validate_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                        transactional: bool = False) -> ErrorCode:
+        """`transactional` (TxnOffsetCommit, Kafka's rules): a producer that knows only the group id
+        (generation -1, no member) may commit whatever the group's state, and a rebalance in
+        progress does not refuse it (the transaction's own fencing protects it)."""
+        code = self.check(group_id)
+        if code:
+            return code
+        if transactional and generation < 0 and not member_id and instance_id is None:
+            return ErrorCode.NONE
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):
+            return group.validate_commit(member_id, generation)
+        if group is None or group.state == EMPTY and not group.members:
+            if generation < 0:
+                return ErrorCode.NONE  # a simple consumer (or admin) committing without membership
+            return ErrorCode.UNKNOWN_MEMBER_ID if group is None or member_id else ErrorCode.ILLEGAL_GENERATION
+        if group.state == DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        fenced = group._check_fenced(member_id, instance_id)
+        if fenced:
+            return fenced
+        if group.state == "CompletingRebalance" and not transactional:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation != group.generation:
+            return ErrorCode.ILLEGAL_GENERATION
+        member.session_deadline = self.clock() + member.session_timeout_ms  # a commit is a sign of life
+        return ErrorCode.NONE
+
+    async def write(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]],
+                    producer: tuple[int, int] | None = None) -> ErrorCode:
+        """Append offset records (None = tombstone) for one group and wait until COMMITTED; then
+        apply them to the in-memory map. With `producer` (id, epoch) the records belong to that
+        producer's transaction (TxnOffsetCommit): they wait, invisible, for its marker."""
+        if not updates:
+            return ErrorCode.NONE
+        index = self.partition_of(group_id)
+        if index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        pid, epoch = producer or (-1, -1)
+        batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
+                                      for (t, p), e in updates],
+                                     producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
+        if producer is not None:
+            return await self._write_txn(batch, index, group_id, updates, pid)
+        # in flight only while the append waits: one that fails at once is never seen
+        flight = self.in_flight.setdefault(group_id, {})
+        for tp, _ in updates:
+            flight[tp] = flight.get(tp, 0) + 1
+        try:
+            result = await self.runtime.write(
+                index, batch, self.config.offsets_commit_timeout_ms / 1000)
+        finally:
+            for tp, _ in updates:
+                flight[tp] -= 1
+                if not flight[tp]:
+                    del flight[tp]
+            if not flight:
+                self.in_flight.pop(group_id, None)
+        if result.error:
+            return self._write_error(group_id, result)
+        if index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        entries = self.offsets.setdefault(group_id, {})
+        for i, (tp, entry) in enumerate(updates):
+            log_offset = result.base_offset + i
+            current = entries.get(tp)
+            if current is not None and current.log_offset > log_offset:
+                continue  # a later commit of the same partition already landed
+            if entry is None:
+                entries.pop(tp, None)
+            else:
+                entry.log_offset = log_offset
+                entries[tp] = entry
+        if not entries:
+            self.offsets.pop(group_id, None)
+        if group_id not in self.groups:
+            self.groups[group_id] = self._new_group(group_id)
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _write_error(group_id: str, result: PartitionAppend) -> ErrorCode:
+        """An offset write's failure as the committing client is answered."""
+        if result.not_led_here:
+            return ErrorCode.NOT_COORDINATOR
+        if result.appended:  # not COMMITTED in time
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if result.error == ErrorCode.MESSAGE_TOO_LARGE:
+            return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+        if result.error == ErrorCode.INVALID_PRODUCER_EPOCH:
+            return ErrorCode.PRODUCER_FENCED
+        log.warning("offset commit for %s failed: %s %s", group_id, result.error.name, result.message or "")
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    async def _write_txn(self, batch: bytes, index: int, group_id: str, updates, producer_id: int) -> ErrorCode:
+        mine = []
+
+        def pending_from_append(result: PartitionAppend) -> None:
+            # pending from the append on (as Kafka does): require_stable answers
+            # UNSTABLE_OFFSET_COMMIT at once, and a marker appended after this batch settles it in
+            # log order
+            for i, (tp, entry) in enumerate(updates):
+                entry.log_offset = result.base_offset + i
+                mine.append((group_id, tp, entry))
+            self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).extend(mine)
+            if group_id not in self.groups:
+                self.groups[group_id] = self._new_group(group_id)
+
+        result = await self.runtime.write(
+            index, batch, self.config.offsets_commit_timeout_ms / 1000, on_appended=pending_from_append)
+        if not result.appended:
+            return self._write_error(group_id, result)
+        if not result.error and index in self.loaded:
+            return ErrorCode.NONE
+        # failed: the producer aborts its transaction; these records must not count at a commit
+        by_partition = self.pending_txn.get(producer_id, {})
+        left = [p for p in by_partition.get(index, []) if not any(p is m for m in mine)]
+        if left:
+            by_partition[index] = left
+        else:
+            by_partition.pop(index, None)
+            if not by_partition:
+                self.pending_txn.pop(producer_id, None)
+        return ErrorCode.NOT_COORDINATOR if index not in self.loaded else self._write_error(group_id, result)
+
+    def on_marker_committed(self, topic: str, index: int, marker: TxnMarker, offset: int) -> None:
+        """A replica-manager marker listener: markers on offsets partitions settle transactional commits."""
+        if topic == OFFSETS_TOPIC:
+            self.on_txn_marker(marker.producer_id, index, marker.committed, offset)
+
+    def on_txn_marker(self, producer_id: int, index: int, committed: bool, marker_offset: int) -> None:
+        """A transaction marker at `marker_offset` of offsets partition `index` is COMMITTED: the
+        producer's transactional offset commits before it become visible (COMMIT) or are dropped
+        (ABORT); any after it belong to its next transaction."""
+        by_partition = self.pending_txn.get(producer_id)
+        pending = by_partition.get(index) if by_partition else None
+        if not pending or by_partition is None:
+            return
+        settled = [p for p in pending if p[2].log_offset < marker_offset]
+        later = [p for p in pending if p[2].log_offset > marker_offset]
+        if later:
+            by_partition[index] = later
+        else:
+            del by_partition[index]
+            if not by_partition:
+                del self.pending_txn[producer_id]
+        if not committed or index not in self.loaded:
+            return
+        for group_id, tp, entry in settled:
+            entries = self.offsets.setdefault(group_id, {})
+            current = entries.get(tp)
+            if current is None or current.log_offset < entry.log_offset:
+                entries[tp] = entry
+
+    def _pending_txn_partitions(self, group_id: str) -> set[TopicPartition]:
+        index = self.partition_of(group_id)
+        return {tp for by_partition in self.pending_txn.values() for g, tp, _ in by_partition.get(index, ())
+                if g == group_id}
+
+    def fetch(self, group_id: str, partitions: list[TopicPartition] | None, require_stable: bool,
+              member_id: str | None = None, member_epoch: int = -1
+              ) -> tuple[ErrorCode, list[tuple[TopicPartition, OffsetEntry | None, ErrorCode]]]:
+        code = self.check(group_id)
+        if code:
+            return code, []
+        group = self.groups.get(group_id)
+        if isinstance(group, ConsumerGroup):  # OffsetFetch v9: the member epoch of a consumer group
+            code = group.validate_fetch(member_id, member_epoch)
+            if code:
+                return code, []
+        entries = self.offsets.get(group_id, {})
+        flight = self.in_flight.get(group_id, {})
+        if require_stable and self.pending_txn:
+            flight = {**flight, **dict.fromkeys(self._pending_txn_partitions(group_id), 1)}
+        wanted = sorted(entries) if partitions is None else partitions
+        out = []
+        for tp in wanted:
+            error = ErrorCode.UNSTABLE_OFFSET_COMMIT if require_stable and tp in flight else ErrorCode.NONE
+            out.append((tp, entries.get(tp), error))
+        return ErrorCode.NONE, out
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        code = self.check(group_id)
+        if code:
+            return code
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.offsets:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group is not None and (group.members or group.state != EMPTY):
+            return ErrorCode.NON_EMPTY_GROUP
+        code = await self.write(group_id, [(tp, None) for tp in sorted(self.offsets.get(group_id, {}))])
+        if code:
+            return code
+        group = self.groups.get(group_id)
+        if group is not None and not group.members and group.state == EMPTY:
+            group.shut_down(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            del self.groups[group_id]
+        return ErrorCode.NONE
+
+    async def expire_offsets(self) -> None:
+        now = self.wall_ms()
+        for group_id in list(self.offsets):
+            group = self.groups.get(group_id)
+            if group is not None and (group.members or group.state != EMPTY):
+                continue
+            old = [tp for tp, e in self.offsets[group_id].items()
+                   if e.commit_timestamp + self.config.offsets_retention_ms <= now]
+            if old:
+                log.info("expiring %d offsets of group %s", len(old), group_id)
+                await self.write(group_id, [(tp, None) for tp in old])
+
+    def _forget_idle_groups(self) -> None:
+        for group_id, group in list(self.groups.items()):
+            if group.state == EMPTY and not group.members and not group.pending and not self.offsets.get(group_id):
+                del self.groups[group_id]
+
+    # ------------------------------------------------------------------ the timer task
+    def tick(self) -> float:
+        """Expire sessions and rebalance deadlines; returns the next deadline (monotonic ms)."""
+        now = self.clock()
+        for group in list(self.groups.values()):
+            group.tick(now)
+        self._forget_idle_groups()
+        deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+        return min(deadlines, default=math.inf)
+
+    async def timers(self, tg: TaskGroup) -> float:
+        """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
+        deadline = self.tick()
+        now = self.clock()
+        if now >= self._next_expiry:
+            self._next_expiry = now + EXPIRY_INTERVAL_MS
+            tg.start_soon(self.expire_offsets)
+        return min(deadline, self._next_expiry)
+
+    async def run(self) -> None:
+        """Loads offsets partitions, fires group timers and expires offsets (the runtime's loop)."""
+        await self.runtime.run()

@@ -1,0 +1,351 @@
+"""The transaction coordinator of one broker: the transactional ids whose `__transaction_state`
+partition it leads (Kafka's placement, see `kshim.coordinator.runtime`).
+
+- Every state change of a transactional id is a record of that partition (`log_format`), appended
+  as the leader and applied in memory only once COMMITTED; while it is being written the id is
+  `pending` and other requests for it get CONCURRENT_TRANSACTIONS (clients retry). A new leader
+  loads the partition (latest record per id wins) before answering, and finishes the
+  transactions it finds in PrepareCommit/PrepareAbort: the decision is durable before any marker.
+- InitProducerId: a new id gets a producer id and epoch 0; a known one gets its epoch bumped
+  (fencing the previous instance: its requests now get PRODUCER_FENCED / INVALID_PRODUCER_EPOCH);
+  if a transaction is open it is aborted first with a bumped epoch and the answer is
+  CONCURRENT_TRANSACTIONS until that is done. At epoch 32766 a new producer id is handed out.
+- AddPartitionsToTxn / AddOffsetsToTxn move the transaction to Ongoing with those partitions.
+- EndTxn writes PrepareCommit/PrepareAbort, answers, then writes the markers to every partition
+  of the transaction (`markers`) and finally CompleteCommit/CompleteAbort.
+- A transaction left Ongoing longer than its transaction.timeout.ms is aborted with a bumped
+  epoch, so the producer that left it is fenced.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Iterable
+
+import anyio
+from anyio.abc import TaskGroup
+
+from kshim.clock import SYSTEM, Clock
+from kshim.cluster.image import BrokerInfo
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.partition import Partition
+from kshim.coordinator.transactions import log_format
+from kshim.coordinator.transactions.markers import MarkerWriter
+from kshim.coordinator.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
+from wire import records
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.transactions")
+
+TRANSACTION_TOPIC = "__transaction_state"
+WRITE_TIMEOUT_S = 30.0
+COMPLETION_RETRY_S = 0.5
+
+TopicPartition = tuple[str, int]
+
+
+class TransactionCoordinator:
+    def __init__(self, broker: CoordinatorHost, clock: Clock = SYSTEM) -> None:
+        self.broker = broker
+        self.clock = clock.wall_ms  # transaction start and update times are stored
+        self.runtime = CoordinatorRuntime(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions,
+                                          self, self.clock)
+        self.max_timeout_ms = broker.config.transaction_max_timeout_ms
+        self.txns: dict[str, TxnMetadata] = {}
+        self.markers = MarkerWriter(broker)
+        self._completing: set[str] = set()  # ids whose markers are being written
+        self._to_complete: list[str] = []   # found in Prepare* by a load: the task finishes them
+        self._task_group: TaskGroup | None = None
+
+    # ------------------------------------------------------------------ placement and loading
+    def check(self, transactional_id: str) -> ErrorCode:
+        return self.runtime.status(transactional_id)
+
+    async def find(self, transactional_id: str) -> BrokerInfo:
+        return await self.runtime.find(transactional_id)
+
+    def coordinator_epoch(self, transactional_id: str) -> int:
+        replica = self.runtime.leader_replica(self.runtime.partition_of(transactional_id))
+        return replica.leader_epoch if replica is not None else -1
+
+    def on_image(self) -> None:
+        self.runtime.on_image()
+
+    def unload(self, index: int) -> None:
+        for tid in [t for t in self.txns if self.runtime.partition_of(t) == index]:
+            del self.txns[tid]
+        log.info("dropped the transactional ids of %s-%d", TRANSACTION_TOPIC, index)
+
+    def load(self, index: int, replica: Partition) -> None:
+        found: dict[str, TxnMetadata | None] = {}
+        for header, batch in self.runtime.stored_batches(replica):
+            if header.is_control:
+                continue
+            for rec in records.decode_records(batch):
+                parsed = log_format.decode(bytes(rec.key), None if rec.value is None else bytes(rec.value)) \
+                    if rec.key is not None else None
+                if parsed is not None:
+                    found[parsed[0]] = parsed[1]
+        for tid, meta in found.items():
+            if meta is not None:
+                self.txns[tid] = meta
+                if meta.state.preparing:
+                    self._to_complete.append(tid)
+        log.info("loaded %s-%d: %d transactional ids", TRANSACTION_TOPIC, index, len(found))
+
+    # ------------------------------------------------------------------ durable changes
+    def _validate(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata | ErrorCode:
+        """The id's state if this producer may change it now, else why not."""
+        code = self.check(transactional_id)
+        if code:
+            return code
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending or transactional_id in self._completing and meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return meta
+
+    async def _persist(self, new: TxnMetadata) -> ErrorCode:
+        """Write `new` as the id's state and apply it once COMMITTED. The caller checked that no
+        other change is pending."""
+        tid = new.transactional_id
+        index = self.runtime.partition_of(tid)
+        current = self.txns.get(tid)
+        if current is not None:
+            current.pending = True
+        try:
+            if index not in self.runtime.loaded:
+                return ErrorCode.NOT_COORDINATOR
+            new.update_ms = self.clock()
+            key, value = log_format.encode(new)
+            result = await self.runtime.write(
+                index, records.encode_batch([(key, value)]), WRITE_TIMEOUT_S)
+            if result.error:
+                if result.not_led_here:
+                    return ErrorCode.NOT_COORDINATOR
+                if not result.appended:
+                    log.warning("transaction state write for %s failed: %s", tid, result.error.name)
+                elif index in self.runtime.loaded:  # not COMMITTED in time, but it may still be:
+                    self.runtime.reload(index)  # memory must follow the log
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        finally:
+            if current is not None:
+                current.pending = False
+        if index not in self.runtime.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        self.txns[tid] = new
+        self.runtime.wake.fire()
+        return ErrorCode.NONE
+
+    # ------------------------------------------------------------------ requests
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1) -> tuple[ErrorCode, int, int]:
+        code = self.check(transactional_id)
+        if code:
+            return code, -1, -1
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            return ErrorCode.INVALID_TRANSACTION_TIMEOUT, -1, -1
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            new = TxnMetadata(transactional_id, await self.broker.allocate_producer_id(), 0, timeout_ms)
+            if transactional_id in self.txns:  # another request created it while we waited for an id
+                return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+            self.txns[transactional_id] = new  # placeholder, pending until written
+            new.pending = True
+            code = await self._persist(new.but())
+            if code and self.txns.get(transactional_id) is new:
+                del self.txns[transactional_id]
+            return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, 0)
+        if meta.pending or meta.state.preparing or transactional_id in self._completing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
+            # KIP-360: the instance that holds the id names its producer id and epoch; the epoch
+            # from just before the last bump is still its own (a fencing abort bumped it, or the
+            # answer to its own bump was lost)
+            if (producer_id, producer_epoch) != (meta.last_producer_id, meta.last_epoch):
+                return ErrorCode.PRODUCER_FENCED, -1, -1
+            if meta.state == TxnState.EMPTY:
+                return ErrorCode.NONE, meta.producer_id, meta.producer_epoch  # a retry whose answer was lost
+        if meta.state == TxnState.ONGOING:
+            # a previous instance left a transaction open: abort it (fenced), the client retries
+            await self._begin_end(meta, committed=False, bump=True)
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        last = {"last_producer_id": meta.producer_id, "last_epoch": meta.producer_epoch}
+        if meta.producer_epoch >= MAX_EPOCH:
+            meta.pending = True  # no other change while a new producer id is allocated
+            try:
+                new = meta.but(producer_id=await self.broker.allocate_producer_id(), producer_epoch=0, **last)
+            finally:
+                meta.pending = False
+        else:
+            new = meta.but(producer_epoch=meta.producer_epoch + 1, **last)
+        new = new.but(timeout_ms=timeout_ms, state=TxnState.EMPTY, partitions=frozenset(), start_ms=-1)
+        code = await self._persist(new)
+        return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    def unknown_partitions(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        out = set()
+        for topic, index in partitions:
+            info = self.broker.topics.get(topic)
+            if info is None or not 0 <= index < len(info.partitions):
+                out.add((topic, index))
+        return out
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: set[TopicPartition]) -> ErrorCode:
+        meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if isinstance(meta, ErrorCode):
+            return meta
+        if meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+            return ErrorCode.NONE
+        if meta.state not in (TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return ErrorCode.INVALID_TXN_STATE
+        start = meta.start_ms if meta.state == TxnState.ONGOING else self.clock()
+        return await self._persist(meta.but(state=TxnState.ONGOING, partitions=meta.partitions | partitions,
+                                            start_ms=start))
+
+    def is_in_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[TopicPartition]) -> ErrorCode:
+        """AddPartitionsToTxn verify_only (KIP-890): are these partitions part of the open transaction?"""
+        meta = self._validate(transactional_id, producer_id, producer_epoch)
+        if meta == ErrorCode.CONCURRENT_TRANSACTIONS:  # a state write in flight: the current state answers
+            meta = self.txns.get(transactional_id) or ErrorCode.CONCURRENT_TRANSACTIONS
+        if isinstance(meta, ErrorCode):
+            return meta
+        if meta.state != TxnState.ONGOING or not partitions <= meta.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      committed: bool) -> ErrorCode:
+        code = self.check(transactional_id)
+        if code:
+            return code
+        meta = self.txns.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.PRODUCER_FENCED
+        if meta.pending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        state = meta.state
+        if state == TxnState.ONGOING:
+            return await self._begin_end(meta, committed, bump=False)
+        if state == (TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT):
+            return ErrorCode.NONE  # a retry of what already happened
+        if state == (TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT):
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        return ErrorCode.INVALID_TXN_STATE
+
+    async def _begin_end(self, meta: TxnMetadata, committed: bool, bump: bool) -> ErrorCode:
+        """Ongoing -> PrepareCommit/PrepareAbort (durable), then markers in the background."""
+        new = meta.but(state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT)
+        if bump and meta.producer_epoch < MAX_EPOCH:  # fencing: the old epoch stays known as the last one
+            new = new.but(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
+                          last_epoch=meta.producer_epoch)
+        code = await self._persist(new)
+        if not code:
+            self._start_completion(new.transactional_id)
+        return code
+
+    def _start_completion(self, transactional_id: str) -> None:
+        if transactional_id in self._completing:
+            return
+        self._completing.add(transactional_id)
+        if self._task_group is not None:
+            self._task_group.start_soon(self._complete, transactional_id)
+        else:
+            self._to_complete.append(transactional_id)
+            self._completing.discard(transactional_id)
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Markers to every partition, then CompleteCommit/CompleteAbort. Starts over (after a
+        pause) while the id is still prepared here: a reload replaced its state, this broker lost
+        and regained the partition, or the Complete write failed; ends when it is done or another
+        broker coordinates the id."""
+        try:
+            while True:
+                meta = self.txns.get(transactional_id)
+                index = self.runtime.partition_of(transactional_id)
+                if meta is None or not meta.state.preparing or index not in self.runtime.loaded:
+                    return
+                committed = meta.state == TxnState.PREPARE_COMMIT
+                coordinator_epoch = self.coordinator_epoch(transactional_id)
+
+                def still_coordinator() -> bool:
+                    return index in self.runtime.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
+
+                try:
+                    if await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
+                                                meta.partitions, still_coordinator) and \
+                            self.txns.get(transactional_id) is meta:
+                        code = await self._persist(meta.but(
+                            state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
+                            partitions=frozenset(), start_ms=-1))
+                        if code in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
+                            return
+                except Exception:  # a broker must outlive one transaction's trouble: log it, try again
+                    log.exception("ending transaction %s failed", transactional_id)
+                await anyio.sleep(COMPLETION_RETRY_S)
+        finally:
+            self._completing.discard(transactional_id)
+
+    # ------------------------------------------------------------------ tooling
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        """The id's state (DescribeTransactions), or why there is none: NOT_COORDINATOR and the
+        like, TRANSACTIONAL_ID_NOT_FOUND for an id never initialised."""
+        code = self.check(transactional_id)
+        if code:
+            return code
+        return self.txns.get(transactional_id) or ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    def list(self, states: set[str], producer_ids: set[int], min_duration_ms: int) -> list[TxnMetadata]:
+        now = self.clock()
+        out = []
+        for meta in self.txns.values():
+            if states and meta.state.value not in states or producer_ids and meta.producer_id not in producer_ids:
+                continue
+            if min_duration_ms >= 0 and (meta.start_ms < 0 or now - meta.start_ms <= min_duration_ms):
+                continue  # Kafka lists only those running strictly longer
+            out.append(meta)
+        return sorted(out, key=lambda m: m.transactional_id)
+
+    # ------------------------------------------------------------------ the timer task
+    async def _abort_expired(self, tg: TaskGroup) -> float:
+        """Abort (and fence) transactions open past their timeout; returns the next deadline (ms)."""
+        now = self.clock()
+        deadline = math.inf
+        for meta in list(self.txns.values()):
+            if meta.state != TxnState.ONGOING or meta.pending:
+                continue
+            expires = meta.start_ms + meta.timeout_ms
+            if expires <= now:
+                log.info("aborting transaction %s: open longer than %d ms", meta.transactional_id, meta.timeout_ms)
+                meta.pending = True  # until the abort is written: no second abort, no racing request
+                tg.start_soon(self._begin_end, meta, False, True)
+            else:
+                deadline = min(deadline, expires)
+        return deadline
+
+    async def timers(self, tg: TaskGroup) -> float:
+        """The runtime's timer hook: finish transactions a load found half-ended, abort expired ones."""
+        self._task_group = tg
+        pending, self._to_complete = self._to_complete, []
+        for tid in pending:
+            self._start_completion(tid)
+        return await self._abort_expired(tg)
+
+    async def run(self) -> None:
+        """Loads `__transaction_state` partitions, finishes transactions found half-ended and aborts
+        timed-out ones (the runtime's loop)."""
+        try:
+            await self.runtime.run()
+        finally:
+            self._task_group = None
+            with anyio.CancelScope(shield=True):
+                await self.markers.aclose()

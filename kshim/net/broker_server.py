@@ -1,0 +1,32 @@
+"""A broker with its coordinators (Kafka's BrokerServer): what the network layer serves.
+
+The Broker (metadata image, replicas through its ReplicaManager, the controller client) knows
+nothing of the coordinators; this wires them to it: they follow each applied image (leadership of
+their internal topics' partitions), and the group coordinator hears of every COMMITTED
+transaction marker (which settles transactional offset commits on `__consumer_offsets`).
+"""
+from __future__ import annotations
+
+import anyio
+
+from kshim.broker import Broker
+from kshim.coordinator.groups import GroupCoordinator
+from kshim.coordinator.transactions import TransactionCoordinator
+
+
+class BrokerServer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.groups = GroupCoordinator(broker)
+        self.transactions = TransactionCoordinator(broker)
+        broker.image_listeners += [self.groups.on_image, self.transactions.on_image]
+        broker.replica_manager.marker_listeners.append(self.groups.on_marker_committed)
+        self.groups.on_image()  # an image applied before the coordinators existed
+        self.transactions.on_image()
+
+    async def run(self) -> None:
+        """The background work: replica housekeeping and the coordinators' loading and timers."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.broker.replica_manager.housekeeping)
+            tg.start_soon(self.groups.run)
+            tg.start_soon(self.transactions.run)

@@ -1,0 +1,87 @@
+"""Produce: append record batches to the partition leaders' logs. The appends and the wait for
+COMMITTED are the ReplicaManager's (kshim/replica); this module auto-creates topics and maps the
+request and response.
+
+- acks must be 0, 1 or -1 (all); anything else gets INVALID_REQUIRED_ACKS for every partition.
+- acks=0 gets no response at all (the connection keeps its response order for the others); if
+  any partition failed, the connection is closed instead, as Kafka does: that is the only way an
+  acks=0 producer learns to refresh its metadata (after a leader moved, say).
+- acks=1 answers once the leader appended.
+- acks=all: NOT_ENOUGH_REPLICAS (19) without appending when the ISR is smaller than
+  min.insync.replicas; otherwise it answers once the high watermark covers the records
+  (COMMITTED), waiting on an event while the connection goes on with later requests. At the
+  request timeout it answers REQUEST_TIMED_OUT (7) and keeps the records: the outcome is unknown,
+  they may still be committed and delivered. If the ISR fell below min.insync.replicas while
+  waiting it answers NOT_ENOUGH_REPLICAS_AFTER_APPEND (20); if this broker stopped leading,
+  NOT_LEADER_OR_FOLLOWER.
+- Each partition succeeds or fails on its own. Within one partition's records, batches are
+  appended one after another and an error stops the rest without rolling back what was appended.
+- Batches stay opaque: header read, CRC32C checked, base offset and leader epoch patched in place.
+  Bad CRC: CORRUPT_MESSAGE; over max.message.bytes: MESSAGE_TOO_LARGE; idempotence errors:
+  OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH; a retried duplicate is acknowledged with
+  its original offset.
+- Unknown topics are auto-created when the broker allows it; a partition this broker does not
+  lead gets NOT_LEADER_OR_FOLLOWER, and the client finds the leader through Metadata.
+"""
+from __future__ import annotations
+
+from typing import Awaitable
+
+from construct import Container
+
+from kshim.errors import BrokerError
+from kshim.net.handlers import RequestContext, Response
+from kshim.net.protocol import ProtocolError
+from kshim.replica import PartitionAppend, Records
+from wire.errors import ErrorCode
+
+API_KEY = 0
+VERSIONS = (3, 11)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    broker = ctx.broker
+    entries: list[tuple[str, int, Records]] = []
+    topic_errors: dict[str, ErrorCode] = {}
+    for topic_data in req.topic_data:
+        name = topic_data.name
+        if name not in broker.topics:
+            try:
+                await broker.auto_create(name)
+            except BrokerError as e:
+                topic_errors[name] = e.code
+        entries.extend((name, pd.index, pd.records) for pd in topic_data.partition_data)
+    results = broker.replica_manager.append(req.acks, req.timeout_ms / 1000, entries, topic_errors)
+    if req.acks == 0:
+        assert isinstance(results, list)  # acks=0 waits for nothing
+        failed = [(name, index, r.error) for (name, index, _), r in zip(entries, results) if r.error]
+        if failed:
+            raise ProtocolError(f"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata")
+        return None
+    if isinstance(results, list):
+        return _response(req, results)
+    return _when_committed(req, results)
+
+
+async def _when_committed(req, pending: Awaitable[list[PartitionAppend]]) -> dict:
+    return _response(req, await pending)
+
+
+def _response(req, results: list[PartitionAppend]) -> dict:
+    answers = iter(results)
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": t.name, "partition_responses": [_partition_response(pd.index, next(answers))
+                                                 for pd in t.partition_data]}
+        for t in req.topic_data]}
+
+
+def _partition_response(index: int, result: PartitionAppend) -> dict:
+    return {
+        "index": index,
+        "error_code": result.error,
+        "base_offset": result.base_offset if result.error == ErrorCode.NONE else -1,
+        "log_append_time_ms": result.log_append_time,
+        "log_start_offset": result.log_start_offset,
+        "record_errors": [],
+        "error_message": result.message,
+    }

@@ -1,0 +1,65 @@
+"""ListOffsets: offsets by timestamp, and the earliest / latest / max-timestamp specials.
+
+- -2 (earliest) and -4 (earliest local, KIP-405) answer the log start offset; -5 (earliest
+  pending upload) answers -1 as there is no tiered storage.
+- -1 (latest) answers the bound of the request's isolation level, the same as Fetch: the last
+  stable offset for read_committed (the first offset of the earliest open transaction, else the
+  high watermark), the log end offset for read_uncommitted (or the high watermark where
+  kshim.uncommitted.read.limit=high-watermark).
+- Only the leader answers; other brokers say NOT_LEADER_OR_FOLLOWER.
+- -3 (max timestamp, v7+, KIP-734) answers the offset and timestamp of the record with the
+  largest timestamp.
+- A timestamp >= 0 answers the first offset whose record timestamp is >= it (found through the
+  time index, then by decoding that one batch), or offset -1 when there is none.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 2
+VERSIONS = (1, 9)
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+
+
+def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition."""
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return partition.log_start_offset, -1
+    if timestamp == LATEST:
+        return partition.read_bound(isolation_level), -1
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp()
+        return (found[1], found[0]) if found else (-1, -1)
+    found = partition.log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.read_bound(isolation_level):
+        return -1, -1
+    return found
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    isolation = req.get("isolation_level", 0)
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
+                     "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            partition = ctx.broker.replica_manager.get_partition_or_error(
+                t.name, p.partition_index, p.get("current_leader_epoch", -1))
+            if isinstance(partition, ErrorCode):
+                entry["error_code"] = partition
+            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
+                entry["error_code"] = ErrorCode.INVALID_REQUEST
+            else:
+                entry["offset"], entry["timestamp"] = _lookup(partition, p.timestamp, isolation)
+                if ctx.version >= 4:  # v1-3 have no leader_epoch, and the codec refuses a non-default one
+                    entry["leader_epoch"] = partition.leader_epoch
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time_ms": 0, "topics": topics}

@@ -1,0 +1,86 @@
+"""Metadata: brokers, cluster id, controller, and topics with their partitions and leaders.
+
+- Everything comes from the metadata image this broker last applied: live brokers only, and per
+  partition its leader, leader epoch, replicas, ISR and the replicas on fenced brokers (offline).
+  A partition with no leader reports LEADER_NOT_AVAILABLE, and clients retry.
+
+- topics null (v1+) lists every topic; an empty list lists none (v0 empty list means all).
+- Unknown topics are auto-created with the broker defaults when the broker allows it and the
+  request does (v4+ allow_auto_topic_creation; always for v0-3); otherwise
+  UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION.
+- v10+ topics may be asked for by topic id (name null): unknown ids get UNKNOWN_TOPIC_ID.
+- Authorized-operations fields report "not provided" (INT32_MIN) unless asked for.
+"""
+from __future__ import annotations
+
+import uuid
+
+from construct import Container
+
+from kshim.errors import BrokerError
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 3
+VERSIONS = (0, 12)
+NO_OPERATIONS = -(1 << 31)
+
+
+def broker_list(ctx: RequestContext) -> list[dict]:
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in ctx.broker.image.alive_brokers()]
+
+
+def topic_entry(ctx: RequestContext, topic) -> dict:
+    alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
+    return {
+        "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
+        "is_internal": topic.is_internal, "topic_authorized_operations": NO_OPERATIONS,
+        "partitions": [{
+            "error_code": ErrorCode.NONE if p.leader in alive else ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p.index, "leader_id": p.leader if p.leader in alive else -1,
+            "leader_epoch": p.leader_epoch, "replica_nodes": list(p.replicas), "isr_nodes": list(p.isr),
+            "offline_replicas": [r for r in p.replicas if r not in alive],
+        } for p in topic.partitions],
+    }
+
+
+def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> dict:
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": [],
+            "topic_authorized_operations": NO_OPERATIONS}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    broker = ctx.broker
+    v = ctx.version
+    if req.topics is None or (v == 0 and not req.topics):
+        topics = [topic_entry(ctx, t) for t in broker.topics.values()]
+    else:
+        allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
+        topics = []
+        for asked in req.topics:
+            name = asked.get("name")
+            if name is None:
+                topic = broker.topics_by_id.get(asked.get("topic_id"))
+                topics.append(topic_entry(ctx, topic) if topic else
+                              _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, asked.get("topic_id")))
+                continue
+            try:
+                topic = broker.topics.get(name)
+                if topic is None and allow_create:
+                    topic = await broker.auto_create(name)
+            except BrokerError as e:
+                topics.append(_error_entry(name, e.code))
+                continue
+            topics.append(topic_entry(ctx, topic) if topic else
+                          _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+    return {
+        "throttle_time_ms": 0,
+        "brokers": broker_list(ctx),
+        "cluster_id": broker.cluster_id,
+        # clients send admin requests to the controller id they are given; any broker forwards
+        # them to the controller, so name this (live) broker, as KRaft brokers do
+        "controller_id": broker.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_OPERATIONS,
+    }

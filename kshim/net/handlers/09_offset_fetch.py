@@ -1,0 +1,59 @@
+"""OffsetFetch: a group's committed offsets, from the coordinator's memory (loaded from
+`__consumer_offsets` when it became the coordinator).
+
+- topics null (v2+) means every partition the group has committed; a partition without a
+  committed offset answers offset -1, empty metadata.
+- v8+ asks for several groups at once, each with its own error.
+- require_stable (v7+): a partition whose commit is still waiting to be COMMITTED, or belongs to
+  a transaction not yet ended (TxnOffsetCommit), answers UNSTABLE_OFFSET_COMMIT; the client retries.
+- v9 member_id / member_epoch of a consumer group (KIP-848) member: UNKNOWN_MEMBER_ID,
+  STALE_MEMBER_EPOCH (older epoch), FENCED_MEMBER_EPOCH (newer); no member id and epoch -1 (admin
+  clients) are always served. Classic groups do not check them.
+- NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: v1 reports them
+  per partition, v2+ in the group's error code.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 9
+VERSIONS = (1, 9)
+
+
+def _partition(index: int, entry, error: ErrorCode, v: int) -> dict:
+    return {"partition_index": index, "committed_offset": entry.offset if entry else -1,
+            "committed_leader_epoch": entry.leader_epoch if entry else -1,
+            "metadata": entry.metadata if entry else "", "error_code": error}
+
+
+def _group(coordinator, group_id: str, topics, require_stable: bool, v: int, member_id: str | None = None,
+           member_epoch: int = -1) -> tuple[ErrorCode, list]:
+    wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
+    code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)
+    if code:
+        if v == 1 and wanted is not None:
+            rows = [(tp, None, code) for tp in wanted]
+        else:
+            return code, []
+    by_topic: dict[str, list] = {}
+    for (topic, index), entry, error in rows:
+        by_topic.setdefault(topic, []).append(_partition(index, entry, error, v))
+    return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    coordinator = ctx.groups
+    v = ctx.version
+    stable = bool(req.get("require_stable", False)) if v >= 7 else False
+    if v < 8:
+        code, topics = _group(coordinator, req.group_id, req.topics, stable, v)
+        return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
+    groups = []
+    for g in req.groups:
+        member = (g.get("member_id"), g.get("member_epoch", -1)) if v >= 9 else (None, -1)
+        code, topics = _group(coordinator, g.group_id, g.topics, stable, v, *member)
+        groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
+    return {"throttle_time_ms": 0, "groups": groups}

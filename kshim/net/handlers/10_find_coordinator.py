@@ -1,0 +1,46 @@
+"""FindCoordinator: where a consumer group's or a transactional id's coordinator is.
+
+- Key type 0 (group): the leader of `__consumer_offsets` partition abs(java_string_hashcode(key))
+  % N (Kafka's placement); key type 1 (transaction): the same over `__transaction_state`. The
+  first request creates the topic through the controller (N = `offsets_topic_partitions` or
+  `transaction_state_partitions`, 10 by default; replication factor min(3, live brokers);
+  retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no live leader; clients
+  retry. Other key types are INVALID_REQUEST.
+- v4+ batches keys in `coordinator_keys`, one answer per key.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.cluster.image import BrokerInfo
+from kshim.errors import BrokerError
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 10
+VERSIONS = (0, 6)
+
+
+async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
+    try:
+        if key_type not in (0, 1):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        node: BrokerInfo = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
+    except BrokerError as e:
+        return {"error_code": e.code, "error_message": e.message, "node_id": -1, "host": "", "port": -1}
+    return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
+            "host": node.host, "port": node.port}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    key_type = req.get("key_type", 0) if ctx.version >= 1 else 0
+    if ctx.version >= 4:
+        answers = []
+        for key in req.coordinator_keys:
+            answer = await _find(ctx, key, key_type)
+            answers.append({"key": key, **answer})
+        return {"throttle_time_ms": 0, "coordinators": answers}
+    answer = await _find(ctx, req.key, key_type)
+    if ctx.version == 0:
+        answer.pop("error_message")
+    return {"throttle_time_ms": 0, **answer}

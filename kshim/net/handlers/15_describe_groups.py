@@ -1,0 +1,42 @@
+"""DescribeGroups: state, protocol and members of classic groups coordinated here.
+
+- A group this broker does not know, or a KIP-848 consumer group (described by
+  ConsumerGroupDescribe), is reported Dead with no error (as Kafka does up to v5).
+- Members' metadata and assignments, and the protocol name, are given for Stable groups; during
+  a rebalance the members are listed without them.
+- NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS per group. Authorized operations are not
+  provided (INT32_MIN).
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 15
+VERSIONS = (0, 5)
+NO_OPERATIONS = -(1 << 31)
+
+
+def describe(coordinator, group_id: str) -> dict:
+    entry = {"error_code": ErrorCode.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
+             "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
+    code = coordinator.check(group_id)
+    if code:
+        return {**entry, "error_code": code, "group_state": ""}
+    group = coordinator.get_group(group_id)
+    if group is None or getattr(group, "group_type", "classic") != "classic":
+        return entry
+    stable = group.state == "Stable"
+    entry.update(group_state=group.state, protocol_type=group.protocol_type or "",
+                 protocol_data=(group.protocol_name or "") if stable else "")
+    entry["members"] = [{
+        "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+        "client_host": m.client_host, "member_metadata": m.metadata(group.protocol_name) if stable else b"",
+        "member_assignment": m.assignment if stable else b""} for m in group.members.values()]
+    return entry
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.groups]}

@@ -1,0 +1,64 @@
+"""DeleteRecords: advance partitions' log start offsets, each partition independently of the others.
+
+- `offset` is the new log start offset: records below it become unreadable (fetching them is
+  OFFSET_OUT_OF_RANGE) and whole segments below it are removed from disk.
+- -1 means the high watermark (delete everything currently in the partition).
+- An offset above the high watermark, or below -1, is OFFSET_OUT_OF_RANGE.
+- An offset at or below the current log start offset changes nothing (not an error).
+- An unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION.
+- Success answers low_watermark, the partition's log start offset afterwards; failures answer -1.
+- The change is on disk before the response. timeout_ms is ignored.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim.errors import BrokerError
+from kshim.net.handlers import RequestContext
+from kshim.partition import OffsetOutOfRange
+from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.handlers.delete_records")
+
+API_KEY = 21
+VERSIONS = (0, 2)
+
+HIGH_WATERMARK = -1
+
+
+def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
+    partition = ctx.broker.replica_manager.get_partition_or_error(topic, index)
+    if isinstance(partition, ErrorCode):
+        raise BrokerError(partition, f"{topic}-{index}: {partition.name}")
+    high_watermark = partition.high_watermark
+    if offset == HIGH_WATERMARK:
+        offset = high_watermark
+    if offset < 0 or offset > high_watermark:
+        raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                          f"offset {offset} is outside [0, {high_watermark}] (or -1 for the high watermark)")
+    if offset > partition.log_start_offset:
+        partition.delete_records_before(offset)
+    return partition.log_start_offset
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    topics = []
+    for topic in req.topics or ():
+        partitions = []
+        for p in topic.partitions or ():
+            answer = {"partition_index": p.partition_index, "low_watermark": -1, "error_code": ErrorCode.NONE}
+            try:
+                answer["low_watermark"] = _delete(ctx, topic.name, p.partition_index, p.offset)
+            except BrokerError as e:
+                answer["error_code"] = e.code
+            except OffsetOutOfRange:
+                answer["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            except OSError:
+                log.exception("deleting records of %s-%d failed", topic.name, p.partition_index)
+                answer["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
+            partitions.append(answer)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}

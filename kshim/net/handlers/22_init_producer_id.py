@@ -1,0 +1,40 @@
+"""InitProducerId: hands idempotent and transactional producers a producer id and epoch.
+
+- Without a transactional id: a fresh producer id from the persisted counter (never reused, even
+  after a crash) with epoch 0, as Kafka does; a v3+ request naming its old id and epoch (KIP-360)
+  also gets a fresh id.
+- With a transactional id (sent to its coordinator, see FindCoordinator key type 1): a new id
+  gets a producer id and epoch 0, a known one the same producer id with its epoch bumped, which
+  fences the previous instance. An open transaction of that id is aborted first and the answer is
+  CONCURRENT_TRANSACTIONS until the abort is done (clients retry). transaction_timeout_ms must be
+  in (0, transaction.max.timeout.ms] (INVALID_TRANSACTION_TIMEOUT). A v3+ request naming an
+  id/epoch that is not the current one is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v4).
+  An empty transactional id is INVALID_REQUEST. NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+  when this broker does not (yet) coordinate the id.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.txn_common import for_version
+from wire.errors import ErrorCode
+
+API_KEY = 22
+VERSIONS = (0, 5)
+
+
+async def _answer(ctx: RequestContext, req: Container):
+    tid = req.transactional_id
+    if tid is None:
+        return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(),
+                "producer_epoch": 0}
+    if not tid:
+        return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+    code, pid, epoch = await ctx.transactions.init_producer_id(
+        tid, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1))
+    return {"error_code": for_version(code, ctx.version, 4), "producer_id": pid, "producer_epoch": epoch}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

@@ -1,0 +1,60 @@
+"""AddPartitionsToTxn: a transactional producer names the partitions it is about to write to.
+
+- v0-3 (clients): one transaction; the coordinator records the partitions durably (the
+  transaction becomes Ongoing) before answering, so markers reach every partition written to.
+  Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED;
+  a producer id the coordinator does not know for the id is INVALID_PRODUCER_ID_MAPPING, an old
+  epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2), a transaction being ended
+  CONCURRENT_TRANSACTIONS.
+- v4-5 (between brokers, KIP-890): several transactions per request; `verify_only` asks whether
+  the partitions already belong to the open transaction (INVALID_TXN_STATE if not) without adding.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.txn_common import for_version
+from wire.errors import ErrorCode
+
+API_KEY = 24
+VERSIONS = (0, 5)
+
+
+def _results(topics, codes: dict) -> list[dict]:
+    return [{"name": t.name, "results_by_partition": [
+        {"partition_index": p, "partition_error_code": codes[(t.name, p)]} for p in t.partitions]}
+        for t in topics]
+
+
+async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics, verify_only: bool) -> dict:
+    coordinator = ctx.transactions
+    wanted = {(t.name, p) for t in topics for p in t.partitions}
+    unknown = coordinator.unknown_partitions(wanted)
+    if unknown:
+        codes = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                 for tp in wanted}
+        return codes
+    if verify_only:
+        code = coordinator.is_in_transaction(tid, producer_id, epoch, wanted)
+    else:
+        code = await coordinator.add_partitions(tid, producer_id, epoch, wanted)
+    code = for_version(code, ctx.version, 2)
+    return dict.fromkeys(wanted, code)
+
+
+async def _answer(ctx: RequestContext, req: Container):
+    if ctx.version <= 3:
+        codes = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                           req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
+        return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results(req.v3_and_below_topics, codes)}
+    results = []
+    for txn in req.transactions:
+        codes = await _one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+                           txn.verify_only)
+        results.append({"transactional_id": txn.transactional_id, "topic_results": _results(txn.topics, codes)})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": results}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

@@ -1,0 +1,31 @@
+"""EndTxn: commit or abort the producer's open transaction.
+
+- Ongoing: the coordinator writes PrepareCommit/PrepareAbort durably and answers; markers then go
+  to every partition of the transaction in the background, and CompleteCommit/CompleteAbort is
+  written once all are COMMITTED. Until then the id answers CONCURRENT_TRANSACTIONS to new work.
+- A retry of a finished end (CompleteCommit and commit again) is NONE; the opposite outcome, or
+  no open transaction, is INVALID_TXN_STATE; a producer fenced by a newer epoch (re-init or a
+  transaction.timeout.ms abort) gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2).
+- v5 answers the producer id and epoch to go on with: kshim keeps them unchanged (it ends
+  transactions as Kafka's transaction version 1 does and advertises no transaction.version feature).
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.txn_common import for_version
+
+API_KEY = 26
+VERSIONS = (0, 5)
+
+
+async def _answer(ctx: RequestContext, req: Container):
+    code = await ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                 req.committed)
+    return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2),
+            "producer_id": req.producer_id, "producer_epoch": req.producer_epoch}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _answer(ctx, req)  # answered later: the connection goes on reading meanwhile

@@ -1,0 +1,35 @@
+"""WriteTxnMarkers: a transaction coordinator on another broker ends a transaction on partitions
+this broker leads. Each partition gets a COMMIT or ABORT control batch with the producer's id
+and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
+
+- NOT_LEADER_OR_FOLLOWER where this broker does not lead; UNKNOWN_TOPIC_OR_PARTITION for a
+  partition that does not exist; INVALID_PRODUCER_EPOCH when the partition already saw a newer
+  producer epoch, TRANSACTION_COORDINATOR_FENCED when it saw markers from a newer coordinator.
+- A marker on a `__consumer_offsets` partition makes that transaction's offset commits visible
+  (COMMIT) or drops them (ABORT).
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
+
+API_KEY = 27
+VERSIONS = (0, 1)
+
+
+async def _answer(ctx: RequestContext, req: Container):
+    out = []
+    for marker in req.markers:
+        tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+        codes = await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                                 marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S)
+        out.append({"producer_id": marker.producer_id, "topics": [
+            {"name": t.name, "partitions": [{"partition_index": p, "error_code": codes[(t.name, p)]}
+                                            for p in t.partition_indexes]} for t in marker.topics]})
+    return {"markers": out}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _answer(ctx, req)

@@ -1,0 +1,48 @@
+"""TxnOffsetCommit: a transactional producer commits a consumer group's offsets inside its
+transaction (after AddOffsetsToTxn), sent to the group's coordinator.
+
+- The offsets become records of the group's `__consumer_offsets` partition carrying the
+  producer's id and epoch (a transactional batch), answered once COMMITTED. They stay invisible
+  to OffsetFetch until the transaction's COMMIT marker reaches that partition, and are dropped at
+  an ABORT; meanwhile OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
+- v3+ carries the consumer's generation and member id (KIP-447): they are checked as OffsetCommit
+  checks them (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), except that a rebalance
+  in progress is no error; generation -1 with no member id (a producer given only the group id)
+  skips the check, as Kafka does.
+- An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
+  below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
+  4096 bytes: OFFSET_METADATA_TOO_LARGE.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.group_common import commit_entries, commit_response
+from kshim.net.handlers.txn_common import for_version
+from wire.errors import ErrorCode
+
+API_KEY = 28
+VERSIONS = (0, 4)
+
+
+async def _answer(ctx: RequestContext, req: Container):
+    coordinator = ctx.groups
+    v = ctx.version
+    if not req.group_id:
+        code = ErrorCode.INVALID_GROUP_ID
+    elif v >= 3:
+        code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+                                           transactional=True)
+    else:
+        code = coordinator.check(req.group_id)
+    codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 2, v)
+    if updates:
+        written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
+        for tp, _ in updates:
+            codes[tp] = for_version(written, v, 3)
+    return commit_response(req, codes)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _answer(ctx, req)  # answered once COMMITTED: the connection goes on reading meanwhile

@@ -1,0 +1,84 @@
+"""DescribeConfigs: report topic configs and a few static broker settings.
+
+- TOPIC (2): every topic config kshim knows (kshim.configs.TOPIC_CONFIGS) with its effective value;
+  source DYNAMIC_TOPIC_CONFIG (1) when the topic overrides it, STATIC_BROKER_CONFIG (4) when the
+  broker's setting (--min-insync-replicas, ...) gives it a value other than the default,
+  DEFAULT_CONFIG (5) otherwise. None is
+  read-only or sensitive. An invalid name is INVALID_TOPIC_EXCEPTION, an unknown topic
+  UNKNOWN_TOPIC_OR_PARTITION.
+- BROKER (4) named "" or this broker's node id: a short, honest list of the broker's settings,
+  all read-only STATIC_BROKER_CONFIG (4): they come from the command line and cannot be altered.
+  Another node id is INVALID_REQUEST.
+- Other resource types (BROKER_LOGGER, ...) are INVALID_REQUEST.
+- `configuration_keys` filters by name; null or empty means every config. Unknown names are left out.
+- include_synonyms (v1+): each topic config lists the override (if any), the broker setting under
+  its broker name (if any), then the default under the topic config's name, in precedence order;
+  each broker setting lists itself.
+- v3+: config_type, and documentation when include_documentation (null otherwise).
+- v0 is not served (clients since Kafka 1.1 send v1+), so its `is_default` is never written.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from construct import Container
+
+from kshim.configs import Resolved, broker_settings, resolve
+from kshim.errors import BrokerError, check_topic_name
+from kshim.net.handlers import RequestContext
+from kshim.net.handlers.config_resources import config_entry
+from wire.errors import ErrorCode
+
+API_KEY = 32
+VERSIONS = (1, 4)
+
+TOPIC = 2
+BROKER = 4
+
+
+def _entries(configs: Iterable[Resolved], keys: set[str] | None, synonyms: bool,
+             docs: bool) -> list[dict[str, Any]]:
+    return [{**config_entry(r),
+             "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in r.synonyms]
+             if synonyms else [],
+             "config_type": r.definition.type.code, "documentation": r.definition.doc if docs else None}
+            for r in configs if keys is None or r.name in keys]
+
+
+def _topic_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
+    check_topic_name(name)
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    return resolve(topic.configs, ctx.broker.config.topic_defaults).entries.values()
+
+
+def _broker_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
+    node_id = ctx.broker.config.node_id
+    if name not in ("", str(node_id)):
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          f"broker resource name must be '' or this broker's id {node_id}, got {name!r}")
+    return broker_settings(ctx.broker.config)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    synonyms = bool(req.get("include_synonyms", False))
+    docs = bool(req.get("include_documentation", False))
+    results = []
+    for resource in req.resources or ():
+        keys = set(resource.configuration_keys) if resource.configuration_keys else None
+        result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                                  "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
+        try:
+            if resource.resource_type == TOPIC:
+                configs = _topic_configs(ctx, resource.resource_name)
+            elif resource.resource_type == BROKER:
+                configs = _broker_configs(ctx, resource.resource_name)
+            else:
+                raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                  f"resource type {resource.resource_type} is not supported by kshim")
+            result["configs"] = _entries(configs, keys, synonyms, docs)
+        except BrokerError as e:
+            result["error_code"], result["error_message"] = e.code, e.message
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}

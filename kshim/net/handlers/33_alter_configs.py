@@ -1,0 +1,37 @@
+"""AlterConfigs: replace a topic's config overrides, each resource independently of the others.
+
+- TOPIC (2): the given configs become the topic's whole set of overrides; every config left out
+  goes back to its default (Kafka's semantics for this API; IncrementalAlterConfigs edits instead).
+  Names and values are validated as a whole before anything changes: INVALID_CONFIG with the
+  reason. A null value or a name given twice is INVALID_REQUEST. An unknown topic is
+  UNKNOWN_TOPIC_OR_PARTITION.
+- BROKER (4) is INVALID_REQUEST: broker settings come from the command line. Other resource types
+  are INVALID_REQUEST too.
+- A resource named twice in one request is INVALID_REQUEST for each entry.
+- validate_only runs every check and changes nothing.
+- New values apply at once to the topic's partitions (retention, segment rolling, max.message.bytes,
+  timestamp type) and are stored so they survive a restart.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext
+from kshim.net.handlers.config_resources import alter_each, config_dict, target_topic
+from wire.errors import ErrorCode
+
+API_KEY = 33
+VERSIONS = (0, 2)
+
+
+
+async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    name = target_topic(ctx, resource).name
+    configs = config_dict(resource.configs, ErrorCode.INVALID_REQUEST)
+    await ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    return await alter_each(req, lambda resource, validate_only: _alter(ctx, resource, validate_only))

@@ -1,0 +1,45 @@
+"""CreatePartitions: raise a topic's partition count, each topic independently of the others.
+
+- `count` is the new total; it must be larger than the current count (INVALID_PARTITIONS otherwise).
+  Partitions are never removed.
+- Non-null `assignments` is INVALID_REQUEST: kshim places partitions itself.
+- An unknown topic is UNKNOWN_TOPIC_OR_PARTITION; a topic named twice in one request is
+  INVALID_REQUEST, answered once.
+- validate_only runs every check and changes nothing. timeout_ms is ignored.
+- New partitions start empty; producers and consumers see them after their next metadata refresh.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim.errors import BrokerError
+from kshim.net.handlers import RequestContext
+from kshim.net.handlers.per_topic import each_topic
+from wire.errors import ErrorCode
+
+API_KEY = 37
+VERSIONS = (0, 3)
+
+
+async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
+    if topic.name not in ctx.broker.topics:
+        raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
+    if topic.assignments is not None:
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          "manual partition assignments are not supported; give only the new count")
+    await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+
+
+def _answer(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = None) -> dict[str, Any]:
+    return {"name": name, "error_code": code, "error_message": message}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    async def grow(topic: Container) -> dict[str, Any]:
+        await _grow(ctx, topic, bool(req.validate_only))
+        return _answer(topic.name)
+
+    results = await each_topic(req.topics or (), grow, _answer, "adding partitions")
+    return {"throttle_time_ms": 0, "results": results}

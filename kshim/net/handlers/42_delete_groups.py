@@ -1,0 +1,27 @@
+"""DeleteGroups: deletes Empty groups and their committed offsets (tombstones in
+`__consumer_offsets`, answered once COMMITTED).
+
+- A group with members: NON_EMPTY_GROUP; an unknown group: GROUP_ID_NOT_FOUND; an empty id:
+  INVALID_GROUP_ID; NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for the other group APIs.
+"""
+from __future__ import annotations
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext, Response
+from wire.errors import ErrorCode
+
+API_KEY = 42
+VERSIONS = (0, 2)
+
+
+async def _delete(coordinator, names) -> dict:
+    results = []
+    for name in names:
+        code = await coordinator.delete_group(name) if name else ErrorCode.INVALID_GROUP_ID
+        results.append({"group_id": name, "error_code": code})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+async def handle(ctx: RequestContext, req: Container) -> Response:
+    return _delete(ctx.groups, list(req.groups_names))

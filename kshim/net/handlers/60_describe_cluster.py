@@ -1,0 +1,46 @@
+"""DescribeCluster: the cluster id, the controller and the brokers, as the admin client's describeCluster shows.
+
+- One broker: this one (node id, advertised host, port, no rack); it is also the controller.
+- v1 `endpoint_type`: 1 (brokers) is answered; 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE, as a
+  broker that is not a controller endpoint answers; any other value is INVALID_REQUEST.
+- cluster_authorized_operations is always "not requested" (INT32_MIN): kshim has no ACLs.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext
+from wire.errors import ErrorCode
+
+API_KEY = 60
+VERSIONS = (0, 1)
+
+BROKERS = 1
+CONTROLLERS = 2
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    broker = ctx.broker
+    response: dict[str, Any] = {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "error_message": None,
+        "endpoint_type": BROKERS,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.node_id,  # a live broker that forwards to the controller (see Metadata)
+        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+                    for b in broker.image.alive_brokers()],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+    endpoint_type = req.get("endpoint_type", BROKERS)
+    if endpoint_type != BROKERS:
+        if endpoint_type == CONTROLLERS:
+            code, message = ErrorCode.UNSUPPORTED_ENDPOINT_TYPE, "this broker does not serve controller endpoints"
+        else:
+            code, message = ErrorCode.INVALID_REQUEST, f"unknown endpoint type {endpoint_type}"
+        response.update(error_code=code, error_message=message, endpoint_type=endpoint_type,
+                        controller_id=-1, brokers=[])
+    return response

@@ -1,0 +1,216 @@
+"""The network layer: a thin anyio TCP server around ConnectionCore.
+
+Per connection, a reader task turns bytes into requests and dispatches them in arrival order; a
+writer task sends responses in that same order. A handler may hand back an awaitable (a produce
+waiting for commitment, a fetch waiting for data): the reader goes on with the next request while
+the writer waits for that response before sending any later one. acks=0 produce yields no
+response and takes no place in the order.
+
+Sockets are non-blocking and driven with anyio.wait_readable / wait_writable: the reader
+recv_into()s the buffer the connection core hands out (a large produce frame is read straight
+into its own buffer), which saves the copy and the 256 KiB chunking of a stream transport.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import socket
+from typing import Any, Awaitable, Mapping
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from kshim.broker import Broker
+from kshim.net.broker_server import BrokerServer
+from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
+from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+
+log = logging.getLogger("kshim.server")
+
+LISTEN_BACKLOG = 128
+ACCEPT_BACKOFF_S = 0.1
+# the peer went away: reading or writing fails; this ends its connection, quietly
+_PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError)
+
+
+def open_listener(host: str, port: int) -> socket.socket:
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def recv_into(sock: socket.socket, view: memoryview) -> int:
+    """Read what is there (at least one byte), waiting only when nothing is; 0 at end of stream."""
+    while True:
+        try:
+            return sock.recv_into(view)
+        except BlockingIOError:
+            await anyio.wait_readable(sock)
+
+
+IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
+
+
+async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryview]) -> None:
+    """Send the buffers in order with scatter-gather writes, waiting only when the socket is full."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    i = 0
+    while i < len(views):
+        try:
+            sent = sock.sendmsg(views[i:i + IOV_MAX])
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+            continue
+        while sent and i < len(views):
+            n = len(views[i])
+            if sent >= n:
+                sent -= n
+                i += 1
+            else:
+                views[i] = views[i][sent:]
+                sent = 0
+MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
+
+
+class _Pending:
+    """A response that completes later; the writer waits on it in order."""
+
+    __slots__ = ("done", "data", "failed")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.data: Any = None
+        self.failed = False
+
+
+class Server:
+    def __init__(self, node: BrokerServer) -> None:
+        self.node = node
+        self.broker = node.broker
+        self.handlers: dict[int, Handler] = load_handlers()
+        self.supported = supported_versions(self.handlers)
+
+    async def serve(self, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.broker.config
+        listener = open_listener(cfg.host, cfg.port)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self.node.run)
+                task_status.started(listener.getsockname()[1])
+                while True:
+                    await anyio.wait_readable(listener)
+                    try:
+                        conn, address = listener.accept()
+                    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                        continue
+                    except OSError as e:
+                        # out of file descriptors or memory: refuse this one, keep serving the others
+                        log.warning("cannot accept a connection: %s", e)
+                        await anyio.sleep(ACCEPT_BACKOFF_S)
+                        continue
+                    try:
+                        conn.setblocking(False)
+                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    except OSError as e:
+                        log.warning("dropping a connection from %s: %s", address, e)
+                        conn.close()
+                        continue
+                    tg.start_soon(self._connection, conn, "%s:%s" % address[:2])
+        finally:
+            listener.close()
+
+    async def _connection(self, conn: socket.socket, peer: str) -> None:
+        core = ConnectionCore(self.supported, self.broker.config.max_request_bytes)
+        send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._writer, conn, receive, tg)
+                try:
+                    async with send:
+                        await self._reader(conn, core, send, tg, peer)
+                except ProtocolError as e:
+                    log.warning("closing connection from %s: %s", peer, e)
+                    tg.cancel_scope.cancel()
+                except _PEER_GONE:
+                    tg.cancel_scope.cancel()
+        except Exception:
+            # a handler bug must cost this connection only, never the server: anything escaping
+            # here would end the accept loop's task group, and with it the broker
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            conn.close()
+
+    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str) -> None:
+        while True:
+            with core.receive_buffer() as view:
+                n = await recv_into(conn, view)
+            if n == 0:
+                raise anyio.EndOfStream
+            core.received(n)
+            await checkpoint()  # a peer that always has bytes ready must not starve the others
+            while (request := core.next_request()) is not None:
+                result = await self._dispatch(request, peer)
+                if result is None:
+                    continue
+                if inspect.isawaitable(result):
+                    pending = _Pending()
+                    tg.start_soon(self._complete, request, result, pending, peer)
+                    await send.send(pending)
+                else:
+                    await send.send(core.response_bytes(request, result))
+
+    async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
+        handler = self.handlers[request.header.api_key]
+        ctx = RequestContext(self.node, request.header, peer, self.supported)
+        if request.unsupported:
+            return await handler.handle(ctx, None)
+        return await handler.handle(ctx, request.body)
+
+    async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
+        # failed until a response exists: a completion cancelled while the connection is torn
+        # down (cancellation is no Exception) must not leave the writer a response without data
+        pending.failed = True
+        try:
+            body = await awaitable
+            pending.data = ConnectionCore.response_bytes(request, body)
+            pending.failed = False
+        except Exception:
+            log.exception("handler %d failed for %s", request.header.api_key, peer)
+        finally:
+            pending.done.set()
+
+    async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup) -> None:
+        try:
+            async with receive:
+                async for item in receive:
+                    if isinstance(item, _Pending):
+                        await item.done.wait()
+                        if item.failed:
+                            return
+                        item = item.data
+                    await send_all(conn, item)
+        except _PEER_GONE:
+            pass  # the peer closed (or reset) while responses were still going out to it
+        finally:
+            # done, failed, or the reader finished (peer closed its side): end the connection
+            tg.cancel_scope.cancel()
+
+
+async def run(broker: Broker, on_ready=None) -> None:
+    server = Server(BrokerServer(broker))
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.serve)
+        if on_ready:
+            on_ready(port)
+        await anyio.sleep(math.inf)
