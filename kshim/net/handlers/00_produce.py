@@ -63,11 +63,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     return _when_committed(req, results)
 
 
-async def _when_committed(req, pending: Awaitable[list[PartitionAppend]]) -> dict:
+async def _when_committed(req: Container, pending: Awaitable[list[PartitionAppend]]) -> dict:
     return _response(req, await pending)
 
 
-def _response(req, results: list[PartitionAppend]) -> dict:
+def _response(req: Container, results: list[PartitionAppend]) -> dict:
     answers = iter(results)
     return {"throttle_time_ms": 0, "responses": [
         {"name": t.name, "partition_responses": [_partition_response(pd.index, next(answers))

@@ -57,11 +57,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     return _when_ready(req, results)
 
 
-async def _when_ready(req, pending: Awaitable[list[FetchPartitionData]]) -> dict:
+async def _when_ready(req: Container, pending: Awaitable[list[FetchPartitionData]]) -> dict:
     return _response(req, await pending)
 
 
-def _response(req, results: list[FetchPartitionData]) -> dict:
+def _response(req: Container, results: list[FetchPartitionData]) -> dict:
     answers = iter(results)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": [
         {"topic": t.get("topic"), "topic_id": t.get("topic_id"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.net.handlers import RequestContext, Response
+from kshim.partition import Partition
 from wire.errors import ErrorCode
 
 API_KEY = 2
@@ -25,7 +26,7 @@ VERSIONS = (1, 9)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
 
-def _lookup(partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
     """(offset, timestamp) for one partition."""
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1

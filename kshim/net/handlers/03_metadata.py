@@ -17,6 +17,7 @@ import uuid
 
 from construct import Container
 
+from kshim.cluster.image import TopicInfo
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
@@ -31,7 +32,7 @@ def broker_list(ctx: RequestContext) -> list[dict]:
             for b in ctx.broker.image.alive_brokers()]
 
 
-def topic_entry(ctx: RequestContext, topic) -> dict:
+def topic_entry(ctx: RequestContext, topic: TopicInfo) -> dict:
     alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.coordinator.groups import GroupCoordinator
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import commit_entries, commit_response
 from wire.errors import ErrorCode
@@ -24,7 +25,7 @@ API_KEY = 8
 VERSIONS = (2, 9)
 
 
-async def _write(coordinator, req, updates, codes) -> dict:
+async def _write(coordinator: GroupCoordinator, req: Container, updates: list, codes: dict) -> dict:
     code = await coordinator.write(req.group_id, updates)
     for tp, _ in updates:
         codes[tp] = code

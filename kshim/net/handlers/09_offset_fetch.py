@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.coordinator.groups import GroupCoordinator
+from kshim.coordinator.groups.offsets_format import OffsetEntry
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -23,13 +25,13 @@ API_KEY = 9
 VERSIONS = (1, 9)
 
 
-def _partition(index: int, entry, error: ErrorCode, v: int) -> dict:
+def _partition(index: int, entry: OffsetEntry | None, error: ErrorCode, v: int) -> dict:
     return {"partition_index": index, "committed_offset": entry.offset if entry else -1,
             "committed_leader_epoch": entry.leader_epoch if entry else -1,
             "metadata": entry.metadata if entry else "", "error_code": error}
 
 
-def _group(coordinator, group_id: str, topics, require_stable: bool, v: int, member_id: str | None = None,
+def _group(coordinator: GroupCoordinator, group_id: str, topics: list | None, require_stable: bool, v: int, member_id: str | None = None,
            member_epoch: int = -1) -> tuple[ErrorCode, list]:
     wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
     code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)

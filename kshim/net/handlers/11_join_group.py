@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.coordinator.groups.group import JoinResult
+from kshim.coordinator.groups.group import JoinResult, Waiter
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import client_host, instance_id
 from wire.errors import ErrorCode
@@ -35,7 +35,7 @@ def _fit(version: int, result: JoinResult) -> dict:
                         for m in result.members]}
 
 
-async def _wait(version: int, waiter) -> dict:
+async def _wait(version: int, waiter: Waiter) -> dict:
     return _fit(version, await waiter.wait())
 
 

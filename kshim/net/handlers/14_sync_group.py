@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.coordinator.groups.group import SyncResult
+from kshim.coordinator.groups.group import SyncResult, Waiter
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import instance_id
 from wire.errors import ErrorCode
@@ -25,7 +25,7 @@ def _answer(result: SyncResult) -> dict:
             "protocol_name": result.protocol_name, "assignment": result.assignment}
 
 
-async def _wait(waiter) -> dict:
+async def _wait(waiter: Waiter) -> dict:
     return _answer(await waiter.wait())
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.coordinator.groups import GroupCoordinator
+from kshim.coordinator.groups.group import Group
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -19,14 +21,14 @@ VERSIONS = (0, 5)
 NO_OPERATIONS = -(1 << 31)
 
 
-def describe(coordinator, group_id: str) -> dict:
+def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
     entry = {"error_code": ErrorCode.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
              "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
     code = coordinator.check(group_id)
     if code:
         return {**entry, "error_code": code, "group_state": ""}
     group = coordinator.get_group(group_id)
-    if group is None or getattr(group, "group_type", "classic") != "classic":
+    if not isinstance(group, Group):  # none, or a KIP-848 consumer group: Dead to the classic API
         return entry
     stable = group.state == "Stable"
     entry.update(group_state=group.state, protocol_type=group.protocol_type or "",

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any, Mapping
 
 from construct import Container
@@ -27,7 +28,7 @@ API_KEY = 20
 VERSIONS = (1, 6)
 
 
-async def _delete(ctx: RequestContext, name: str | None, topic_id) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
     broker = ctx.broker
     topic_id = topic_id or ZERO_UUID
     if name is not None and topic_id != ZERO_UUID:

@@ -24,7 +24,7 @@ API_KEY = 22
 VERSIONS = (0, 5)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     tid = req.transactional_id
     if tid is None:
         return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(),

@@ -24,7 +24,7 @@ API_KEY = 23
 VERSIONS = (0, 4)
 
 
-def _answer(ctx: RequestContext, topic_name: str, p) -> dict:
+def _answer(ctx: RequestContext, topic_name: str, p: Container) -> dict:
     entry = {"partition": p.partition, "error_code": ErrorCode.NONE, "leader_epoch": -1, "end_offset": -1}
     partition = ctx.broker.replica_manager.get_partition_or_error(topic_name, p.partition,
                                                                   p.get("current_leader_epoch", -1))

@@ -21,13 +21,13 @@ API_KEY = 24
 VERSIONS = (0, 5)
 
 
-def _results(topics, codes: dict) -> list[dict]:
+def _results(topics: list, codes: dict) -> list[dict]:
     return [{"name": t.name, "results_by_partition": [
         {"partition_index": p, "partition_error_code": codes[(t.name, p)]} for p in t.partitions]}
         for t in topics]
 
 
-async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics, verify_only: bool) -> dict:
+async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics: list, verify_only: bool) -> dict:
     coordinator = ctx.transactions
     wanted = {(t.name, p) for t in topics for p in t.partitions}
     unknown = coordinator.unknown_partitions(wanted)
@@ -43,7 +43,7 @@ async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topi
     return dict.fromkeys(wanted, code)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     if ctx.version <= 3:
         codes = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                            req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.errors import BrokerError
 from kshim.coordinator.groups import OFFSETS_TOPIC
+from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
@@ -20,7 +20,7 @@ API_KEY = 25
 VERSIONS = (0, 4)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     if not req.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     try:

@@ -20,7 +20,7 @@ API_KEY = 26
 VERSIONS = (0, 5)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     code = await ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  req.committed)
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2),

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
 from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
+from kshim.net.handlers import RequestContext, Response
 
 API_KEY = 27
 VERSIONS = (0, 1)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     out = []
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]

@@ -26,7 +26,7 @@ API_KEY = 28
 VERSIONS = (0, 4)
 
 
-async def _answer(ctx: RequestContext, req: Container):
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     coordinator = ctx.groups
     v = ctx.version
     if not req.group_id:

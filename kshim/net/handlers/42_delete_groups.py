@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.coordinator.groups import GroupCoordinator
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -15,7 +16,7 @@ API_KEY = 42
 VERSIONS = (0, 2)
 
 
-async def _delete(coordinator, names) -> dict:
+async def _delete(coordinator: GroupCoordinator, names: list[str]) -> dict:
     results = []
     for name in names:
         code = await coordinator.delete_group(name) if name else ErrorCode.INVALID_GROUP_ID

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.coordinator.groups import GroupCoordinator
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -15,14 +16,14 @@ API_KEY = 47
 VERSIONS = (0, 0)
 
 
-def _answer(code, req, codes) -> dict:
+def _answer(code: ErrorCode, req: Container, codes: dict) -> dict:
     return {"error_code": code, "throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                          "error_code": codes.get((t.name, p.partition_index), ErrorCode.NONE)}
                                         for p in t.partitions]} for t in req.topics] if not code else []}
 
 
-async def _delete(coordinator, req, deletes, codes) -> dict:
+async def _delete(coordinator: GroupCoordinator, req: Container, deletes: list, codes: dict) -> dict:
     code = await coordinator.write(req.group_id, [(tp, None) for tp in deletes])
     for tp in deletes:
         codes[tp] = code

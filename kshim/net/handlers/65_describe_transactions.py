@@ -10,8 +10,8 @@ from typing import Any
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
 from kshim.coordinator.transactions.state import TxnMetadata
+from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 65

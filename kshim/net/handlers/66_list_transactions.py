@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
 from kshim.coordinator.transactions import TxnState
+from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 66

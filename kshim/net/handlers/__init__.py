@@ -20,9 +20,9 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 from construct import Container
 
 from kshim.broker import Broker
-from kshim.net.broker_server import BrokerServer
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
+from kshim.net.broker_server import BrokerServer
 from wire.headers import RequestHeader
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]

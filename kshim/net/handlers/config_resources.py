@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from construct import Container
 
@@ -44,7 +44,7 @@ def config_entry(resolved: Resolved) -> dict[str, Any]:
             "config_source": resolved.source, "is_sensitive": resolved.definition.sensitive}
 
 
-def config_dict(entries, error: ErrorCode) -> dict[str, str]:
+def config_dict(entries: Iterable[Container] | None, error: ErrorCode) -> dict[str, str]:
     """A request's config entries as a dict; a name given twice or a null value is `error`."""
     configs: dict[str, str] = {}
     for entry in entries or ():

@@ -1,6 +1,8 @@
 """Helpers shared by the group handlers (not a handler module: no NN_ prefix)."""
 from __future__ import annotations
 
+from construct import Container
+
 from kshim.clock import SYSTEM
 from kshim.coordinator.groups.offsets_format import OffsetEntry
 from kshim.net.handlers import RequestContext
@@ -11,11 +13,11 @@ def client_host(ctx: RequestContext) -> str:
     return "/" + ctx.peer.rsplit(":", 1)[0]
 
 
-def instance_id(req, version: int, since: int):
+def instance_id(req: Container, version: int, since: int) -> str | None:
     return req.get("group_instance_id") if version >= since else None
 
 
-def commit_response(req, codes: dict) -> dict:
+def commit_response(req: Container, codes: dict) -> dict:
     """OffsetCommit / TxnOffsetCommit answer: an error code per requested partition."""
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index,
@@ -23,7 +25,7 @@ def commit_response(req, codes: dict) -> dict:
                                         for p in t.partitions]} for t in req.topics]}
 
 
-def commit_entries(req, code: ErrorCode, metadata_limit: int, epoch_since: int, version: int) -> tuple[dict, list]:
+def commit_entries(req: Container, code: ErrorCode, metadata_limit: int, epoch_since: int, version: int) -> tuple[dict, list]:
     """OffsetCommit / TxnOffsetCommit requests: (error code per partition, [(partition, entry)] to
     write). `code` is the group's answer; a partition whose metadata is too long is refused alone.
     The committed leader epoch is read from `epoch_since` on."""
