@@ -173,7 +173,7 @@ def test_ctl_errors(cluster, tmp_path):
     second = subprocess.run([sys.executable, "-m", "kshim", "serve", "--brokers", "3", "--port",
                              str(free_port_block(3)), "--data-dir", str(cluster.data_dir)],
                             capture_output=True, text=True, timeout=60)
-    assert second.returncode == 1 and "already running" in second.stderr
+    assert second.returncode == 1 and "is in use by kshim serve --brokers 3" in second.stderr, second.stderr
     port0 = subprocess.run([sys.executable, "-m", "kshim", "serve", "--brokers", "2", "--port", "0",
                             "--data-dir", str(tmp_path / "x")], capture_output=True, text=True, timeout=60)
     assert port0.returncode == 2 and "--port 0 is not supported with --brokers" in port0.stderr

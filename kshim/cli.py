@@ -18,6 +18,7 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import broker_process
+from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -91,16 +92,23 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     return anyio.run(run_cluster, settings)
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
-    from kshim.net.server import Server
+    from kshim.net.server import Server, open_listener
 
-    broker = open_standalone(config)
+    # bind before opening any log: a serve whose port is taken leaves the data directory as it was
+    listener = open_listener(config.host, config.port)
+    try:
+        broker = open_standalone(config)
+    except BaseException:
+        listener.close()
+        raise
     try:
         async with anyio.create_task_group() as tg:
-            port = await tg.start(Server(BrokerServer(broker)).serve)
+            port = await tg.start(Server(BrokerServer(broker)).serve, listener)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
+            lock.update_owner(f"kshim serve on {config.host}:{port}")
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
@@ -139,5 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults,
         )
-        return run_server(_serve, config, name="kshim", address=f"{args.host}:{args.port}")
+        try:
+            lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")
+        except (DataDirInUse, OSError) as e:
+            print(f"kshim: {e}", file=sys.stderr)
+            return 1
+        return run_server(_serve, config, lock, name="kshim", address=f"{args.host}:{args.port}")
     return 2

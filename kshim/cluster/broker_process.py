@@ -11,6 +11,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import anyio
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.remote import RemoteControllerClient
+from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
 
@@ -72,15 +74,21 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
     # lazy: `kshim` imports this module for its options; ctl and the controller need no server
     from kshim.net.broker_server import BrokerServer
-    from kshim.net.server import Server
+    from kshim.net.server import Server, open_listener
 
+    # bind before opening any log: a broker whose port is taken leaves its data directory as it was
+    listener = open_listener(config.host, config.port)
     client = RemoteControllerClient(controller_socket, config.node_id)
-    broker = Broker(config, client)
+    try:
+        broker = Broker(config, client)
+    except BaseException:
+        listener.close()
+        raise
     client.attach(broker)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
-                port = await tg.start(Server(BrokerServer(broker)).serve)
+                port = await tg.start(Server(BrokerServer(broker)).serve, listener)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))
@@ -96,5 +104,10 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    try:
+        lock_data_dir(config.data_dir, f"kshim broker {args.node_id} on {args.host}:{args.port}")
+    except (DataDirInUse, OSError) as e:
+        print(f"kshim broker {args.node_id}: {e}", file=sys.stderr)
+        return 1
     return run_server(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms,
                       name=f"kshim broker {args.node_id}", address=f"{args.host}:{args.port}")

@@ -32,6 +32,7 @@ from kshim.controller import rpc
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
+from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.signal import Signal
 from wire.errors import ErrorCode
 
@@ -382,15 +383,16 @@ def _check_ports(settings: ClusterSettings) -> None:
 async def run_cluster(settings: ClusterSettings) -> int:
     """The controller process: returns the exit code."""
     data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
     sock = socket_path(data_dir)
     try:
+        # before anything else in the directory: a second serve on it must not touch it
+        lock_data_dir(data_dir, f"kshim serve --brokers {settings.brokers} on {settings.host}:{settings.port}")
         rpc.check_socket_path(sock)
         if await _controller_running(sock):
             raise StartupFailed(f"a kshim cluster is already running with data in {data_dir} "
                                 f"(its controller answers on {sock})")
         _check_ports(settings)
-    except (StartupFailed, OSError) as e:
+    except (StartupFailed, DataDirInUse, OSError) as e:
         print(f"kshim: {e}", file=sys.stderr)
         return 1
     (data_dir / "controller").mkdir(exist_ok=True)

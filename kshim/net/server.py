@@ -101,9 +101,11 @@ class Server:
         self.handlers: dict[int, Handler] = load_handlers()
         self.supported = supported_versions(self.handlers)
 
-    async def serve(self, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        cfg = self.broker.config
-        listener = open_listener(cfg.host, cfg.port)
+    async def serve(self, listener: socket.socket | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        """Accept on `listener` (bound by the caller before it opened any log) or on a new one."""
+        if listener is None:
+            cfg = self.broker.config
+            listener = open_listener(cfg.host, cfg.port)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.node.run)
