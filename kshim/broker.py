@@ -14,8 +14,8 @@ from typing import Callable, Mapping, Protocol, TypeVar
 
 import anyio
 
+from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs.broker import BrokerConfig
-from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.controller.messages import (
     AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
@@ -104,7 +104,8 @@ class Broker:
     async def auto_create(self, name: str) -> TopicInfo | None:
         """The topic, created with the broker defaults if auto-creation is on; None otherwise."""
         topic = self.topics.get(name)
-        if topic is None and self.config.auto_create_topics:
+        if topic is None and self.config.auto_create_topics and name not in INTERNAL_TOPICS:
+            # internal topics are created by their coordinators, with their own partition counts
             check_topic_name(name)
             try:
                 topic = await self.create_topic(name, self.config.default_partitions)

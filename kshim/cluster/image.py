@@ -9,6 +9,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from kshim.errors import BrokerError
+from wire.errors import ErrorCode
+
 NO_LEADER = -1
 
 
@@ -33,6 +36,17 @@ class PartitionInfo:
     partition_epoch: int = 0  # bumped at every change of leader or ISR (AlterPartition fencing)
 
 
+# Kafka's internal topics that kshim has; only the broker's own coordinators write them
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def refuse_internal(name: str, action: str) -> None:
+    """INVALID_TOPIC_EXCEPTION, as Kafka answers a produce or DeleteRecords to an internal topic:
+    a client must not forge group offsets or transaction state, nor delete or reshape them."""
+    if name in INTERNAL_TOPICS:
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot {action} internal topic {name}")
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     name: str
@@ -42,7 +56,7 @@ class TopicInfo:
 
     @property
     def is_internal(self) -> bool:
-        return self.name.startswith("__")
+        return self.name in INTERNAL_TOPICS
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ state (`load`), forgets them (`unload`) and fires its timers (`timers`); the run
 """
 from __future__ import annotations
 
+import logging
 import math
 from functools import lru_cache
 from typing import Callable, Iterator, Mapping, Protocol
@@ -36,6 +37,8 @@ from kshim.replica.manager import Metadata
 from kshim.signal import Signal
 from wire import records
 from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.coordinator")
 
 LOAD_CHUNK_BYTES = 1 << 20
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
@@ -226,6 +229,16 @@ class CoordinatorRuntime:
             for pos, header in records.iter_batches(data):
                 offset = header.next_offset
                 yield header, memoryview(data)[pos:pos + header.size]
+
+    def batch_records(self, index: int, header: records.BatchHeader, batch: memoryview) -> list[records.Record]:
+        """The records of a stored batch; none, with one warning, for a batch that cannot be
+        decoded (a garbage payload under a valid CRC): it must not keep the broker from starting."""
+        try:
+            return records.decode_records(batch)
+        except records.CorruptRecordError as e:
+            log.warning("skipping the batch at offsets %d-%d of %s-%d while loading: it cannot be decoded (%s)",
+                        header.base_offset, header.next_offset - 1, self.name, index, e)
+            return []
 
     def leader_replica(self, index: int):
         """The local replica of `index` if this broker leads it, else None."""

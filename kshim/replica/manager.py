@@ -11,9 +11,9 @@ from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
 
-from kshim.configs import resolve
-from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.clock import SYSTEM
+from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
+from kshim.configs import resolve
 from kshim.partition import AppendResult, Partition
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
@@ -146,19 +146,24 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ appends
     def append(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
-               topic_errors: Mapping[str, ErrorCode] | None = None
+               topic_errors: Mapping[str, ErrorCode] | None = None, internal_topics_allowed: bool = False
                ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
         """A Produce request's appends (Kafka's appendRecords), one outcome per entry in order.
         `topic_errors`: the answer for topics that could not be had (a failed auto-creation).
         The appends happen now; with acks=all, if anything was appended, the answer is an
-        awaitable that completes once those records are COMMITTED or `timeout_s` passes."""
+        awaitable that completes once those records are COMMITTED or `timeout_s` passes.
+        Clients never append to internal topics (Kafka's internalTopicsAllowed=false): their
+        partitions answer INVALID_TOPIC_EXCEPTION."""
         if acks not in VALID_ACKS:
             message = f"acks must be 0, 1 or -1, got {acks}"
             return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
         results = []
         waits = []
         for topic, index, data in entries:
-            result = self._append_one(acks, topic, index, data, (topic_errors or {}).get(topic))
+            error = (topic_errors or {}).get(topic)
+            if not internal_topics_allowed and topic in INTERNAL_TOPICS:
+                error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            result = self._append_one(acks, topic, index, data, error)
             results.append(result)
             if acks == -1 and result.appended:
                 waits.append((result, self._replicas[(topic, index)]))

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import base64
 import logging
-from functools import lru_cache
-
-import re2
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Hashable, Mapping
 
+import re2
+
+from kshim.cluster.image import INTERNAL_TOPICS
 from kshim.coordinator.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
 from kshim.coordinator.groups.group import GroupConfig, JoinResult, SyncResult, Waiter
 from wire.errors import ErrorCode
@@ -43,7 +44,6 @@ log = logging.getLogger("kshim.groups")
 EMPTY, ASSIGNING, RECONCILING, STABLE, DEAD = "Empty", "Assigning", "Reconciling", "Stable", "Dead"
 M_STABLE, M_UNREVOKED, M_UNRELEASED = "STABLE", "UNREVOKED_PARTITIONS", "UNRELEASED_PARTITIONS"
 JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOCH = 0, -1, -2
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 TP = tuple[Hashable, int]
 Topics = Mapping[str, tuple[Hashable, int]]  # name -> (topic id, partition count)

@@ -110,7 +110,7 @@ class GroupCoordinator:
                     if marker is not None and marker.committed:
                         self._apply_record(loaded, rec.key, rec.value, rec.offset)
                 continue
-            for rec in records.decode_records(batch):
+            for rec in self.runtime.batch_records(index, header, batch):
                 count += 1
                 if header.is_transactional:
                     open_txns.setdefault(header.producer_id, []).append(rec)

@@ -81,7 +81,7 @@ class TransactionCoordinator:
         for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
                 continue
-            for rec in records.decode_records(batch):
+            for rec in self.runtime.batch_records(index, header, batch):
                 parsed = log_format.decode(bytes(rec.key), None if rec.value is None else bytes(rec.value)) \
                     if rec.key is not None else None
                 if parsed is not None:

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.cluster.image import refuse_internal
 from kshim.configs import resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.net.handlers import RequestContext
@@ -42,6 +43,7 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
     broker = ctx.broker
     name = topic.name
     check_topic_name(name)
+    refuse_internal(name, "create")  # the coordinators create them, with their own partition counts
     if name in broker.topics:
         raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
     count = broker.config.default_partitions if topic.num_partitions == -1 else topic.num_partitions

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
 from wire.errors import ErrorCode
@@ -42,6 +43,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | N
         topic = broker.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    refuse_internal(name, "delete")
     found_id = topic.topic_id
     await broker.delete_topic(name)
     return {"name": name, "topic_id": found_id, "error_code": ErrorCode.NONE, "error_message": None}

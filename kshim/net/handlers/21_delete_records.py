@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
 from kshim.partition import OffsetOutOfRange
@@ -30,6 +31,7 @@ HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
+    refuse_internal(topic, "delete records of")
     partition = ctx.broker.replica_manager.get_partition_or_error(topic, index)
     if isinstance(partition, ErrorCode):
         raise BrokerError(partition, f"{topic}-{index}: {partition.name}")

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
 from kshim.net.handlers.per_topic import each_topic
@@ -26,6 +27,7 @@ VERSIONS = (0, 3)
 async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
     if topic.name not in ctx.broker.topics:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
+    refuse_internal(topic.name, "add partitions to")  # it would move every group's or transaction's coordinator
     if topic.assignments is not None:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give only the new count")

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from construct import Container
 
-from kshim.cluster.image import TopicInfo
+from kshim.cluster.image import TopicInfo, refuse_internal
 from kshim.configs import Resolved
 from kshim.errors import BrokerError, check_topic_name
 from kshim.net.handlers import RequestContext
@@ -32,6 +32,7 @@ def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
                           f"resource type {resource.resource_type} is not supported by kshim")
     name = resource.resource_name
     check_topic_name(name)
+    refuse_internal(name, "reconfigure")
     topic = ctx.broker.topics.get(name)
     if topic is None:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
