@@ -18,6 +18,7 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import broker_process
+from kshim.configs.connection_options import add_connection_options, connection_settings
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=_positive, default=100 * 1024 * 1024,
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_connection_options(serve)
     cluster = serve.add_argument_group(
         "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
                    "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
@@ -85,7 +87,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         min_insync_replicas=args.min_insync_replicas or 1,
         uncommitted_read_limit=args.uncommitted_read_limit or "log-end",
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
-        auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level)
+        auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
+        connection=connection_settings(args))
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         config = BrokerConfig(
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
-            topic_defaults=topic_defaults,
+            topic_defaults=topic_defaults, **connection_settings(args),
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

@@ -156,12 +156,50 @@ def test_a_large_frame_is_read_in_place_and_its_records_are_views_into_it():
         pos += n
         got += drain(c)
     assert ids(got) == [(PRODUCE, 3, 7), (METADATA, 1, 8)]
-    # once the size is known, the rest of the frame is received straight into a buffer of its size
-    assert all(size == frame_size for received, size in targets if 4096 <= received < frame_size)
+    # once the size is known, the rest of the frame is received straight into its own buffer, which
+    # grows with what arrived (never the claimed size up front) and ends at the frame's size
+    in_frame = [(received, size) for received, size in targets if 4096 <= received < frame_size]
+    assert in_frame and in_frame[-1][1] == frame_size
+    assert all(size <= max(ConnectionCore.FRAME_STEP, 2 * received) for received, size in in_frame)
     view = got[0].body.topic_data[0].partition_data[0].records
     assert isinstance(view, memoryview) and bytes(view) == records
     # a view into the frame's own buffer, sized to the frame: not a copy, not the shared buffer
     assert isinstance(view.obj, bytearray) and len(view.obj) == len(produce_v3(7, records)) - 4
+
+
+def feed_in_chunks(c: ConnectionCore, data: bytes, chunk: int = 4096) -> None:
+    """The server's path: recv_into whatever buffer the core hands out."""
+    pos = 0
+    while pos < len(data):
+        with c.receive_buffer() as target:
+            n = min(len(target), chunk, len(data) - pos)
+            target[:n] = data[pos:pos + n]
+        c.received(n)
+        pos += n
+
+
+def test_memory_follows_the_bytes_that_arrived_not_the_claimed_size():
+    c = core()
+    c.receive_data(struct.pack(">i", 100 * 1024 * 1024))  # claims 100 MiB, sends nothing more
+    assert c.next_request() is None and c.in_frame
+    assert c.memory <= 2 * ConnectionCore.FRAME_STEP
+    feed_in_chunks(c, bytes(1024 * 1024))  # 1 MiB of it arrives
+    assert c.next_request() is None
+    assert c.memory <= 2 * 1024 * 1024 + 2 * ConnectionCore.FRAME_STEP
+
+
+def test_a_quiet_connection_gives_a_grown_buffer_back():
+    c = core()
+    assert c.memory == ConnectionCore.INITIAL_BUFFER
+    big_small_frame = metadata_v1(1, ["t%05d" % i for i in range(4000)])  # ~32 KiB: below LARGE_FRAME
+    assert ConnectionCore.INITIAL_BUFFER < len(big_small_frame) < ConnectionCore.LARGE_FRAME
+    feed_in_chunks(c, big_small_frame)
+    assert ids(drain(c)) == [(METADATA, 1, 1)]
+    assert c.memory > ConnectionCore.INITIAL_BUFFER and not c.in_frame
+    c.release_idle()
+    assert c.memory == ConnectionCore.INITIAL_BUFFER
+    feed_in_chunks(c, metadata_v1(2, ["a"]))
+    assert ids(drain(c)) == [(METADATA, 1, 2)]
 
 
 # ---------------------------------------------------------------------------------------- bad frames

@@ -19,6 +19,7 @@ import anyio
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.remote import RemoteControllerClient
+from kshim.configs.connection_options import add_connection_options, connection_settings
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
@@ -58,6 +59,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--replica-lag-time-max-ms", type=_positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                    help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_connection_options(p)
     return p
 
 
@@ -68,6 +70,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
                         "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
+        **connection_settings(args),
     )
 
 

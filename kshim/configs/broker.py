@@ -15,6 +15,14 @@ class BrokerConfig:
     default_replication_factor: int = 1
     auto_create_topics: bool = True
     max_request_bytes: int = 100 * 1024 * 1024
+    # connection budgets (docs/robustness.md): bytes of large requests in flight across all
+    # connections, connections in total and per client address, and how long a connection may be
+    # quiet (idle) or stop halfway through a request (stalled) before it is closed
+    queued_max_request_bytes: int = 512 * 1024 * 1024
+    max_connections: int = 10_000
+    max_connections_per_ip: int = 10_000
+    connections_max_idle_ms: int = 600_000
+    request_stall_timeout_ms: int = 30_000
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults

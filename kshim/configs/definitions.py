@@ -181,6 +181,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("socket.request.max.bytes", INT, str(100 * 1024 * 1024),
               "The largest request the broker reads; larger ones close the connection.", dynamic=False),
     ConfigDef("log.dirs", STRING, None, "Where partition logs and metadata are stored.", dynamic=False),
+    ConfigDef("queued.max.request.bytes", LONG, str(512 * 1024 * 1024),
+              "Bytes of large requests being received or handled, across all connections; past it the "
+              "broker stops reading from connections until some are handled.", dynamic=False),
+    ConfigDef("max.connections", INT, "10000",
+              "Connections open at once; a connection past it is closed as soon as it is accepted.", dynamic=False),
+    ConfigDef("max.connections.per.ip", INT, "10000",
+              "Connections open at once from one client address; past it a new one is closed at once.",
+              dynamic=False),
+    ConfigDef("connections.max.idle.ms", LONG, "600000",
+              "A connection with no request in progress and nothing to answer is closed after this long.",
+              dynamic=False),
+    ConfigDef("kshim.request.stall.timeout.ms", LONG, "30000",
+              "A connection that stops sending halfway through a request is closed after this long.",
+              dynamic=False),
 ]}
 
 

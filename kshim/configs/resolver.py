@@ -120,6 +120,11 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
     "log.dirs": lambda c: str(c.data_dir),
+    "queued.max.request.bytes": lambda c: str(c.queued_max_request_bytes),
+    "max.connections": lambda c: str(c.max_connections),
+    "max.connections.per.ip": lambda c: str(c.max_connections_per_ip),
+    "connections.max.idle.ms": lambda c: str(c.connections_max_idle_ms),
+    "kshim.request.stall.timeout.ms": lambda c: str(c.request_stall_timeout_ms),
 }
 
 

@@ -27,6 +27,7 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.image import MetadataImage
+from kshim.configs.connection_options import ConnectionSettings, connection_argv
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.controller.controller import Controller, ControllerConfig
@@ -64,6 +65,7 @@ class ClusterSettings:
     max_request_bytes: int = 100 * 1024 * 1024
     auto_create_topics: bool = True
     log_level: str = "info"
+    connection: ConnectionSettings | None = None  # the brokers' connection budgets
 
     @property
     def rf(self) -> int:
@@ -86,7 +88,7 @@ class ClusterSettings:
             cmd.append("--no-auto-create-topics")
         if self.replica_lag_time_max_ms is not None:
             cmd += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
-        return cmd
+        return cmd + connection_argv(self.connection)
 
     def broker_dir(self, node_id: int) -> Path:
         return self.data_dir / f"broker-{node_id}"

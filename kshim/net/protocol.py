@@ -44,38 +44,48 @@ class ConnectionCore:
 
     The network layer asks `receive_buffer()` where the next bytes should land, reads into it
     (recv_into) and reports `received(n)`; tests may call `receive_data(bytes)` instead. Small
-    frames collect in a fixed receive buffer and are copied out once; a large frame (a produce of
-    megabytes) gets a bytearray of its exact size as soon as its size is known, and the rest of it
-    is read straight into place. Decoding is zero-copy over that frame, so records reach the log
-    as views into it.
+    frames collect in a receive buffer and are copied out once; a large frame (a produce of
+    megabytes) gets a bytearray of its own once its size is known, and the rest of it is read
+    straight into place. Decoding is zero-copy over that frame, so records reach the log as views
+    into it.
+
+    Memory follows the bytes that arrived, never a claimed size: the receive buffer starts small
+    and doubles only when a read fills it; a large frame's buffer starts at what arrived and
+    doubles as more arrives, up to its size (realloc of a large block remaps, it does not copy).
+    `release_idle()` gives a grown, empty receive buffer back.
     """
 
     LARGE_FRAME = 64 * 1024
-    BUFFER_SIZE = 256 * 1024
-    MIN_ROOM = 16 * 1024
+    INITIAL_BUFFER = 8 * 1024
+    FRAME_STEP = 64 * 1024  # a large frame's first buffer holds at least this much
 
     def __init__(self, supported: Mapping[int, tuple[int, int]], max_request_bytes: int) -> None:
         self.supported = supported
         self.max_request_bytes = max_request_bytes
-        self._buf = bytearray(self.BUFFER_SIZE)
+        self._buf = bytearray(self.INITIAL_BUFFER)
         self._pos = 0  # start of unconsumed bytes in _buf
         self._end = 0  # end of received bytes in _buf
         self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame_size = 0  # its final size
         self._filled = 0
         self._ready: bytearray | None = None  # a large frame complete, not yet taken
 
     def receive_buffer(self) -> memoryview:
         """Where the next received bytes go; release the view before calling `received`."""
         if self._frame is not None:
+            if self._filled == len(self._frame):
+                grown = min(self._frame_size, 2 * len(self._frame))
+                self._frame += bytes(grown - len(self._frame))
             return memoryview(self._frame)[self._filled:]
-        if len(self._buf) - self._end < self.MIN_ROOM:
+        if self._end == len(self._buf):
             pending = self._end - self._pos
-            self._buf[:pending] = self._buf[self._pos:self._end]  # same size: a move, no resize
-            self._pos, self._end = 0, pending
-            if len(self._buf) - self._end < self.MIN_ROOM:
-                # only when bytes are fed faster than requests are taken (receive_data in tests):
-                # the server takes every complete request after each read
-                self._buf += bytes(self.BUFFER_SIZE)
+            if self._pos:
+                self._buf[:pending] = self._buf[self._pos:self._end]  # same size: a move, no resize
+                self._pos, self._end = 0, pending
+            if self._end == len(self._buf):
+                # full of one incomplete small frame, or of requests not taken yet (receive_data in
+                # tests: the server takes every complete request after each read)
+                self._buf += bytes(len(self._buf))
         return memoryview(self._buf)[self._end:]
 
     def received(self, n: int) -> None:
@@ -83,10 +93,32 @@ class ConnectionCore:
             self._end += n
             return
         self._filled += n
-        if self._filled == len(self._frame):
+        if self._filled == self._frame_size:
             # complete: it precedes every byte that lands in _buf from now on
             self._ready = self._frame
             self._frame, self._filled = None, 0
+
+    def release_idle(self) -> None:
+        """Nothing is buffered and the peer is quiet: shrink a grown receive buffer back."""
+        if self._pos == self._end and len(self._buf) > self.INITIAL_BUFFER:
+            self._buf = bytearray(self.INITIAL_BUFFER)
+            self._pos = self._end = 0
+
+    @property
+    def in_frame(self) -> bool:
+        """Part of a request has arrived and the rest has not: the peer owes bytes."""
+        return self._frame is not None or self._end > self._pos
+
+    @property
+    def frame_size(self) -> int:
+        """The size of the large frame being received in place, 0 if none."""
+        return self._frame_size if self._frame is not None else 0
+
+    @property
+    def memory(self) -> int:
+        """Bytes this connection holds for requests (buffers, whatever they contain)."""
+        return len(self._buf) + (len(self._frame) if self._frame is not None else 0) + \
+            (len(self._ready) if self._ready is not None else 0)
 
     def receive_data(self, data: bytes) -> None:
         """Feed bytes that were read elsewhere (tests, other transports)."""
@@ -124,13 +156,15 @@ class ConnectionCore:
                 self._pos = self._end = 0
             return self._parse(frame, size)
         if size >= self.LARGE_FRAME:
-            self._frame = bytearray(size)
+            # its own buffer, as big as what arrived (and a step more), never its claimed size
+            self._frame = bytearray(min(size, max(available, self.FRAME_STEP)))
             self._frame[:available] = self._buf[start:self._end]
-            self._filled = available
+            self._frame_size, self._filled = size, available
             self._pos = self._end = 0
             return None
-        elif len(self._buf) - self._pos < 4 + size:
-            # a small frame that does not fit behind _pos: move it to the front
+        if len(self._buf) - self._pos < 4 + size:
+            # a small frame that does not fit behind _pos: move it to the front (the buffer then
+            # grows as its bytes arrive, see receive_buffer)
             self._buf[:available + 4] = self._buf[self._pos:self._end]
             self._pos, self._end = 0, available + 4
         return None

@@ -50,15 +50,6 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def recv_into(sock: socket.socket, view: memoryview) -> int:
-    """Read what is there (at least one byte), waiting only when nothing is; 0 at end of stream."""
-    while True:
-        try:
-            return sock.recv_into(view)
-        except BlockingIOError:
-            await anyio.wait_readable(sock)
-
-
 IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
 
 
@@ -81,6 +72,57 @@ async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryv
                 views[i] = views[i][sent:]
                 sent = 0
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
+REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged once, then summed up at most this often
+
+
+class RequestMemory:
+    """queued.max.request.bytes: bytes of large requests being received or handled, across every
+    connection. A connection reserves a large frame's size once the size is known (its buffer still
+    grows only as bytes arrive) and gives it back once the request is handled; while the budget is
+    spent, readers wait before reading more (back pressure, as Kafka mutes channels)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._freed = anyio.Event()
+
+    async def reserve(self, n: int) -> None:
+        while self.used and self.used + n > self.capacity:  # with nothing reserved, any one frame fits
+            await self._freed.wait()
+        self.used += n
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        freed, self._freed = self._freed, anyio.Event()
+        freed.set()
+
+
+class _Refusals:
+    """Connections refused over a limit: one log line when it starts, then a count per interval."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_log = -math.inf
+
+    def note(self, peer: str, why: str) -> None:
+        self.count += 1
+        now = anyio.current_time()
+        if now - self.last_log >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("refusing connections: %s (from %s; %d refused since the last such line)",
+                        why, peer, self.count)
+            self.count, self.last_log = 0, now
+
+
+class _Connection:
+    """What the server tracks of one connection."""
+
+    __slots__ = ("ip", "outstanding", "reserved", "last_sent")
+
+    def __init__(self, ip: str) -> None:
+        self.ip = ip
+        self.outstanding = 0  # responses queued or in the making
+        self.last_sent = anyio.current_time()  # when the last response went out
+        self.reserved = 0  # bytes held in RequestMemory for the large frame being received
 
 
 class _Pending:
@@ -100,6 +142,11 @@ class Server:
         self.broker = node.broker
         self.handlers: dict[int, Handler] = load_handlers()
         self.supported = supported_versions(self.handlers)
+        cfg = self.broker.config
+        self.memory = RequestMemory(cfg.queued_max_request_bytes)
+        self.open_connections = 0
+        self.per_ip: dict[str, int] = {}
+        self.refusals = _Refusals()
 
     async def serve(self, listener: socket.socket | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Accept on `listener` (bound by the caller before it opened any log) or on a new one."""
@@ -121,6 +168,12 @@ class Server:
                         log.warning("cannot accept a connection: %s", e)
                         await anyio.sleep(ACCEPT_BACKOFF_S)
                         continue
+                    peer = "%s:%s" % address[:2]
+                    over = self._over_limit(address[0])
+                    if over:
+                        self.refusals.note(peer, over)
+                        conn.close()
+                        continue
                     try:
                         conn.setblocking(False)
                         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -128,19 +181,31 @@ class Server:
                         log.warning("dropping a connection from %s: %s", address, e)
                         conn.close()
                         continue
-                    tg.start_soon(self._connection, conn, "%s:%s" % address[:2])
+                    tg.start_soon(self._connection, conn, peer, address[0])
         finally:
             listener.close()
 
-    async def _connection(self, conn: socket.socket, peer: str) -> None:
+    def _over_limit(self, ip: str) -> str | None:
+        cfg = self.broker.config
+        if self.open_connections >= cfg.max_connections:
+            return f"{self.open_connections} connections are open (max.connections={cfg.max_connections})"
+        if self.per_ip.get(ip, 0) >= cfg.max_connections_per_ip:
+            return f"{self.per_ip[ip]} connections are open from {ip} " \
+                   f"(max.connections.per.ip={cfg.max_connections_per_ip})"
+        return None
+
+    async def _connection(self, conn: socket.socket, peer: str, ip: str) -> None:
         core = ConnectionCore(self.supported, self.broker.config.max_request_bytes)
+        state = _Connection(ip)
+        self.open_connections += 1
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
         send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._writer, conn, receive, tg)
+                tg.start_soon(self._writer, conn, receive, tg, state)
                 try:
                     async with send:
-                        await self._reader(conn, core, send, tg, peer)
+                        await self._reader(conn, core, send, tg, peer, state)
                 except ProtocolError as e:
                     log.warning("closing connection from %s: %s", peer, e)
                     tg.cancel_scope.cancel()
@@ -152,25 +217,67 @@ class Server:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             conn.close()
+            if state.reserved:
+                self.memory.release(state.reserved)
+            self.open_connections -= 1
+            self.per_ip[ip] -= 1
+            if not self.per_ip[ip]:
+                del self.per_ip[ip]
 
-    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str) -> None:
+    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str,
+                      state: _Connection) -> None:
+        cfg = self.broker.config
         while True:
             with core.receive_buffer() as view:
-                n = await recv_into(conn, view)
+                try:
+                    n = conn.recv_into(view)
+                except BlockingIOError:
+                    n = -1
+            if n < 0:  # nothing to read now: wait, within the connection's time limits
+                if core.in_frame:
+                    timeout = cfg.request_stall_timeout_ms / 1000
+                    with anyio.move_on_after(timeout):
+                        await anyio.wait_readable(conn)
+                        continue
+                    log.info("closing connection from %s: it stopped sending halfway through a request "
+                             "for %.1f s", peer, timeout)
+                    raise anyio.EndOfStream
+                core.release_idle()
+                last_read = anyio.current_time()
+                idle_s = cfg.connections_max_idle_ms / 1000
+                while True:  # idle: nothing read and nothing answered for idle_s (a long poll is not idle)
+                    quiet_since = max(last_read, state.last_sent)
+                    with anyio.move_on_after(quiet_since + idle_s - anyio.current_time()):
+                        await anyio.wait_readable(conn)
+                        break
+                    if not state.outstanding and anyio.current_time() >= max(last_read, state.last_sent) + idle_s:
+                        log.debug("closing connection from %s: idle for %.1f s", peer, idle_s)
+                        raise anyio.EndOfStream
+                    if state.outstanding:
+                        state.last_sent = anyio.current_time()  # waiting on its own answer: not idle yet
+                continue
             if n == 0:
                 raise anyio.EndOfStream
             core.received(n)
             await checkpoint()  # a peer that always has bytes ready must not starve the others
             while (request := core.next_request()) is not None:
                 result = await self._dispatch(request, peer)
+                if state.reserved and request.size == state.reserved:  # the large frame is handled
+                    self.memory.release(state.reserved)
+                    state.reserved = 0
                 if result is None:
                     continue
+                state.outstanding += 1
                 if inspect.isawaitable(result):
                     pending = _Pending()
                     tg.start_soon(self._complete, request, result, pending, peer)
                     await send.send(pending)
                 else:
                     await send.send(core.response_bytes(request, result))
+            if core.frame_size and not state.reserved:
+                # a large frame has begun: hold its size in the shared budget before reading on
+                state.reserved = core.frame_size
+                await self.memory.reserve(state.reserved)
 
     async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
@@ -192,7 +299,8 @@ class Server:
         finally:
             pending.done.set()
 
-    async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup) -> None:
+    async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup,
+                      state: _Connection) -> None:
         try:
             async with receive:
                 async for item in receive:
@@ -202,6 +310,8 @@ class Server:
                             return
                         item = item.data
                     await send_all(conn, item)
+                    state.outstanding -= 1
+                    state.last_sent = anyio.current_time()
         except _PEER_GONE:
             pass  # the peer closed (or reset) while responses were still going out to it
         finally:

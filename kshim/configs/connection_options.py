@@ -1,0 +1,59 @@
+"""The connection budgets as command-line options, shared by `kshim serve` and `kshim broker`
+(the cluster's supervisor hands them on to its broker processes)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import TypedDict, cast
+
+from kshim.configs.broker import BrokerConfig
+
+# (option, BrokerConfig field, help); defaults come from BrokerConfig
+OPTIONS: tuple[tuple[str, str, str], ...] = (
+    ("--queued-max-request-bytes", "queued_max_request_bytes",
+     "bytes of large requests received or being handled across all connections before reading pauses "
+     "(Kafka's queued.max.request.bytes); at least --max-request-bytes"),
+    ("--max-connections", "max_connections", "connections open at once; more are closed on accept"),
+    ("--max-connections-per-ip", "max_connections_per_ip", "connections open at once from one address"),
+    ("--connections-max-idle-ms", "connections_max_idle_ms", "close a connection quiet for this long"),
+    ("--request-stall-timeout-ms", "request_stall_timeout_ms",
+     "close a connection that stops sending halfway through a request for this long"),
+)
+_DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
+
+
+class ConnectionSettings(TypedDict):
+    queued_max_request_bytes: int
+    max_connections: int
+    max_connections_per_ip: int
+    connections_max_idle_ms: int
+    request_stall_timeout_ms: int
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("connection budgets (docs/robustness.md)")
+    for option, name, text in OPTIONS:
+        group.add_argument(option, dest=name, type=_positive, default=_DEFAULTS[name],
+                           help=f"{text} (default {_DEFAULTS[name]})")
+
+
+def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
+    """The budgets given on the command line, as BrokerConfig keyword arguments."""
+    settings = cast(ConnectionSettings, {name: getattr(args, name) for _, name, _ in OPTIONS})
+    if settings["queued_max_request_bytes"] < args.max_request_bytes:
+        raise SystemExit(f"kshim: --queued-max-request-bytes {settings['queued_max_request_bytes']} is less than "
+                         f"--max-request-bytes {args.max_request_bytes}: a largest request could never be read")
+    return settings
+
+
+def connection_argv(settings: ConnectionSettings | None) -> list[str]:
+    """The same budgets as options for a broker process (none: the broker's defaults)."""
+    given: dict = dict(settings or {})
+    return [arg for option, name, _ in OPTIONS if name in given for arg in (option, str(given[name]))]
