@@ -8,6 +8,7 @@ import time
 from typing import Any, Mapping
 
 from construct import Container
+from crc32c import crc32c
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from wire import codec
@@ -176,3 +177,22 @@ def produce_and_consume(bootstrap: str, topic: str, value: bytes = b"still-alive
         p.close()
     got = [(r.offset, r.value) for r in consume_all(bootstrap, topic, 0)]
     assert (meta.offset, value) in got, f"record at {meta.offset} not read back: {got[-5:]}"
+
+
+# ---------------------------------------------------------------- hand-made batches (bad on purpose)
+def rebuild_batch(batch: bytes, *, attributes: int | None = None, records_count: int | None = None,
+                  last_offset_delta: int | None = None, records_section: bytes | None = None) -> bytes:
+    """`batch` (RecordBatch v2) with fields or its records section replaced, then its length and
+    CRC32C set so that only the replaced part is wrong. Built with struct and crc32c directly."""
+    head = bytearray(batch[:61])
+    body = batch[61:] if records_section is None else records_section
+    if attributes is not None:
+        struct.pack_into(">h", head, 21, attributes)
+    if last_offset_delta is not None:
+        struct.pack_into(">i", head, 23, last_offset_delta)
+    if records_count is not None:
+        struct.pack_into(">i", head, 57, records_count)
+    struct.pack_into(">i", head, 8, len(head) + len(body) - 12)  # batch length: after base offset and itself
+    out = bytearray(head + body)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)

@@ -49,7 +49,8 @@ class Broker:
         self.image = MetadataImage(0, "", -1)
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
-        self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self)
+        self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self,
+                                              config.max_request_bytes)
         self._image_applied = Signal()
         self.close_hooks: list[Callable[[], None]] = []  # run after the replicas close (a standalone controller)
         # called after each image is applied (the coordinators follow their partitions' leadership):

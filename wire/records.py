@@ -312,6 +312,28 @@ def decode_records(batch, max_size: int = DEFAULT_MAX_SIZE) -> list[Record]:
     return records
 
 
+def record_times(batch, max_size: int = DEFAULT_MAX_SIZE) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of one whole batch, lazily and without building
+    records: a lookup by time stops at its record (ListOffsets). Decompression is capped."""
+    h = read_header(batch, 0)
+    mv = memoryview(batch)
+    codec = h.attributes & COMPRESSION_MASK
+    data = bytes(mv[HEADER_SIZE:h.size]) if codec == NONE else decompress(codec, mv[HEADER_SIZE:h.size], max_size)
+    log_append = h.attributes & TIMESTAMP_TYPE_MASK
+    rv = _read_varint
+    pos = 0
+    try:
+        for _ in range(h.records_count):
+            length, start = rv(data, pos)
+            pos = start + 1  # attributes
+            ts_delta, pos = rv(data, pos)
+            off_delta, pos = rv(data, pos)
+            yield h.base_offset + off_delta, h.max_timestamp if log_append else h.base_timestamp + ts_delta
+            pos = start + length
+    except IndexError:
+        raise CorruptRecordError("record data truncated") from None
+
+
 def decode_all(buf, *, include_control: bool = False,
                max_size: int = DEFAULT_MAX_SIZE) -> list[Record]:
     """Records of every whole batch in a records blob (strict about truncation).

@@ -29,7 +29,7 @@ from crc32c import crc32c
 
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader,
-    CorruptRecordError, decode_records, read_header,
+    CorruptRecordError, read_header, record_times,
 )
 
 from .segment import (
@@ -334,21 +334,34 @@ class Log:
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after the log start whose timestamp is
         >= ts; None if there is none. Segments are skipped by their max timestamp, the time index
-        narrows the start, then batch headers, then one batch's records are decoded."""
-        with self._lock:
-            lso = self.log_start_offset
-            for seg in self._segments:
-                if not seg.size or seg.max_ts < ts or seg.next_offset <= lso:
-                    continue
-                pos = seg.position_of(max(seg.time_scan_start(ts), lso))
-                if pos is None:
-                    continue
-                for p, h, _ in scan(seg.fd, pos, seg.size):
-                    if h[8] >= ts and h[0] + h[6] >= lso:
-                        for r in decode_records(os.pread(seg.fd, h[1] + LOG_OVERHEAD, p)):
-                            if r.timestamp >= ts and r.offset >= lso:
-                                return r.offset, r.timestamp
-            return None
+        narrows the start, then batch headers; then one batch's records are walked, outside the
+        lock (appends go on) and lazily (it stops at the record). Run it off the event loop."""
+        from_offset = 0
+        while True:  # bounded: each round starts past the batch the last one walked
+            with self._lock:
+                lso = self.log_start_offset
+                candidate = self._batch_reaching(ts, max(from_offset, lso))
+            if candidate is None:
+                return None
+            data, last = candidate
+            for offset, timestamp in record_times(data):
+                if timestamp >= ts and offset >= lso:
+                    return offset, timestamp
+            from_offset = last + 1
+
+    def _batch_reaching(self, ts: int, from_offset: int) -> tuple[bytes, int] | None:
+        """The first stored batch holding `from_offset` or later whose max timestamp is >= ts:
+        (its bytes, its last offset)."""
+        for seg in self._segments:
+            if not seg.size or seg.max_ts < ts or seg.next_offset <= from_offset:
+                continue
+            pos = seg.position_of(max(seg.time_scan_start(ts), from_offset))
+            if pos is None:
+                continue
+            for p, h, _ in scan(seg.fd, pos, seg.size):
+                if h[8] >= ts and h[0] + h[6] >= from_offset:
+                    return os.pread(seg.fd, h[1] + LOG_OVERHEAD, p), h[0] + h[6]
+        return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
         """(timestamp, offset) of the record with the largest timestamp, the earliest on ties
@@ -365,10 +378,10 @@ class Log:
             if pos is None:
                 return None
             h, data = best.batch_at(pos)
-            for r in decode_records(data):
-                if r.timestamp == h[8]:
-                    return r.timestamp, r.offset
-            return h[8], h[0] + h[6]  # records disagree with the header: name the batch
+        for offset, timestamp in record_times(data):  # outside the lock, lazily
+            if timestamp == h[8]:
+                return timestamp, offset
+        return h[8], h[0] + h[6]  # records disagree with the header: name the batch
 
     def batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
         """Headers of the stored batches from the one containing ``from_offset`` (rebuilding

@@ -17,6 +17,7 @@ from kshim.configs import resolve
 from kshim.partition import AppendResult, Partition
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
+from kshim.replica.validation import BatchValidator, Rejection
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
@@ -69,8 +70,11 @@ class Metadata(Protocol):
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata) -> None:
+    def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata,
+                 max_decompressed_bytes: int = 100 * 1024 * 1024) -> None:
         self.node_id = node_id
+        # produced compressed batches decompress within the request size limit (see validation.py)
+        self.validator = BatchValidator(max_decompressed_bytes)
         self.data_dir = data_dir
         self.topic_defaults = topic_defaults
         self.metadata = metadata
@@ -146,24 +150,34 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ appends
     def append(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
-               topic_errors: Mapping[str, ErrorCode] | None = None, internal_topics_allowed: bool = False
+               topic_errors: Mapping[str, ErrorCode] | None = None, internal_topics_allowed: bool = False,
+               rejected: Mapping[int, Rejection] | None = None
                ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
         """A Produce request's appends (Kafka's appendRecords), one outcome per entry in order.
         `topic_errors`: the answer for topics that could not be had (a failed auto-creation).
         The appends happen now; with acks=all, if anything was appended, the answer is an
         awaitable that completes once those records are COMMITTED or `timeout_s` passes.
         Clients never append to internal topics (Kafka's internalTopicsAllowed=false): their
-        partitions answer INVALID_TOPIC_EXCEPTION."""
+        partitions answer INVALID_TOPIC_EXCEPTION. `rejected` (from `validator.check`): entries
+        whose batches from a bad one on are not stored; that one's error is their answer."""
         if acks not in VALID_ACKS:
             message = f"acks must be 0, 1 or -1, got {acks}"
             return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
         results = []
         waits = []
-        for topic, index, data in entries:
+        for i, (topic, index, data) in enumerate(entries):
             error = (topic_errors or {}).get(topic)
             if not internal_topics_allowed and topic in INTERNAL_TOPICS:
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            bad = rejected.get(i) if rejected else None
+            if bad is not None and not error:
+                if not bad.valid_bytes:
+                    results.append(PartitionAppend(bad.error, bad.message))
+                    continue
+                data = memoryview(data)[:bad.valid_bytes] if data is not None else data
             result = self._append_one(acks, topic, index, data, error)
+            if bad is not None and not result.error:
+                result.error, result.message = bad.error, bad.message
             results.append(result)
             if acks == -1 and result.appended:
                 waits.append((result, self._replicas[(topic, index)]))

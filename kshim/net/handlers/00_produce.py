@@ -17,7 +17,10 @@ request and response.
 - Each partition succeeds or fails on its own. Within one partition's records, batches are
   appended one after another and an error stops the rest without rolling back what was appended.
 - Batches stay opaque: header read, CRC32C checked, base offset and leader epoch patched in place.
-  Bad CRC: CORRUPT_MESSAGE; over max.message.bytes: MESSAGE_TOO_LARGE; idempotence errors:
+  A compressed batch is first decompressed and its records walked in a worker thread
+  (kshim/replica/validation.py): an unknown codec is UNSUPPORTED_COMPRESSION_TYPE, a payload that
+  does not decompress within the request size limit CORRUPT_MESSAGE, records that do not match
+  the header INVALID_RECORD. Bad CRC: CORRUPT_MESSAGE; over max.message.bytes: MESSAGE_TOO_LARGE; idempotence errors:
   OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH; a retried duplicate is acknowledged with
   its original offset.
 - Unknown topics are auto-created when the broker allows it; a partition this broker does not
@@ -51,7 +54,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
             except BrokerError as e:
                 topic_errors[name] = e.code
         entries.extend((name, pd.index, pd.records) for pd in topic_data.partition_data)
-    results = broker.replica_manager.append(req.acks, req.timeout_ms / 1000, entries, topic_errors)
+    rejected = await broker.replica_manager.validator.check([data for _, _, data in entries])
+    results = broker.replica_manager.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
     if req.acks == 0:
         assert isinstance(results, list)  # acks=0 waits for nothing
         failed = [(name, index, r.error) for (name, index, _), r in zip(entries, results) if r.error]

@@ -10,15 +10,22 @@
 - -3 (max timestamp, v7+, KIP-734) answers the offset and timestamp of the record with the
   largest timestamp.
 - A timestamp >= 0 answers the first offset whose record timestamp is >= it (found through the
-  time index, then by decoding that one batch), or offset -1 when there is none.
+  time index, then by walking that one batch's records in a worker thread), or offset -1 when
+  there is none.
 """
 from __future__ import annotations
 
+import logging
+
+import anyio
 from construct import Container
 
 from kshim.net.handlers import RequestContext, Response
 from kshim.partition import Partition
+from wire.compression import CorruptRecordError
 from wire.errors import ErrorCode
+
+log = logging.getLogger("kshim.handlers.list_offsets")
 
 API_KEY = 2
 VERSIONS = (1, 9)
@@ -26,8 +33,9 @@ VERSIONS = (1, 9)
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
 
 
-def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
-    """(offset, timestamp) for one partition."""
+async def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
+    """(offset, timestamp) for one partition. A lookup by time reads and walks a batch's
+    records: that runs in a worker thread, never on the event loop."""
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return partition.log_start_offset, -1
     if timestamp == LATEST:
@@ -35,9 +43,9 @@ def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
-        found = partition.log.max_timestamp()
+        found = await anyio.to_thread.run_sync(partition.log.max_timestamp)
         return (found[1], found[0]) if found else (-1, -1)
-    found = partition.log.offset_for_timestamp(timestamp)
+    found = await anyio.to_thread.run_sync(partition.log.offset_for_timestamp, timestamp)
     if found is None or found[0] >= partition.read_bound(isolation_level):
         return -1, -1
     return found
@@ -58,7 +66,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
             elif p.timestamp < EARLIEST_PENDING_UPLOAD:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
             else:
-                entry["offset"], entry["timestamp"] = _lookup(partition, p.timestamp, isolation)
+                try:
+                    entry["offset"], entry["timestamp"] = await _lookup(partition, p.timestamp, isolation)
+                except CorruptRecordError as e:  # a stored batch that cannot be read (stored before checks)
+                    log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, e)
+                    entry["error_code"] = ErrorCode.CORRUPT_MESSAGE
                 if ctx.version >= 4:  # v1-3 have no leader_epoch, and the codec refuses a non-default one
                     entry["leader_epoch"] = partition.leader_epoch
             parts.append(entry)
