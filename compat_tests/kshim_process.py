@@ -22,11 +22,13 @@ class KshimProcess:
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
         self.output: list[str] = []
+        self.preexec_fn = None  # e.g. a resource limit for the broker process
 
     def start(self) -> "KshimProcess":
         cmd = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--data-dir", str(self.data_dir), *self.extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                     preexec_fn=self.preexec_fn)
         ready = threading.Event()
 
         def pump() -> None:

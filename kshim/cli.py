@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
+    serve.add_argument("--max-partitions-per-broker", type=_positive, default=None,
+                       help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
+                            "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
+                            "to its hard limit: 3/4 of it over 6 descriptors per partition, at most 10000)")
     cluster = serve.add_argument_group(
         "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
                    "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
@@ -69,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 _CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag_time_max_ms")
 
 
+def _partition_budget(args: argparse.Namespace) -> int:
+    fd_limit = tuning.raise_fd_limit()
+    budget = args.max_partitions_per_broker or tuning.default_partition_budget(fd_limit)
+    log.info("open-file limit %d: up to %d partition replicas per broker", fd_limit, budget)
+    return budget
+
+
 def _serve_cluster(args: argparse.Namespace) -> int:
     # lazy, like the server below: only `serve --brokers` runs the controller process
     from kshim.controller.process import ClusterSettings, run_cluster
@@ -88,7 +99,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         uncommitted_read_limit=args.uncommitted_read_limit or "log-end",
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
-        connection=connection_settings(args))
+        connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args))
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2
@@ -149,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
+            max_partitions_per_broker=_partition_budget(args),
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

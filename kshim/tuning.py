@@ -34,3 +34,31 @@ def keep_freed_buffers() -> bool:
     ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     log.debug("malloc thresholds %s", "raised" if ok else "unchanged")
     return ok
+
+
+# ------------------------------------------------------------------ file descriptors
+FDS_PER_PARTITION = 6  # a segment holds 3 descriptors (log, index, time index); count two segments
+FD_RESERVE_SHARE = 4  # a quarter of the limit stays for connections, the metadata store, sockets
+MAX_DEFAULT_PARTITIONS = 10_000
+FD_TARGET = 1 << 20
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard one (capped), as servers do; return the soft limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = FD_TARGET if hard == resource.RLIM_INFINITY else min(hard, FD_TARGET)
+    if target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, e)
+    return soft
+
+
+def default_partition_budget(fd_limit: int) -> int:
+    """Partition replicas a broker may host so that it can always open them all again at start-up."""
+    usable = fd_limit - fd_limit // FD_RESERVE_SHARE
+    return max(16, min(MAX_DEFAULT_PARTITIONS, usable // FDS_PER_PARTITION))

@@ -23,6 +23,7 @@ class BrokerConfig:
     max_connections_per_ip: int = 10_000
     connections_max_idle_ms: int = 600_000
     request_stall_timeout_ms: int = 30_000
+    max_partitions_per_broker: int = 10_000  # serve sets it from the open-file limit unless given
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults

@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import random
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import anyio
 
 from kshim.clock import SYSTEM, Clock
-from kshim.cluster.image import NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import TopicConfig, resolve, validate
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
@@ -61,6 +62,8 @@ class ControllerConfig:
     default_partitions: int = 1
     default_replication_factor: int = 1
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
+    # partition replicas a broker may host (descriptors): past it CreateTopics/CreatePartitions fail
+    max_partitions_per_broker: int = 10_000
 
 
 class Controller:
@@ -288,9 +291,10 @@ class Controller:
             raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
                               f"replication factor {rf} must be between 1 and the number of live brokers "
                               f"in the cluster ({len(alive)})")
+        rows = _assign(count, rf, alive)
+        self._check_budget(name, rows)
         if validate_only:
             return None
-        rows = _assign(count, rf, alive)
         record = TopicRecord(name, uuid.uuid4(), count, self.clock.wall_ms(), clean, rows)
         self.store.create_topic(record)
         self._topics[name] = _Topic(name, record.topic_id, clean, rows)
@@ -323,9 +327,10 @@ class Controller:
         if rf > len(alive):
             raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
                               f"replication factor {rf} exceeds the live brokers ({len(alive)})")
+        new = _assign(total - len(topic.partitions), rf, alive, first_index=len(topic.partitions))
+        self._check_budget(name, new)
         if validate_only:
             return
-        new = _assign(total - len(topic.partitions), rf, alive, first_index=len(topic.partitions))
         self.store.set_partition_count(name, total)
         self.store.save_partitions(name, new)
         topic.partitions += new
@@ -342,6 +347,21 @@ class Controller:
         self.store.replace_configs(name, clean)
         topic.configs = clean
         self._publish()
+
+    def _check_budget(self, name: str, rows: list[PartitionRow]) -> None:
+        """POLICY_VIOLATION if `rows` would put a broker past max_partitions_per_broker (the
+        internal topics are always created: the coordinators need them)."""
+        if name in INTERNAL_TOPICS:
+            return
+        hosted: Counter[int] = Counter(b for t in self._topics.values() for p in t.partitions for b in p.replicas)
+        adding = Counter(b for p in rows for b in p.replicas)
+        limit = self.config.max_partitions_per_broker
+        for broker, n in sorted(adding.items()):
+            if hosted[broker] + n > limit:
+                raise BrokerError(ErrorCode.POLICY_VIOLATION,
+                                  f"broker {broker} hosts {hosted[broker]} partition replicas; {n} more would pass its "
+                                  f"limit of {limit} (kshim serve --max-partitions-per-broker; it follows the "
+                                  f"open-file limit)")
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         return self.store.allocate_producer_ids(count)

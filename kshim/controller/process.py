@@ -66,6 +66,7 @@ class ClusterSettings:
     auto_create_topics: bool = True
     log_level: str = "info"
     connection: ConnectionSettings | None = None  # the brokers' connection budgets
+    max_partitions_per_broker: int = 10_000
 
     @property
     def rf(self) -> int:
@@ -401,7 +402,8 @@ async def run_cluster(settings: ClusterSettings) -> int:
     store = MetadataStore(data_dir / "controller" / "metadata.sqlite")
     controller = Controller(store, ControllerConfig(
         node_id=0, session_timeout_ms=settings.session_timeout_ms, default_partitions=settings.partitions,
-        default_replication_factor=settings.rf, topic_defaults=settings.topic_defaults))
+        default_replication_factor=settings.rf, topic_defaults=settings.topic_defaults,
+        max_partitions_per_broker=settings.max_partitions_per_broker))
     supervisor = Supervisor(settings)
     service = ControllerService(controller, supervisor)
     code = 0
