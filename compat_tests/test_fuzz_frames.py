@@ -1,0 +1,75 @@
+"""Fuzzed frames against a real broker over TCP (docs/robustness.md): mutated real requests on many
+connections never crash it, never hit a handler bug (no "internal error" in its log), and never
+slow a bystander's ApiVersions past 100 ms; afterwards producers and consumers work as before.
+
+CI sends a bounded number of frames; `KSHIM_FUZZ_FRAMES=20000 python -m pytest
+compat_tests/test_fuzz_frames.py` sends more.
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+
+from compat_tests.kshim_process import KshimProcess
+from compat_tests.raw_kafka import produce_and_consume
+from compat_tests.test_connection_limits import connect, worst_api_versions_latency
+from tests.test_fuzz_connection_core import SEEDS
+
+FRAMES = int(os.environ.get("KSHIM_FUZZ_FRAMES", "600"))
+
+
+def mutate(rng: random.Random, frame: bytes) -> bytes:
+    data = bytearray(frame)
+    for _ in range(rng.randint(1, 3)):
+        at = rng.randrange(4, len(data)) if len(data) > 4 else 0  # keep the size prefix mostly sane
+        kind = rng.choice(["flip", "byte", "int32", "truncate_body"])
+        if kind == "flip":
+            data[at] ^= 1 << rng.randrange(8)
+        elif kind == "byte":
+            data[at] = rng.choice([0, 0x7F, 0x80, 0xFF])
+        elif kind == "int32" and at + 4 <= len(data):
+            data[at:at + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x00", b"\x00\x10\x00\x00"])
+        elif kind == "truncate_body" and len(data) > 12:
+            del data[rng.randrange(12, len(data)):]
+            data[:4] = (len(data) - 4).to_bytes(4, "big")  # a whole frame with a short body
+    return bytes(data)
+
+
+def test_fuzzed_frames_do_not_crash_stall_or_hit_handler_bugs(tmp_path, topic_name):
+    broker = KshimProcess(tmp_path / "data").start()
+    try:
+        produce_and_consume(broker.bootstrap, topic_name)
+        rng = random.Random(20261124)
+        frames = [mutate(rng, rng.choice(SEEDS)) for _ in range(FRAMES)]
+        done = threading.Event()
+
+        def attack() -> None:
+            sock: socket.socket | None = None
+            try:
+                for frame in frames:
+                    if sock is None:
+                        sock = connect(broker.bootstrap)
+                    try:
+                        sock.sendall(frame)
+                    except OSError:  # the broker closed it: the answer to a broken frame
+                        sock.close()
+                        sock = None
+            finally:
+                if sock is not None:
+                    sock.close()
+                done.set()
+
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        worst = 0.0
+        while not done.is_set():
+            worst = max(worst, worst_api_versions_latency(broker.bootstrap, 5))
+        attacker.join(60)
+        assert broker.proc.poll() is None, "the broker died"
+        assert worst < 0.1, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
+        produce_and_consume(broker.bootstrap, topic_name, b"after the fuzz")
+        assert "internal error" not in broker.logs() and "Traceback" not in broker.logs(), broker.logs()[-3000:]
+    finally:
+        broker.kill()
