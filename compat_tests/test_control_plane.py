@@ -15,13 +15,15 @@ process it restarts, and brokers that outlive neither.
 """
 from __future__ import annotations
 
-import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import anyio
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition as CTopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition as CTopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, pid_exists, run_ctl, running
@@ -216,3 +218,56 @@ def test_create_topics_while_the_controller_is_down_is_retriable(cluster):
     assert _outage_lines(cluster) - outages == 3
     logs = "".join(p.read_text() for p in cluster.data_dir.glob("broker-*/broker.log"))
     assert "Traceback" not in logs
+
+
+# ------------------------------------------------------------------------------------------ each lifeline alone
+_PARENT = r"""
+import os, subprocess, sys, time
+fds = [int(a) for a in sys.argv[2:]]
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid()), *sys.argv[2:]], pass_fds=fds)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+_SIGNAL_ONLY = r"""
+import sys, time
+from kshim.cluster import lifeline
+assert lifeline.die_with_parent(int(sys.argv[1]))
+print("armed", flush=True)
+time.sleep(120)  # no watchdog: only the parent-death signal can end this
+"""
+_WATCHDOG_ONLY = r"""
+import sys, anyio
+from kshim.cluster import lifeline
+print("armed", flush=True)
+anyio.run(lifeline.watch, int(sys.argv[2]))  # no prctl: only the pipe's EOF ends this
+"""
+
+
+@pytest.mark.parametrize("child, with_pipe", [(_SIGNAL_ONLY, False), (_WATCHDOG_ONLY, True)],
+                         ids=["parent-death signal", "watchdog pipe"])
+def test_each_lifeline_alone_ends_the_child(child, with_pipe):
+    """The supervisor is a stand-in here: a parent killed with SIGKILL (signal), or the write end of
+    the pipe closed (watchdog; this test holds it, so the parent staying alive proves the pipe did it)."""
+    read_fd, write_fd = os.pipe() if with_pipe else (None, None)
+    fds = [str(read_fd)] if read_fd is not None else []
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, child, *fds], stdout=subprocess.PIPE, text=True,
+                              pass_fds=[read_fd] if read_fd is not None else [])
+    try:
+        if read_fd is not None:
+            os.close(read_fd)
+        assert parent.stdout is not None
+        grandchild = int(parent.stdout.readline())
+        assert parent.stdout.readline().strip() == "armed"  # the child's own line, through the same pipe
+        assert pid_exists(grandchild)
+        if write_fd is not None:
+            os.close(write_fd)
+        else:
+            parent.kill()
+        wait_until(lambda: not pid_exists(grandchild), EXIT_DEADLINE_S, message="the child to exit")
+        assert parent.poll() is None or write_fd is None
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait(10)
+        if parent.stdout:
+            parent.stdout.close()
