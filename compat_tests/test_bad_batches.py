@@ -4,7 +4,6 @@ is stored, the broker stays small and quick, and the partition keeps working for
 from __future__ import annotations
 
 import threading
-import time
 
 import cramjam
 import pytest

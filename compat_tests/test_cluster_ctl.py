@@ -73,7 +73,8 @@ def test_status_shows_every_broker(cluster):
     result = run_ctl(cluster.data_dir, "status")
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
-    assert status["cluster_id"] and status["controller"]["pid"] == cluster.process.pid
+    assert status["cluster_id"] and status["supervisor"]["pid"] == cluster.process.pid
+    assert status["controller"]["state"] == "running" and pid_exists(status["controller"]["pid"])
     brokers = status["brokers"]
     assert [b["id"] for b in brokers] == [0, 1, 2]
     assert [b["port"] for b in brokers] == [cluster.base_port + i for i in range(3)]
@@ -183,7 +184,8 @@ def test_one_broker_cluster_stops_on_sigterm(tmp_path):
     with running(Cluster(tmp_path / "one", 1)) as c:
         status = c.status()
         assert [(b["id"], b["alive"]) for b in status["brokers"]] == [(0, True)]
-        assert status["controller"]["pid"] == c.process.pid != status["brokers"][0]["pid"]
+        assert status["supervisor"]["pid"] == c.process.pid
+        assert len({c.process.pid, status["controller"]["pid"], status["brokers"][0]["pid"]}) == 3
         create_topic(c, "solo", 1, 1)
         produced = produce(c.bootstrap, "solo", [b"x"])
         assert consume(c.bootstrap, "solo", {0: produced[0][1]}, 1) == [b"x"]

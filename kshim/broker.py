@@ -20,12 +20,17 @@ from kshim.controller.messages import (
     AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
+from kshim.producer_ids import ProducerIdManager
 from kshim.replica import ReplicaManager
 from kshim.signal import Signal
+from wire.errors import ErrorCode
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
 
 R = TypeVar("R")
+
+# what a controller client answers while the controller is unreachable (kshim.cluster.remote)
+CONTROLLER_AWAY = (ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT)
 
 class ControllerClient(Protocol):
     """What a broker asks of the controller: `await call(CreateTopic(...))` with an operation of
@@ -39,6 +44,10 @@ class ControllerClient(Protocol):
     async def alter_partition(self, topic: str, index: int, leader_epoch: int, partition_epoch: int,
                               new_isr: list[int]) -> PartitionInfo: ...
 
+    @property
+    def connected(self) -> bool:
+        """Whether the controller answers now (Metadata reports no controller while it does not)."""
+
 
 class Broker:
     def __init__(self, config: BrokerConfig, controller: ControllerClient) -> None:
@@ -51,6 +60,7 @@ class Broker:
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self,
                                               config.max_request_bytes)
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
         self.close_hooks: list[Callable[[], None]] = []  # run after the replicas close (a standalone controller)
         # called after each image is applied (the coordinators follow their partitions' leadership):
@@ -111,6 +121,9 @@ class Broker:
             try:
                 topic = await self.create_topic(name, self.config.default_partitions)
             except BrokerError as e:
+                if e.code in CONTROLLER_AWAY:  # as Kafka answers a topic whose creation is under way
+                    raise BrokerError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                      f"topic {name!r} cannot be created now: {e.message}") from None
                 if e.code != e.code.TOPIC_ALREADY_EXISTS:  # another client created it meanwhile
                     raise
                 topic = self.topics.get(name)
@@ -126,7 +139,12 @@ class Broker:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))
 
     async def allocate_producer_id(self) -> int:
-        return await self.controller.call(AllocateProducerIds(1))
+        """From this broker's block (kshim.producer_ids); BrokerError COORDINATOR_LOAD_IN_PROGRESS
+        when it is used up and the controller does not answer."""
+        return await self.producer_ids.generate()
+
+    async def _allocate_producer_ids(self, count: int) -> int:
+        return await self.controller.call(AllocateProducerIds(count))
 
     # ------------------------------------------------------------------ shutdown
     def close(self) -> None:

@@ -1,8 +1,9 @@
 """The command line: `kshim serve` runs a broker. `python -m kshim` is the same program.
 
 - `kshim serve` runs one broker with its controller in the same process.
-- `kshim serve --brokers N` runs a cluster on one machine: a controller process that spawns N
-  broker processes (`kshim broker`, internal) on ports P..P+N-1 (kshim.controller.process).
+- `kshim serve --brokers N` runs a cluster on one machine: a supervisor process
+  (kshim.controller.process) that spawns the controller process (`kshim controller`, internal,
+  kshim.controller.service) and N broker processes (`kshim broker`, internal) on ports P..P+N-1.
 - `kshim ctl` inspects and disturbs such a cluster (kshim.ctl).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import broker_process
 from kshim.configs.connection_options import add_connection_options, connection_settings
+from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default=None,
                          help="broker default of kshim.uncommitted.read.limit (default log-end)")
     broker_process.add_parser(sub)
+    controller_service.add_parser(sub)
     ctl.add_parser(sub)
     return parser
 
@@ -143,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "broker":
         tuning.keep_freed_buffers()
         return broker_process.main(args)
+    if args.command == "controller":
+        return controller_service.main(args)
     if args.command == "serve" and args.brokers is not None:
         return _serve_cluster(args)
     if args.command == "serve":

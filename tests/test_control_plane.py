@@ -20,7 +20,8 @@ from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.controller.controller import Controller, ControllerConfig
-from kshim.controller.process import ControllerService
+from kshim.controller.process import SupervisorService
+from kshim.controller.service import ControllerService
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
 from tests.waiting import wait_until
@@ -55,8 +56,11 @@ REQUESTS = [
     m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
     m.AllocateProducerIds(1000),
     m.AlterPartition(1, 4, "orders", 0, 3, 5, (0, 2, 1)),
+    m.SetIsolated(2, True),
+    m.ControllerStatus(),
     m.Status(),
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
+    m.KillController(),
 ]
 
 RESULTS = [
@@ -72,10 +76,14 @@ RESULTS = [
     (m.AlterPartition, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6)),
     (m.Status, json.dumps({"brokers": [], "ünï": "code"})),
     (m.NodeCommand, "killed broker 1 (pid 4321)"),
+    (m.SetIsolated, None),
+    (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
+    (m.KillController, "killed the controller (pid 4321)"),
 ]
 
 # whose methods serve each kind of operation (messages.Server)
-SERVERS = {m.Server.CONTROLLER: Controller, m.Server.PROCESS: ControllerService}
+SERVERS = {m.Server.CONTROLLER: Controller, m.Server.PROCESS: ControllerService,
+           m.Server.SUPERVISOR: SupervisorService}
 
 
 def test_every_operation_is_covered():
@@ -269,7 +277,7 @@ async def test_heartbeat_long_poll_answers_when_the_image_changes(tmp_path, sock
                 tg.start_soon(poll)
                 await anyio.wait_all_tasks_blocked()  # the long-poll is waiting at the controller
                 # the same connection answers other requests while the long-poll waits
-                status = json.loads(await conn.call(m.Status()))
+                status = json.loads(await conn.call(m.ControllerStatus()))
                 assert not results and [b["id"] for b in status["brokers"]] == [0]
                 c.create_topic("late", 1, 1)
         assert "late" in results[0].topics and results[0].version == c.version
@@ -376,6 +384,16 @@ async def test_broker_keeps_its_image_while_the_controller_is_away(tmp_path, soc
                 await broker.create_topic("u", 1)
             assert e.value.code == ErrorCode.NOT_CONTROLLER
             async with controller_server(tmp_path, sock) as service:
+                # a controller restarted on its metadata: the broker resumes its session, unfenced
+                await wait_until(lambda: client.sessions == 2, message="session resumed")
+                assert client.registrations == 1 and service.registered == {}
+                info = service.controller.image.brokers[0]
+                assert info.alive and info.epoch == client.broker_epoch == 1
+                assert broker.image.version == service.controller.version > version
+                assert (await broker.create_topic("u", 1)).name == "u"
+            (tmp_path / "elsewhere").mkdir()
+            async with controller_server(tmp_path / "elsewhere", sock) as service:
+                # a controller that does not know this epoch: the broker registers
                 await wait_until(lambda: client.registrations == 2, message="registered again")
                 assert service.registered == {0: os.getpid()}
             tg.cancel_scope.cancel()
@@ -396,24 +414,24 @@ async def test_malformed_frame_closes_only_that_connection(tmp_path, sock_dir):
                 with anyio.fail_after(TIMEOUT_S), pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError,
                                                                   ConnectionError)):
                     await stream.receive()
-        assert json.loads(await good.call(m.Status()))["brokers"] == []
+        assert json.loads(await good.call(m.ControllerStatus()))["brokers"] == []
 
 
 @pytest.mark.anyio
-async def test_process_commands_need_a_supervisor_and_isolation_needs_a_broker(tmp_path, sock_dir):
+async def test_process_commands_need_the_supervisor_and_isolation_needs_a_broker(tmp_path, sock_dir):
     sock = sock_dir / "c.sock"
     async with controller_server(tmp_path, sock) as service, rpc.connect(sock) as conn:
+        for request in (m.NodeCommand(m.NodeAction.KILL, 0), m.Status(), m.KillController()):
+            with pytest.raises(BrokerError, match="needs the supervisor") as e:
+                await conn.call(request)
+            assert e.value.code == ErrorCode.INVALID_REQUEST
         with pytest.raises(BrokerError) as e:
-            await conn.call(m.NodeCommand(m.NodeAction.KILL, 0))
-        assert e.value.code == ErrorCode.INVALID_REQUEST
-        with pytest.raises(BrokerError) as e:
-            await conn.call(m.NodeCommand(m.NodeAction.ISOLATE, 5))
+            await conn.call(m.SetIsolated(5, True))
         assert e.value.code == ErrorCode.BROKER_NOT_AVAILABLE
         await conn.call(m.Register(5, "127.0.0.1", 9097, 1))
-        reply = await conn.answer(m.NodeCommand(m.NodeAction.ISOLATE, 5))
-        assert reply.result == "isolated broker 5"
+        reply = await conn.answer(m.SetIsolated(5, True))
         assert reply.version == service.controller.version and service.controller.image.brokers[5].isolated
-        await conn.call(m.NodeCommand(m.NodeAction.HEAL, 5))
+        await conn.call(m.SetIsolated(5, False))
         assert not service.controller.image.brokers[5].isolated
 
 

@@ -5,7 +5,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
 
     net                 kshim/net/ (server, connection core, handlers, BrokerServer)
     coordinators        kshim/coordinator/ (runtime, groups, transactions)
-    replica management  kshim/broker.py, kshim/replica/, kshim/replication/
+    replica management  kshim/broker.py, kshim/producer_ids.py, kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
     base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, the control-plane
@@ -20,7 +20,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
 - A layered module imports no kshim module outside the layers (the control plane, ctl, ...).
 - Nothing imports kshim.net.server, kshim.runner or kshim.cli but the composition roots: kshim/cli.py,
   kshim/__main__.py, kshim/standalone.py, kshim/runner.py, kshim/cluster/broker_process.py,
-  kshim/controller/process.py.
+  kshim/controller/process.py (the supervisor), kshim/controller/service.py (the controller process).
 - kshim.ctl (a client of the cluster) imports neither the server nor the handlers.
 - Only the composition roots, kshim.net.server, kshim.net.broker_server and the handlers' RequestContext
   import kshim.broker; coordinators, replication and the controller client take a Protocol of
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes)
     ("net", ("kshim.net",)),
     ("coordinators", ("kshim.coordinator",)),
-    ("replica management", ("kshim.broker", "kshim.replica", "kshim.replication")),
+    ("replica management", ("kshim.broker", "kshim.producer_ids", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
 INDEPENDENT = [("kshim.coordinator.groups", "kshim.coordinator.transactions"), ("kshim.broker", "kshim.replication")]
 ENTRY_POINTS = ("kshim.net.server", "kshim.runner", "kshim.cli")
 COMPOSITION_ROOTS = {"kshim.cli", "kshim.__main__", "kshim.standalone", "kshim.runner",
-                     "kshim.cluster.broker_process", "kshim.controller.process"}
+                     "kshim.cluster.broker_process", "kshim.controller.process", "kshim.controller.service"}
 NOT_FOR_CTL = ("kshim.net.server", "kshim.net.handlers")
 # the Broker object: the composition roots build it, the server and BrokerServer serve it and the
 # handlers' RequestContext carries it; everything else sees the few members it needs (a Protocol)

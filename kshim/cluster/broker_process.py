@@ -2,8 +2,9 @@
 
 It binds its Kafka port, registers with the controller over the controller's unix socket, applies
 the images its heartbeat long-poll brings, and runs replication when kshim.replication is there.
-SIGTERM or SIGINT: close the replicas and exit 0. It prints nothing on stdout; logs go to stderr
-(the controller appends them to <data-dir>/broker.log).
+SIGTERM or SIGINT: close the replicas and exit 0. It dies with its supervisor, even one killed with
+SIGKILL (kshim.cluster.lifeline). It prints nothing on stdout; logs go to stderr (the supervisor
+appends them to <data-dir>/broker.log).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import anyio
 
 from kshim.broker import Broker, BrokerConfig
+from kshim.cluster import lifeline
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.connection_options import add_connection_options, connection_settings
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
@@ -58,6 +60,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="broker default of kshim.uncommitted.read.limit (default log-end)")
     p.add_argument("--replica-lag-time-max-ms", type=_positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                    help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
+    p.add_argument("--supervisor-pid", type=int, default=None,
+                   help="exit when this process (the supervisor, our parent) dies")
+    p.add_argument("--supervisor-fd", type=int, default=None,
+                   help="the read end of the supervisor's watchdog pipe: exit at its EOF")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(p)
     return p
@@ -74,7 +80,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     )
 
 
-async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int) -> None:
+async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_time_max_ms: int,
+                     supervisor_fd: int | None = None) -> None:
     # lazy: `kshim` imports this module for its options; ctl and the controller need no server
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listener
@@ -95,6 +102,8 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))
+                if supervisor_fd is not None:
+                    tg.start_soon(_stop_when_orphaned, supervisor_fd, tg.cancel_scope)
                 log.info("broker %d (pid %d) listening on %s:%d", config.node_id, os.getpid(), config.host, port)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
@@ -105,12 +114,20 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
         log.info("broker %d stopped cleanly", config.node_id)
 
 
+async def _stop_when_orphaned(fd: int, scope: anyio.CancelScope) -> None:
+    await lifeline.watch(fd)
+    log.warning("the supervisor is gone: shutting down")
+    scope.cancel()
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.supervisor_pid is not None:
+        lifeline.die_with_parent(args.supervisor_pid)
     config = config_from_args(args)
     try:
         lock_data_dir(config.data_dir, f"kshim broker {args.node_id} on {args.host}:{args.port}")
     except (DataDirInUse, OSError) as e:
         print(f"kshim broker {args.node_id}: {e}", file=sys.stderr)
         return 1
-    return run_server(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms,
+    return run_server(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms, args.supervisor_fd,
                       name=f"kshim broker {args.node_id}", address=f"{args.host}:{args.port}")

@@ -4,9 +4,15 @@
 then heartbeat in a loop. Each heartbeat is a long-poll that carries this broker's replica offsets
 and returns as soon as the controller publishes an image newer than the one applied here, so
 images arrive without delay and idle heartbeats go out every HEARTBEAT_WAIT_MS. STALE_BROKER_EPOCH
-(fenced: the broker was paused past the session timeout, or the controller restarted) means
-register again. If the controller goes away, the broker keeps serving with its last image and
-reconnects with backoff, registering again once it is back.
+(fenced: the broker was paused past the session timeout) means register again.
+
+If the controller goes away (it died; its supervisor restarts it from its state on disk), the
+broker keeps serving with its last image and reconnects every BACKOFF_MAX_S at most. Once back, it
+resumes its session with a heartbeat under its current epoch, which the restarted controller
+accepts (no fencing, no leadership move); it registers anew only if the controller refuses that
+epoch. Meanwhile `call` fails fast with NOT_CONTROLLER (retriable: clients refresh their metadata,
+where `controller_id` is -1 while `connected` is false, and try again), and the outage is logged
+once when it starts and once when it ends, not per request.
 
 `call` sends an operation on the same connection (requests are multiplexed, see
 kshim.controller.rpc); an operation that publishes returns once the broker has applied the image
@@ -47,7 +53,7 @@ HEARTBEAT_WAIT_MS = 250  # how long the controller holds an idle heartbeat
 HEARTBEAT_GRACE_S = 5.0  # a heartbeat with no answer this long after its wait: the link is dead
 CALL_TIMEOUT_S = 30.0
 BACKOFF_MIN_S = 0.05
-BACKOFF_MAX_S = 2.0
+BACKOFF_MAX_S = 0.5  # a restarted controller is back within a second or two: find it soon
 ERROR_RETRY_S = 0.2  # after an unexpected error answer to a heartbeat
 
 R = TypeVar("R")
@@ -63,6 +69,7 @@ class RemoteControllerClient(ControllerClient):
         self.broker: ImageSink | None = None
         self.broker_epoch = 0
         self.registrations = 0  # how many times this broker registered (tests, logs)
+        self.sessions = 0  # how many times it connected and registered or resumed its session
         self._connection: rpc.RpcConnection | None = None
         self._state = ""
 
@@ -83,10 +90,14 @@ class RemoteControllerClient(ControllerClient):
         while True:
             try:
                 async with rpc.connect(self.socket_path) as connection:
-                    await self._register(connection, host, port, pid)
+                    resumed = await self._resume(connection)
+                    if not resumed:
+                        await self._register(connection, host, port, pid)
                     self._connection = connection
-                    self._set_state("connected", "registered with the controller at %s (epoch %d)",
-                                    self.socket_path, self.broker_epoch)
+                    self.sessions += 1
+                    self._set_state("connected", "%s with the controller at %s (epoch %d)",
+                                    "resumed the session" if resumed else "registered", self.socket_path,
+                                    self.broker_epoch)
                     backoff = BACKOFF_MIN_S
                     if not started:
                         started = True
@@ -102,6 +113,23 @@ class RemoteControllerClient(ControllerClient):
                 self._connection = None
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _resume(self, connection: rpc.RpcConnection) -> bool:
+        """After a reconnect: go on under the current epoch if the controller (restarted, with its
+        state from disk) still counts it; False if this broker must register."""
+        if self.broker_epoch == 0:
+            return False
+        try:
+            image = await connection.call(
+                m.Heartbeat(self.node_id, self.broker_epoch, self._image_version(), 0, self._offsets()),
+                self.call_timeout_s)
+        except BrokerError as e:
+            if e.code != ErrorCode.STALE_BROKER_EPOCH:
+                raise
+            return False
+        if image is not None and self.broker is not None:
+            self.broker.apply_image(image)
+        return True
 
     async def _register(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
         result = await connection.call(m.Register(self.node_id, host, port, pid), self.call_timeout_s)

@@ -15,6 +15,11 @@ class ControllerClient(ABC):
     node_id: int
     broker_epoch: int  # of this broker's current registration
 
+    @property
+    def connected(self) -> bool:
+        """Whether the controller answers now; the in-process one always does."""
+        return True
+
     @abstractmethod
     async def call(self, request: Operation[R]) -> R:
         """The result of `request`; BrokerError if the controller refuses it. An operation that

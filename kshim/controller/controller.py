@@ -39,6 +39,8 @@ log = logging.getLogger("kshim.controller")
 # each partition replica is a directory with open files on every broker hosting it: one request
 # must not be able to ask for millions (Kafka's controller caps one operation at 10,000 records)
 MAX_PARTITIONS_PER_TOPIC = 10_000
+VERSION_RANGE = 1_000_000  # image versions a controller reserves on disk at a time
+MAX_PRODUCER_ID_BLOCK = 1_000_000  # ids a broker may reserve at once (it asks for 1000, as Kafka does)
 
 
 @dataclass
@@ -73,8 +75,10 @@ class Controller:
         self.config = config
         self.cluster_id = store.cluster_value("cluster_id", _new_cluster_id())
         # versions must keep increasing across controller restarts (brokers ignore older images):
-        # start from the wall clock in milliseconds rather than from 0
-        self.version = self.clock.wall_ms()
+        # each controller reserves a range of versions on disk, and starts past the last range
+        # reserved (and no lower than the wall clock in milliseconds, as data dirs from before did)
+        self.version = store.reserve("image_version", VERSION_RANGE, at_least=self.clock.wall_ms())
+        self._version_limit = self.version + VERSION_RANGE
         self._brokers: dict[int, _Broker] = {}
         self._topics: dict[str, _Topic] = {}
         self._changed = Signal()
@@ -107,6 +111,9 @@ class Controller:
 
     def _publish(self) -> None:
         self.version += 1
+        if self.version >= self._version_limit:
+            self.version = self.store.reserve("image_version", VERSION_RANGE, at_least=self.version)
+            self._version_limit = self.version + VERSION_RANGE
         self.image = self._build_image()
         self._changed.fire()
         for listener in self.listeners:
@@ -364,6 +371,10 @@ class Controller:
                                   f"open-file limit)")
 
     def allocate_producer_ids(self, count: int = 1) -> int:
+        """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""
+        if not 1 <= count <= MAX_PRODUCER_ID_BLOCK:
+            raise BrokerError(ErrorCode.INVALID_REQUEST,
+                              f"a producer id block holds 1 to {MAX_PRODUCER_ID_BLOCK} ids, asked for {count}")
         return self.store.allocate_producer_ids(count)
 
     # ------------------------------------------------------------------ running

@@ -3,13 +3,14 @@
 Each operation is declared once: a frozen dataclass subclassing Operation[Result] with its type
 code. Its wire codec, and its result's, are derived from the type hints (kshim.controller.schema);
 OPERATIONS maps type codes to operations. It is served by the method named after it
-(CreateTopic -> create_topic), called with its fields as keyword arguments, of the Controller, or,
+(CreateTopic -> create_topic), called with its fields as keyword arguments, of the Controller;
 for `served_by=Server.PROCESS`, of the controller process's ControllerService (broker sessions,
-status, processes). The RPC server and the in-process client both dispatch through `invoke`.
+the image's status); for `served_by=Server.SUPERVISOR`, of the supervisor of `kshim serve
+--brokers N` (status and commands of the processes, on <data-dir>/supervisor.sock). The RPC server and the in-process client both dispatch through `invoke`.
 Adding an operation is one schema and one Controller method:
 
     @dataclass(frozen=True)
-    class RenameTopic(Operation[None], code=9, publishes=True):
+    class RenameTopic(Operation[None], code=11, publishes=True):
         name: str
         new_name: str
 
@@ -62,7 +63,8 @@ class FrameError(Exception):
 class Server(Enum):
     """Whose method serves an operation."""
     CONTROLLER = "controller"  # kshim.controller.controller.Controller: metadata decisions
-    PROCESS = "controller process"  # kshim.controller.process.ControllerService: sessions, processes
+    PROCESS = "controller process"  # kshim.controller.service.ControllerService: broker sessions
+    SUPERVISOR = "supervisor"  # kshim.controller.process.SupervisorService: the processes, for ctl
 
 
 OPERATIONS: dict[int, type[Operation]] = {}
@@ -173,7 +175,7 @@ class SetTopicConfigs(Operation[None], code=6, publishes=True):
 
 
 @dataclass(frozen=True)
-class AllocateProducerIds(Operation[Int64], code=7):  # the first id of the block
+class AllocateProducerIds(Operation[Int64], code=7):  # the first id of the block (KIP-730)
     count: Int32
 
 
@@ -189,10 +191,23 @@ class AlterPartition(Operation[PartitionInfo], code=8, publishes=True):
     new_isr: tuple[Int32, ...]
 
 
-# ---------------------------------------------------------------------------------------- kshim ctl -> controller
 @dataclass(frozen=True)
-class Status(Operation[str], code=32, served_by=Server.PROCESS):
-    """The cluster's brokers and partitions, as JSON."""
+class SetIsolated(Operation[None], code=9, publishes=True):
+    """`kshim ctl isolate/heal`, through the supervisor: replication to and from the node stops."""
+    node_id: Int32
+    isolated: bool
+
+
+@dataclass(frozen=True)
+class ControllerStatus(Operation[str], code=10, served_by=Server.PROCESS):
+    """The controller's view, as JSON: its pid and image version, the registered brokers, the
+    partitions and the replica offsets the brokers report (the supervisor adds the processes)."""
+
+
+# ---------------------------------------------------------------------------------------- kshim ctl -> supervisor
+@dataclass(frozen=True)
+class Status(Operation[str], code=32, served_by=Server.SUPERVISOR):
+    """The cluster's processes, brokers and partitions, as JSON."""
 
 
 class NodeAction(Enum):
@@ -206,9 +221,14 @@ class NodeAction(Enum):
 
 
 @dataclass(frozen=True)
-class NodeCommand(Operation[str], code=33, served_by=Server.PROCESS):  # what was done, for the user
+class NodeCommand(Operation[str], code=33, served_by=Server.SUPERVISOR):  # what was done, for the user
     action: NodeAction
     node_id: Int32
+
+
+@dataclass(frozen=True)
+class KillController(Operation[str], code=34, served_by=Server.SUPERVISOR):
+    """`kshim ctl kill controller`: SIGKILL the controller process; the supervisor restarts it."""
 
 
 # ---------------------------------------------------------------------------------------- frames

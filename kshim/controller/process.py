@@ -1,14 +1,19 @@
-"""`kshim serve --brokers N`: the controller process, which also supervises the broker processes.
+"""`kshim serve --brokers N`: the supervisor of the cluster's processes.
 
-It runs the Controller (metadata in <data-dir>/controller/metadata.sqlite), its session checks,
-and the control-plane RPC server on <data-dir>/controller.sock; it spawns broker i as
-`python -m kshim broker` on port P+i with data in <data-dir>/broker-i (output appended to
-<data-dir>/broker-i/broker.log), prints one `kshim ready` line once every broker has registered,
-and on SIGTERM or SIGINT stops the brokers it started, then itself.
+It spawns the controller as `python -m kshim controller` (kshim.controller.service: metadata in
+<data-dir>/controller/metadata.sqlite, the control-plane RPC on <data-dir>/controller.sock, output
+appended to <data-dir>/controller/controller.log) and broker i as `python -m kshim broker` on port
+P+i with data in <data-dir>/broker-i (output appended to <data-dir>/broker-i/broker.log). It prints
+one `kshim ready` line once every broker has registered with the controller, and on SIGTERM or
+SIGINT stops the brokers, then the controller, then itself.
 
-It restarts nothing on its own: a broker that dies stays down until `kshim ctl start`. Signals
-(`ctl kill/pause/resume`) go only to the processes it started, by their Popen handles, which are
-never reaped behind its back, so a PID can never be reused under it.
+The controller is restarted as soon as it dies (after a back-off only when it keeps dying right
+after its start); its state is on disk and the brokers reconnect to it. A broker is restarted by
+nothing but `kshim ctl start`. `kshim ctl` talks to this process on <data-dir>/supervisor.sock:
+status (its processes merged with the controller's view) and the process commands. Signals go only
+to the processes it started, by their Popen handles, which are never reaped behind its back, so a
+PID can never be reused under it. Every child dies with it, even when it is killed with SIGKILL
+(kshim.cluster.lifeline), so a new `serve` on the same data dir and ports can start.
 """
 from __future__ import annotations
 
@@ -19,35 +24,44 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
 from kshim.clock import SYSTEM
-from kshim.cluster.image import MetadataImage
+from kshim.cluster.lifeline import Lifeline
 from kshim.configs.connection_options import ConnectionSettings, connection_argv
 from kshim.controller import messages as m
 from kshim.controller import rpc
-from kshim.controller.controller import Controller, ControllerConfig
-from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
-from kshim.signal import Signal
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.cluster")
+
+R = TypeVar("R")
 
 READY_TIMEOUT_S = 20.0  # every broker must register within this at start-up (and after `ctl start`)
 STOP_TIMEOUT_S = 10.0  # after SIGTERM, brokers get this long before SIGKILL
 REAP_INTERVAL_S = 0.1
 LOG_TAIL_LINES = 20
-MAX_HEARTBEAT_WAIT_FRACTION = 3  # a long-poll never waits more than a third of the session timeout
+STATUS_TIMEOUT_S = 2.0  # the supervisor's questions to the controller
+POLL_INTERVAL_S = 0.1  # while waiting for a broker to register
+RESTART_BACKOFF_MIN_S = 0.1  # a controller that dies this soon after its start waits before the next
+RESTART_BACKOFF_MAX_S = 5.0
+STABLE_RUN_S = 10.0  # a controller that ran this long is restarted at once when it dies
 
 
 def socket_path(data_dir: Path) -> Path:
+    """The controller's socket (brokers)."""
     return data_dir / "controller.sock"
+
+
+def supervisor_socket_path(data_dir: Path) -> Path:
+    """This process's socket (`kshim ctl`)."""
+    return data_dir / "supervisor.sock"
 
 
 @dataclass
@@ -77,6 +91,13 @@ class ClusterSettings:
         return {"min.insync.replicas": str(self.min_insync_replicas),
                 "kshim.uncommitted.read.limit": self.uncommitted_read_limit}
 
+    def controller_command(self) -> list[str]:
+        return [sys.executable, "-m", "kshim", "controller", "--data-dir", str(self.data_dir),
+                "--session-timeout-ms", str(self.session_timeout_ms), "--partitions", str(self.partitions),
+                "--replication-factor", str(self.rf), "--min-insync-replicas", str(self.min_insync_replicas),
+                "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level,
+                "--max-partitions-per-broker", str(self.max_partitions_per_broker)]
+
     def broker_command(self, node_id: int) -> list[str]:
         cmd = [sys.executable, "-m", "kshim", "broker", "--node-id", str(node_id), "--host", self.host,
                "--port", str(self.port + node_id), "--data-dir", str(self.broker_dir(node_id)),
@@ -101,12 +122,15 @@ class StartupFailed(Exception):
 
 # ------------------------------------------------------------------------------------------ processes
 @dataclass
-class BrokerProcess:
-    node_id: int
+class ChildProcess:
+    """A process this supervisor started: a broker (node_id >= 0) or the controller (node_id -1)."""
+    name: str
     log_path: Path
+    node_id: int = -1
     proc: subprocess.Popen | None = None
     paused: bool = False
     exit_logged: bool = False
+    started_at: float = 0.0  # monotonic
 
     @property
     def running(self) -> bool:
@@ -114,9 +138,9 @@ class BrokerProcess:
 
     @property
     def started(self) -> subprocess.Popen:
-        """The process, for a broker that was spawned (every caller checked it was)."""
+        """The process, for a child that was spawned (every caller checked it was)."""
         if self.proc is None:
-            raise RuntimeError(f"broker {self.node_id} was never started")
+            raise RuntimeError(f"{self.name} was never started")
         return self.proc
 
     @property
@@ -129,71 +153,118 @@ class BrokerProcess:
         return "paused" if self.paused else "running"
 
 
+
 class Supervisor:
-    """The broker processes this controller started, one per node id."""
+    """The processes this supervisor started: the controller and one broker per node id."""
 
-    def __init__(self, settings: ClusterSettings) -> None:
+    def __init__(self, settings: ClusterSettings, lifeline: Lifeline | None = None) -> None:
         self.settings = settings
-        self.brokers = {i: BrokerProcess(i, settings.broker_dir(i) / "broker.log") for i in range(settings.brokers)}
+        self.lifeline = lifeline or Lifeline()
+        self.brokers = {i: ChildProcess(f"broker {i}", settings.broker_dir(i) / "broker.log", i)
+                        for i in range(settings.brokers)}
+        self.controller = ChildProcess("the controller", settings.data_dir / "controller" / "controller.log")
+        self.controller_restarts = 0
+        self.stopping = False
+        self._restart_backoff = RESTART_BACKOFF_MIN_S
+        self._restart_at: float | None = None  # when the dead controller is started again
 
-    def get(self, node_id: int) -> BrokerProcess:
+    def get(self, node_id: int) -> ChildProcess:
         broker = self.brokers.get(node_id)
         if broker is None:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE,
                               f"no broker {node_id}: this cluster has nodes 0-{self.settings.brokers - 1}")
         return broker
 
-    def spawn(self, node_id: int) -> BrokerProcess:
+    def _popen(self, child: ChildProcess, cmd: list[str]) -> None:
+        child.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = cmd + self.lifeline.child_args()
+        with open(child.log_path, "ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {child.name}: {' '.join(cmd)}\n".encode())
+            out.flush()
+            # a session of its own: a terminal's Ctrl-C reaches this process only, which then
+            # stops the children in order. Spawned from the event loop's (main) thread: the
+            # child's parent-death signal fires when the thread that forked it ends.
+            child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True, pass_fds=(self.lifeline.read_fd,))
+        child.paused = False
+        child.exit_logged = False
+        child.started_at = SYSTEM.monotonic()
+
+    def spawn(self, node_id: int) -> ChildProcess:
         broker = self.get(node_id)
         if broker.running:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is already running (pid {broker.started.pid})")
-        broker.log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self.settings.broker_command(node_id)
-        with open(broker.log_path, "ab") as out:
-            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting broker {node_id}: "
-                      f"{' '.join(cmd)}\n".encode())
-            out.flush()
-            # a session of its own: a terminal's Ctrl-C reaches this process only, which then
-            # stops the brokers in order
-            broker.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
-        broker.paused = False
-        broker.exit_logged = False
+        self._popen(broker, self.settings.broker_command(node_id))
         log.info("started broker %d (pid %d, port %d)", node_id, broker.started.pid, self.settings.port + node_id)
         return broker
 
+    def spawn_controller(self) -> ChildProcess:
+        self._popen(self.controller, self.settings.controller_command())
+        self._restart_at = None
+        log.info("started the controller (pid %d)", self.controller.started.pid)
+        return self.controller
+
+    @property
+    def controller_state(self) -> str:
+        if self._restart_at is not None:
+            return "restarting"
+        return self.controller.state
+
     def reap(self) -> None:
-        """Collect exited brokers (no zombies) and log each exit once."""
-        for broker in self.brokers.values():
-            if broker.proc is not None and broker.started.poll() is not None and not broker.exit_logged:
-                broker.exit_logged = True
-                broker.paused = False
-                log.warning("broker %d (pid %d) %s", broker.node_id, broker.started.pid, broker.state)
+        """Collect exited children (no zombies) and log each exit once; schedule the controller's
+        restart when it died."""
+        for child in [self.controller, *self.brokers.values()]:
+            if child.proc is not None and child.started.poll() is not None and not child.exit_logged:
+                child.exit_logged = True
+                child.paused = False
+                log.warning("%s (pid %d) %s", child.name, child.started.pid, child.state)
+                if child is self.controller and not self.stopping:
+                    ran = SYSTEM.monotonic() - child.started_at
+                    if ran >= STABLE_RUN_S:
+                        self._restart_backoff = RESTART_BACKOFF_MIN_S
+                        delay = 0.0
+                    else:  # dying right after its start: do not spin
+                        delay = self._restart_backoff
+                        self._restart_backoff = min(self._restart_backoff * 2, RESTART_BACKOFF_MAX_S)
+                    self._restart_at = SYSTEM.monotonic() + delay
+                    log.warning("restarting the controller in %.1fs", delay)
 
     async def reap_loop(self) -> None:
         while True:
             self.reap()
+            if self._restart_at is not None and SYSTEM.monotonic() >= self._restart_at and not self.stopping:
+                self.controller_restarts += 1
+                self.spawn_controller()
             await anyio.sleep(REAP_INTERVAL_S)
 
-    def _signal(self, broker: BrokerProcess, signum: signal.Signals) -> None:
-        assert broker.proc is not None
-        if broker.started.poll() is None:  # not reaped, so the PID is still ours
-            broker.started.send_signal(signum)
+    def _signal(self, child: ChildProcess, signum: signal.Signals) -> None:
+        assert child.proc is not None
+        if child.started.poll() is None:  # not reaped, so the PID is still ours
+            child.started.send_signal(signum)
 
-    def _require_running(self, node_id: int) -> BrokerProcess:
+    def _require_running(self, node_id: int) -> ChildProcess:
         broker = self.get(node_id)
         if not broker.running:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is not running: {broker.state}")
         return broker
 
-    async def kill(self, node_id: int) -> str:
-        broker = self._require_running(node_id)
-        self._signal(broker, signal.SIGKILL)
+    async def _kill(self, child: ChildProcess) -> None:
+        self._signal(child, signal.SIGKILL)
         with anyio.move_on_after(5):
-            while broker.started.poll() is None:
+            while child.started.poll() is None:
                 await anyio.sleep(0.01)
         self.reap()
+
+    async def kill(self, node_id: int) -> str:
+        broker = self._require_running(node_id)
+        await self._kill(broker)
         return f"killed broker {node_id} (pid {broker.started.pid})"
+
+    async def kill_controller(self) -> str:
+        if not self.controller.running:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"the controller is not running: {self.controller_state}")
+        await self._kill(self.controller)
+        return f"killed the controller (pid {self.controller.started.pid}); it is being restarted"
 
     def pause(self, node_id: int) -> str:
         broker = self._require_running(node_id)
@@ -212,30 +283,36 @@ class Supervisor:
         return f"resumed broker {node_id} (pid {broker.started.pid})"
 
     async def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM every running broker (waking paused ones), wait, then SIGKILL what remains."""
-        running = [b for b in self.brokers.values() if b.running]
-        for broker in running:
-            self._signal(broker, signal.SIGTERM)
-            if broker.paused:
-                self._signal(broker, signal.SIGCONT)
-                broker.paused = False
-        deadline = SYSTEM.monotonic() + timeout_s
-        while any(b.started.poll() is None for b in running) and SYSTEM.monotonic() < deadline:
-            await anyio.sleep(0.02)
-        for broker in running:
-            if broker.started.poll() is None:
-                log.warning("broker %d (pid %d) did not stop within %.0fs: killing it",
-                            broker.node_id, broker.started.pid, timeout_s)
-                self._signal(broker, signal.SIGKILL)
-                broker.started.wait()
-        for broker in running:
-            broker.exit_logged = True  # an exit asked for: logged here, not by reap()
-            code = broker.started.returncode
-            (log.info if code == 0 else log.warning)("broker %d (pid %d) stopped with exit code %d",
-                                                     broker.node_id, broker.started.pid, code)
+        """Brokers first, then the controller: SIGTERM (waking paused ones), wait, then SIGKILL."""
+        self.stopping = True
+        self._restart_at = None
+        await self._stop(list(self.brokers.values()), timeout_s)
+        await self._stop([self.controller], timeout_s)
 
-    def log_tail(self, node_id: int, lines: int = LOG_TAIL_LINES) -> str:
-        path = self.brokers[node_id].log_path
+    async def _stop(self, children: list[ChildProcess], timeout_s: float) -> None:
+        running = [c for c in children if c.running]
+        for child in running:
+            self._signal(child, signal.SIGTERM)
+            if child.paused:
+                self._signal(child, signal.SIGCONT)
+                child.paused = False
+        deadline = SYSTEM.monotonic() + timeout_s
+        while any(c.started.poll() is None for c in running) and SYSTEM.monotonic() < deadline:
+            await anyio.sleep(0.02)
+        for child in running:
+            if child.started.poll() is None:
+                log.warning("%s (pid %d) did not stop within %.0fs: killing it", child.name, child.started.pid,
+                            timeout_s)
+                self._signal(child, signal.SIGKILL)
+                child.started.wait()
+        for child in running:
+            child.exit_logged = True  # an exit asked for: logged here, not by reap()
+            code = child.started.returncode
+            (log.info if code == 0 else log.warning)("%s (pid %d) stopped with exit code %d",
+                                                     child.name, child.started.pid, code)
+
+    def log_tail(self, child: ChildProcess, lines: int = LOG_TAIL_LINES) -> str:
+        path = child.log_path
         try:
             text = path.read_text(errors="replace").splitlines()[-lines:]
         except OSError as e:
@@ -244,54 +321,54 @@ class Supervisor:
 
 
 # ------------------------------------------------------------------------------------------ RPC handling
-@dataclass
-class ControllerService:
-    """Serves the control-plane operations of the controller process (messages.Server.PROCESS):
-    broker sessions, status and node commands. Process commands (kill, start, pause, resume)
-    need a Supervisor; without one (tests) they are refused."""
+async def ask_controller(data_dir: Path, request: m.Operation[R], timeout_s: float = STATUS_TIMEOUT_S) -> R:
+    """One request to the controller process; BrokerError NOT_CONTROLLER when it does not answer."""
+    path = socket_path(data_dir)
+    try:
+        return await rpc.call_once(path, request, timeout_s)
+    except BrokerError:
+        raise
+    except (OSError, TimeoutError) as e:  # RpcConnectionError is an OSError
+        raise BrokerError(ErrorCode.NOT_CONTROLLER, f"the controller is not reachable at {path}: {e}") from None
 
-    controller: Controller
-    supervisor: Supervisor | None = None
-    registered: dict[int, int] = field(default_factory=dict)  # node -> pid of its latest registration
-    offsets: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)  # latest heartbeats
-    _registrations: Signal = field(default_factory=Signal)
+
+@dataclass
+class SupervisorService:
+    """Serves `kshim ctl` on supervisor.sock (messages.Server.SUPERVISOR): the cluster's status,
+    this process's view of its children merged with the controller's, and the process commands."""
+
+    supervisor: Supervisor
+
+    @property
+    def data_dir(self) -> Path:
+        return self.supervisor.settings.data_dir
 
     async def handle(self, request: m.Operation) -> m.Reply:
-        """The RPC handler: the Controller or this service serves it, as its schema says."""
-        result = await m.invoke({m.Server.CONTROLLER: self.controller, m.Server.PROCESS: self}, request)
-        return m.Reply(self.controller.version, result)
+        return m.Reply(0, await m.invoke({m.Server.SUPERVISOR: self}, request))
 
-    def register(self, node_id: int, host: str, port: int, pid: int) -> m.Registration:
-        epoch = self.controller.register_broker(node_id, host, port, pid)
-        self.registered[node_id] = pid
-        self._registrations.fire()
-        return m.Registration(epoch, self.controller.image)
+    async def controller_view(self) -> dict[str, Any] | None:
+        """The controller's status, or None while it does not answer."""
+        try:
+            text: str = await ask_controller(self.data_dir, m.ControllerStatus())
+        except BrokerError:
+            return None
+        return json.loads(text)
 
-    async def heartbeat(self, node_id: int, broker_epoch: int, known_image_version: int, wait_ms: int,
-                        offsets: tuple[m.ReplicaOffsets, ...]) -> MetadataImage | None:
-        c = self.controller
-        c.heartbeat(node_id, broker_epoch)  # STALE_BROKER_EPOCH: register again
-        self.offsets[node_id] = {(o.topic, o.partition): (o.log_end_offset, o.high_watermark) for o in offsets}
-        c.report_log_ends(node_id, {key: ends[0] for key, ends in self.offsets[node_id].items()})
-        if c.version > known_image_version:
-            return c.image
-        wait_ms = max(0, min(wait_ms, c.config.session_timeout_ms // MAX_HEARTBEAT_WAIT_FRACTION))
-        return await c.wait_for_change(known_image_version, wait_ms / 1000)
+    async def status(self) -> str:
+        return json.dumps(await self.status_report())
 
-    def status(self) -> str:
-        return json.dumps(self.status_report())
+    async def kill_controller(self) -> str:
+        return await self.supervisor.kill_controller()
 
     async def node_command(self, action: m.NodeAction, node_id: int) -> str:
-        c = self.controller
+        sup = self.supervisor
         if action in (m.NodeAction.ISOLATE, m.NodeAction.HEAL):
-            if node_id not in c.image.brokers:
+            view = await self.controller_view()
+            if view is not None and node_id not in {b["id"] for b in view["brokers"]}:
                 raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {node_id} has ever registered")
             isolated = action is m.NodeAction.ISOLATE
-            c.set_isolated(node_id, isolated)
+            await ask_controller(self.data_dir, m.SetIsolated(node_id, isolated))
             return f"{'isolated' if isolated else 'healed'} broker {node_id}"
-        sup = self.supervisor
-        if sup is None:
-            raise BrokerError(ErrorCode.INVALID_REQUEST, "this controller does not run broker processes")
         if action is m.NodeAction.KILL:
             return await sup.kill(node_id)
         if action is m.NodeAction.PAUSE:
@@ -300,73 +377,80 @@ class ControllerService:
             return sup.resume(node_id)
         broker = sup.spawn(node_id)  # START: it answers once the new process registered
         try:
-            await self.wait_registered(node_id, READY_TIMEOUT_S)
+            await self.wait_registered([node_id], READY_TIMEOUT_S)
         except StartupFailed as e:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, str(e)) from None
         return f"started broker {node_id} (pid {broker.started.pid})"
 
-    async def wait_registered(self, node_id: int, timeout_s: float) -> None:
-        """Until the process the supervisor started for node_id has registered; StartupFailed if it
-        exits or the deadline passes first."""
-        assert self.supervisor is not None
-        broker = self.supervisor.brokers[node_id]
+    async def wait_registered(self, node_ids: list[int], timeout_s: float) -> None:
+        """Until the processes the supervisor started for node_ids have registered with the
+        controller (it reports them alive with their pid); StartupFailed if one exits or the
+        deadline passes first."""
+        sup = self.supervisor
         deadline = SYSTEM.monotonic() + timeout_s
-        while self.registered.get(node_id) != broker.started.pid:
-            if broker.started.poll() is not None:
-                raise StartupFailed(f"broker {node_id} {broker.state} before registering; "
-                                    f"tail of {broker.log_path}:\n{self.supervisor.log_tail(node_id)}")
+        waiting = list(node_ids)
+        while True:
+            view = await self.controller_view()
+            pids = {n: b.proc.pid for n, b in sup.brokers.items() if b.proc is not None}
+            registered = {b["id"] for b in view["brokers"] if b["alive"] and b["pid"] == pids.get(b["id"])} \
+                if view else set()
+            waiting = [n for n in waiting if n not in registered]
+            if not waiting:
+                return
+            for node_id in waiting:
+                broker = sup.brokers[node_id]
+                if broker.started.poll() is not None:
+                    raise StartupFailed(f"broker {node_id} {broker.state} before registering; "
+                                        f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
             if SYSTEM.monotonic() >= deadline:
-                raise StartupFailed(f"broker {node_id} did not register within {timeout_s:.0f}s; "
-                                    f"tail of {broker.log_path}:\n{self.supervisor.log_tail(node_id)}")
-            with anyio.move_on_after(REAP_INTERVAL_S):
-                await self._registrations.wait()
+                broker = sup.brokers[waiting[0]]
+                raise StartupFailed(f"broker {waiting[0]} did not register within {timeout_s:.0f}s; "
+                                    f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
+            await anyio.sleep(POLL_INTERVAL_S)
 
-    def status_report(self) -> dict[str, Any]:
-        image: MetadataImage = self.controller.image
-        processes = self.supervisor.brokers if self.supervisor else {}
+    async def status_report(self) -> dict[str, Any]:
+        sup = self.supervisor
+        settings = sup.settings
+        view = await self.controller_view()
+        registered = {b["id"]: b for b in view["brokers"]} if view else {}
         brokers = []
-        for node_id in sorted(set(image.brokers) | set(processes)):
-            info = image.brokers.get(node_id)
-            process = processes.get(node_id)
-            pid = process.proc.pid if process and process.proc else info.pid if info else 0
+        for node_id in sorted(set(registered) | set(sup.brokers)):
+            info = registered.get(node_id)
+            process = sup.brokers.get(node_id)
             brokers.append({
                 "id": node_id,
-                # a node without an image entry is one the supervisor knows: it has settings
-                "host": info.host if info else self.supervisor.settings.host if self.supervisor else "",
-                "port": info.port if info else self.supervisor.settings.port + node_id if self.supervisor else -1,
-                "pid": pid,
-                "alive": bool(info and info.alive),  # the controller's view: registered and not fenced
-                "isolated": bool(info and info.isolated),
-                "epoch": info.epoch if info else 0,
+                # a node the controller does not know (yet): the supervisor knows its settings
+                "host": info["host"] if info else settings.host,
+                "port": info["port"] if info else settings.port + node_id,
+                "pid": process.proc.pid if process and process.proc else info["pid"] if info else 0,
+                "alive": bool(info and info["alive"]),  # the controller's view: registered and not fenced
+                "isolated": bool(info and info["isolated"]),
+                "epoch": info["epoch"] if info else 0,
                 "process": process.state if process else "external",
             })
-        partitions = []
-        for topic in sorted(image.topics.values(), key=lambda t: t.name):
-            for p in topic.partitions:
-                replica_offsets = {}
-                for r in p.replicas:
-                    reported = self.offsets.get(r, {}).get((topic.name, p.index))
-                    if reported is not None:
-                        replica_offsets[str(r)] = {"log_end_offset": reported[0], "high_watermark": reported[1]}
-                partitions.append({
-                    "topic": topic.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                    "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
-                    "replica_offsets": replica_offsets,
-                })
+        controller = sup.controller
         return {
-            "cluster_id": image.cluster_id,
-            "controller": {"pid": os.getpid(), "image_version": image.version,
-                           "session_timeout_ms": self.controller.config.session_timeout_ms},
+            "cluster_id": view["cluster_id"] if view else "",
+            "supervisor": {"pid": os.getpid()},
+            "controller": {
+                "pid": controller.proc.pid if controller.proc else 0,
+                # running: it answers; otherwise the process's state (restarting, starting...)
+                "state": "running" if view else
+                         ("starting" if controller.running else sup.controller_state),
+                "restarts": sup.controller_restarts,
+                **({"image_version": view["controller"]["image_version"],
+                    "session_timeout_ms": view["controller"]["session_timeout_ms"]} if view else {}),
+            },
             "brokers": brokers,
-            "partitions": partitions,
+            "partitions": view["partitions"] if view else [],
         }
 
 
 # ------------------------------------------------------------------------------------------ the process
-async def _controller_running(path: Path) -> bool:
+async def _answers(path: Path, request: m.Operation) -> bool:
     try:
         with anyio.fail_after(2):
-            await rpc.call_once(path, m.Status(), timeout_s=2)
+            await rpc.call_once(path, request, timeout_s=2)
         return True
     except (OSError, rpc.RpcConnectionError, TimeoutError, BrokerError):
         return False
@@ -383,50 +467,58 @@ def _check_ports(settings: ClusterSettings) -> None:
             raise StartupFailed(f"cannot serve broker {node_id} on {settings.host}:{port}: {e}") from None
 
 
+async def _wait_controller(service: SupervisorService, timeout_s: float) -> None:
+    sup = service.supervisor
+    deadline = SYSTEM.monotonic() + timeout_s
+    while await service.controller_view() is None:
+        if not sup.controller.running:
+            raise StartupFailed(f"the controller {sup.controller.state} at start-up; "
+                                f"tail of {sup.controller.log_path}:\n{sup.log_tail(sup.controller)}")
+        if SYSTEM.monotonic() >= deadline:
+            raise StartupFailed(f"the controller did not answer within {timeout_s:.0f}s; "
+                                f"tail of {sup.controller.log_path}:\n{sup.log_tail(sup.controller)}")
+        await anyio.sleep(POLL_INTERVAL_S)
+
+
 async def run_cluster(settings: ClusterSettings) -> int:
-    """The controller process: returns the exit code."""
+    """The supervisor process: returns the exit code."""
     data_dir = settings.data_dir
-    sock = socket_path(data_dir)
     try:
         # before anything else in the directory: a second serve on it must not touch it
         lock_data_dir(data_dir, f"kshim serve --brokers {settings.brokers} on {settings.host}:{settings.port}")
-        rpc.check_socket_path(sock)
-        if await _controller_running(sock):
-            raise StartupFailed(f"a kshim cluster is already running with data in {data_dir} "
-                                f"(its controller answers on {sock})")
+        for sock in (supervisor_socket_path(data_dir), socket_path(data_dir)):
+            rpc.check_socket_path(sock)
+            if await _answers(sock, m.Status() if sock.name == "supervisor.sock" else m.ControllerStatus()):
+                raise StartupFailed(f"a kshim cluster is already running with data in {data_dir} "
+                                    f"(something answers on {sock})")
         _check_ports(settings)
     except (StartupFailed, DataDirInUse, OSError) as e:
         print(f"kshim: {e}", file=sys.stderr)
         return 1
     (data_dir / "controller").mkdir(exist_ok=True)
-    store = MetadataStore(data_dir / "controller" / "metadata.sqlite")
-    controller = Controller(store, ControllerConfig(
-        node_id=0, session_timeout_ms=settings.session_timeout_ms, default_partitions=settings.partitions,
-        default_replication_factor=settings.rf, topic_defaults=settings.topic_defaults,
-        max_partitions_per_broker=settings.max_partitions_per_broker))
     supervisor = Supervisor(settings)
-    service = ControllerService(controller, supervisor)
+    service = SupervisorService(supervisor)
     code = 0
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
                 async def on_signal() -> None:
                     async for signum in signals:
-                        log.info("received %s: stopping the brokers", signal.Signals(signum).name)
+                        log.info("received %s: stopping the cluster", signal.Signals(signum).name)
                         await supervisor.stop_all()
                         tg.cancel_scope.cancel()
                         return
 
                 tg.start_soon(on_signal)
-                await tg.start(rpc.RpcServer(service.handle).serve, sock)
-                tg.start_soon(controller.run_session_checks)
+                supervisor.spawn_controller()
                 tg.start_soon(supervisor.reap_loop)
-                for node_id in range(settings.brokers):
-                    supervisor.spawn(node_id)
                 try:
+                    await _wait_controller(service, READY_TIMEOUT_S)
+                    await tg.start(rpc.RpcServer(service.handle).serve, supervisor_socket_path(data_dir))
+                    for node_id in range(settings.brokers):
+                        supervisor.spawn(node_id)
                     with anyio.fail_after(READY_TIMEOUT_S + 5):
-                        for node_id in range(settings.brokers):
-                            await service.wait_registered(node_id, READY_TIMEOUT_S)
+                        await service.wait_registered(list(range(settings.brokers)), READY_TIMEOUT_S)
                 except (StartupFailed, TimeoutError) as e:
                     print(f"kshim: the cluster did not start: {e}", file=sys.stderr, flush=True)
                     code = 1
@@ -439,6 +531,6 @@ async def run_cluster(settings: ClusterSettings) -> int:
     finally:
         with anyio.CancelScope(shield=True):
             await supervisor.stop_all()
-        controller.close()
+        supervisor.lifeline.close()
     log.info("stopped cleanly")
     return code

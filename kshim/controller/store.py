@@ -98,12 +98,16 @@ class MetadataStore:
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """Reserve `count` producer ids; returns the first. Never hands out an id twice, even after a crash."""
+        return self.reserve("next_producer_id", count)
+
+    def reserve(self, key: str, count: int, at_least: int = 0) -> int:
+        """Reserve `count` values of the counter `key`, from at least `at_least`; returns the first.
+        Committed before it returns: a crash never hands out a value twice."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute("SELECT value FROM cluster WHERE key = 'next_producer_id'").fetchone()
-            first = int(row[0]) if row else 0
-            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES ('next_producer_id', ?)",
-                             (str(first + count),))
+            row = self._db.execute("SELECT value FROM cluster WHERE key = ?", (key,)).fetchone()
+            first = max(int(row[0]) if row else 0, at_least)
+            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES (?, ?)", (key, str(first + count)))
         return first
 
     def load_topics(self) -> list[TopicRecord]:

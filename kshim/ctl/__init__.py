@@ -1,13 +1,16 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
 
-Every command but `groups` and `txns` is one request to the controller over
-<data-dir>/controller.sock. Process commands (kill, start, pause, resume) are carried out by the
-controller, on the processes it started: ctl itself never signals anything. `groups` and `txns`
+Every command but `groups` and `txns` is one request to the supervisor (`kshim serve --brokers N`)
+over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
+start, pause, resume) are carried out by the supervisor, on the processes it started: ctl itself
+never signals anything. `groups` and `txns`
 ask the brokers with the Kafka protocol (found through the controller, or --bootstrap for a single
 broker or any Kafka cluster).
 
-    status [--table]   JSON (or a table): brokers, partitions, leaders, ISRs, replica offsets
+    status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
+                       partitions, leaders, ISRs, replica offsets
     kill NODE          SIGKILL the broker: it stays down until `start`
+    kill controller    SIGKILL the controller process: the supervisor restarts it at once
     start NODE         start a stopped broker again on its data dir; returns once it registered
     pause NODE         SIGSTOP: it stops heartbeating and is fenced after the session timeout
     resume NODE        SIGCONT: it registers again
@@ -43,10 +46,23 @@ def add_parser(sub) -> argparse.ArgumentParser:
              "isolate": "cut a broker's replication traffic", "heal": "restore a broker's replication traffic"}
     for name, text in helps.items():
         c = commands.add_parser(name, help=text, description=text + ".")
-        c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
+        if name == "kill":
+            c.add_argument("node", type=_node_or_controller, metavar="NODE",
+                           help="the broker's node id, or `controller` (the supervisor restarts it)")
+        else:
+            c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
     groups.add_parser(commands)
     txns.add_parser(commands)
     return p
+
+
+def _node_or_controller(text: str) -> int | str:
+    if text == status.CONTROLLER:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a node id or `controller`, got {text!r}") from None
 
 
 def main(args: argparse.Namespace) -> int:

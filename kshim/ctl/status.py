@@ -1,5 +1,5 @@
-"""`kshim ctl status` and the node commands (kill, start, pause, resume, isolate, heal): each is one
-request to the cluster's controller over <data-dir>/controller.sock."""
+"""`kshim ctl status` and the node commands (kill, start, pause, resume, isolate, heal, and
+`kill controller`): each is one request to the cluster's supervisor over <data-dir>/supervisor.sock."""
 from __future__ import annotations
 
 import argparse
@@ -15,25 +15,26 @@ from kshim.controller import rpc
 from kshim.ctl.common import CtlError, text_table
 from kshim.errors import BrokerError
 
-SOCKET_NAME = "controller.sock"
+SOCKET_NAME = "supervisor.sock"
 TIMEOUT_S = 60.0  # `start` waits for the broker to register
+CONTROLLER = "controller"  # `kshim ctl kill controller`
 
 
 async def request(data_dir: Path, message: Any) -> Any:
-    """Send one request to the cluster's controller. CtlError when it is not running or refuses."""
+    """Send one request to the cluster's supervisor. CtlError when it is not running or refuses."""
     path = Path(data_dir) / SOCKET_NAME
     try:
         return await rpc.call_once(path, message, TIMEOUT_S)
     except BrokerError as e:
         raise CtlError(e.message) from None
     except TimeoutError:
-        raise CtlError(f"the controller at {path} did not answer within {TIMEOUT_S:.0f}s") from None
+        raise CtlError(f"the supervisor at {path} did not answer within {TIMEOUT_S:.0f}s") from None
     except rpc.RpcConnectionError as e:
-        raise CtlError(f"the controller at {path} closed the connection: {e}") from None
+        raise CtlError(f"the supervisor at {path} closed the connection: {e}") from None
     except (FileNotFoundError, ConnectionRefusedError):
         raise CtlError(f"no kshim cluster is running with data in {data_dir} (nothing answers on {path})") from None
     except OSError as e:
-        raise CtlError(f"cannot reach the controller at {path}: {e}") from None
+        raise CtlError(f"cannot reach the supervisor at {path}: {e}") from None
 
 
 def status(data_dir: Path) -> dict[str, Any]:
@@ -41,16 +42,20 @@ def status(data_dir: Path) -> dict[str, Any]:
     return json.loads(anyio.run(request, data_dir, m.Status()))
 
 
-def command(data_dir: Path, name: str, node_id: int) -> str:
-    """Run a node command (kill, start, pause, resume, isolate, heal); what was done."""
-    return anyio.run(request, data_dir, m.NodeCommand(m.NodeAction(name), node_id))
+def command(data_dir: Path, name: str, node: int | str) -> str:
+    """Run a node command (kill, start, pause, resume, isolate, heal, or kill controller); what was done."""
+    if node == CONTROLLER:
+        return anyio.run(request, data_dir, m.KillController())
+    assert isinstance(node, int)
+    return anyio.run(request, data_dir, m.NodeCommand(m.NodeAction(name), node))
 
 
 def format_table(s: dict[str, Any]) -> str:
     yes = {True: "yes", False: "no"}
     ctl = s["controller"]
-    lines = [f"cluster {s['cluster_id']}  controller pid {ctl['pid']}  metadata version {ctl.get('image_version', '?')}",
-             ""]
+    lines = [f"cluster {s['cluster_id'] or '?'}  supervisor pid {s.get('supervisor', {}).get('pid', '?')}  "
+             f"controller pid {ctl['pid']} ({ctl.get('state', '?')}, {ctl.get('restarts', 0)} restarts)  "
+             f"metadata version {ctl.get('image_version', '?')}", ""]
     rows = [["BROKER", "ADDRESS", "PID", "ALIVE", "ISOLATED", "EPOCH", "PROCESS"]]
     for b in s["brokers"]:
         rows.append([str(b["id"]), f"{b['host']}:{b['port']}", str(b["pid"]), yes[b["alive"]], yes[b["isolated"]],

@@ -10,6 +10,10 @@
   UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION.
 - v10+ topics may be asked for by topic id (name null): unknown ids get UNKNOWN_TOPIC_ID.
 - Authorized-operations fields report "not provided" (INT32_MIN) unless asked for.
+- controller_id is this broker (it forwards admin requests to the controller), or -1 while the
+  controller is unreachable: admin requests then answer NOT_CONTROLLER, and clients look for the
+  controller again (kafka-python waits while it is -1). Auto-creation meanwhile answers the topic
+  NOT_CONTROLLER too (retriable: producers and consumers refresh metadata and retry).
 """
 from __future__ import annotations
 
@@ -80,8 +84,9 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         "brokers": broker_list(ctx),
         "cluster_id": broker.cluster_id,
         # clients send admin requests to the controller id they are given; any broker forwards
-        # them to the controller, so name this (live) broker, as KRaft brokers do
-        "controller_id": broker.node_id,
+        # them to the controller, so name this (live) broker, as KRaft brokers do; -1 while the
+        # controller is unreachable, so admin clients wait for one instead of failing on NOT_CONTROLLER
+        "controller_id": broker.node_id if broker.controller.connected else -1,
         "topics": topics,
         "cluster_authorized_operations": NO_OPERATIONS,
     }

@@ -1,8 +1,10 @@
 """InitProducerId: hands idempotent and transactional producers a producer id and epoch.
 
-- Without a transactional id: a fresh producer id from the persisted counter (never reused, even
-  after a crash) with epoch 0, as Kafka does; a v3+ request naming its old id and epoch (KIP-360)
-  also gets a fresh id.
+- Without a transactional id: a fresh producer id with epoch 0, as Kafka does, from this broker's
+  block of ids (kshim.producer_ids: the controller hands out blocks from its persisted counter, so
+  an id is never reused, even after a crash, and ids keep coming while the controller restarts);
+  a v3+ request naming its old id and epoch (KIP-360) also gets a fresh id. With the block used up
+  and the controller unreachable: COORDINATOR_LOAD_IN_PROGRESS (clients retry).
 - With a transactional id (sent to its coordinator, see FindCoordinator key type 1): a new id
   gets a producer id and epoch 0, a known one the same producer id with its epoch bumped, which
   fences the previous instance. An open transaction of that id is aborted first and the answer is
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
@@ -25,6 +28,13 @@ VERSIONS = (0, 5)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
+    try:
+        return await _init(ctx, req)
+    except BrokerError as e:  # no producer id to be had now (the controller is away): retriable
+        return {"error_code": for_version(e.code, ctx.version, 4), "producer_id": -1, "producer_epoch": -1}
+
+
+async def _init(ctx: RequestContext, req: Container) -> dict:
     tid = req.transactional_id
     if tid is None:
         return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(),

@@ -1,6 +1,7 @@
 """DescribeCluster: the cluster id, the controller and the brokers, as the admin client's describeCluster shows.
 
-- One broker: this one (node id, advertised host, port, no rack); it is also the controller.
+- The live brokers (node id, advertised host, port, no rack). controller_id is this broker, which
+  forwards to the controller, or -1 while the controller is unreachable (as Metadata).
 - v1 `endpoint_type`: 1 (brokers) is answered; 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE, as a
   broker that is not a controller endpoint answers; any other value is INVALID_REQUEST.
 - cluster_authorized_operations is always "not requested" (INT32_MIN): kshim has no ACLs.
@@ -30,7 +31,8 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "error_message": None,
         "endpoint_type": BROKERS,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,  # a live broker that forwards to the controller (see Metadata)
+        # a live broker that forwards to the controller, -1 while it cannot reach it (see Metadata)
+        "controller_id": broker.node_id if broker.controller.connected else -1,
         "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                     for b in broker.image.alive_brokers()],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
