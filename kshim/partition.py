@@ -98,6 +98,7 @@ class Partition:
     # (first offset, marker offset) of ended transactions whose marker is not yet below the high
     # watermark: they hold the last stable offset until it is (Kafka's unreplicated transactions)
     _unreplicated: list[tuple[int, int]] = field(init=False, default_factory=list)
+    _storage_error: str | None = field(init=False, default=None)  # the last append's OSError, until one works
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
@@ -359,7 +360,15 @@ class Partition:
             records.set_leader_epoch(buf, pos, self.leader_epoch)
             if self.log_append_time:
                 header = records.set_log_append_time(buf, pos, header, append_time)
-            base, last = self.log.append(buf, pos, header.size)
+            try:
+                base, last = self.log.append(buf, pos, header.size)
+            except OSError as e:  # a full disk, no descriptors: the segment is back as it was
+                result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}"
+                self._storage_failed(e)
+                break
+            if self._storage_error is not None:
+                log.warning("%s-%d: appends work again (after: %s)", self.topic, self.index, self._storage_error)
+                self._storage_error = None
             if header.producer_id >= 0:
                 self.producers.update(header, base, last)
             if result.base_offset < 0:
@@ -372,6 +381,13 @@ class Partition:
             self._advance_hw()
             self.wake_all()
         return result
+
+    def _storage_failed(self, e: OSError) -> None:
+        """Log a storage failure once per occurrence: when it starts, and (above) when it ends."""
+        if self._storage_error is None:
+            self._storage_error = str(e)
+            log.warning("%s-%d: appends fail with KAFKA_STORAGE_ERROR until the log can be written: %s",
+                        self.topic, self.index, e)
 
     def _validate(self, buf, pos: int, end: int) -> tuple[ErrorCode, str | None, records.BatchHeader | None]:
         try:

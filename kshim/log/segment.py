@@ -17,6 +17,7 @@ Not thread-safe on its own: :class:`kshim.log.Log` serialises access.
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import sys
@@ -33,6 +34,8 @@ from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
     read_header,
 )
+
+log = logging.getLogger("kshim.log")
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -114,7 +117,8 @@ def _file_size(path: str) -> int | None:
 class Segment:
     __slots__ = ("base_offset", "stem", "fd", "size", "next_offset", "idx_off", "idx_pos",
                  "ts_ts", "ts_off", "loaded", "idx_fd", "tidx_fd", "bytes_since_index",
-                 "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent", "_txn")
+                 "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent", "_txn",
+                 "index_lost")
 
     def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
         self.base_offset = base_offset
@@ -129,6 +133,7 @@ class Segment:
         self.loaded = True                   # False: index files not read yet (older segments load lazily)
         self.idx_fd: int | None = None       # index files are open for appends only while active
         self.tidx_fd: int | None = None
+        self.index_lost = False              # an index write failed (disk full): files dropped, memory kept
         self.bytes_since_index = 0
         self.max_ts = -1                     # largest batch max timestamp in the segment
         self.max_ts_offset = -1              # last offset of the (first) batch carrying it
@@ -270,7 +275,7 @@ class Segment:
         self.idx_off.append(rel)
         self.idx_pos.append(pos)
         if write and self.idx_fd is not None:
-            write_all(self.idx_fd, _IDX.pack(rel, pos))
+            self._write_index(self.idx_fd, _IDX.pack(rel, pos))
         if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
             self._add_time_entry(write)
         self.bytes_since_index = 0
@@ -280,7 +285,25 @@ class Segment:
         self.ts_ts.append(self.max_ts)
         self.ts_off.append(rel)
         if write and self.tidx_fd is not None:
-            write_all(self.tidx_fd, _TIDX.pack(self.max_ts, rel))
+            self._write_index(self.tidx_fd, _TIDX.pack(self.max_ts, rel))
+
+    def _write_index(self, fd: int, entry: bytes) -> None:
+        """Append an index entry. The indexes derive from the log, so a failed write (a full disk)
+        must not fail an append whose records are already written: the index files are dropped,
+        the next open rebuilds them from the log, and lookups use the entries in memory."""
+        if self.index_lost:
+            return
+        try:
+            write_all(fd, entry)
+        except OSError as e:
+            self.index_lost = True
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                try:
+                    os.unlink(self.stem + suffix)
+                except OSError:
+                    pass
+            log.warning("index of segment %s dropped after a failed write (%s): rebuilt from the log at the next "
+                        "start", self.stem, e)
 
     # ------------------------------------------------------------------ lookups
     def position_of(self, offset: int) -> int | None:

@@ -1,0 +1,81 @@
+"""A full disk (ENOSPC injected on the log's own descriptors): the append fails with
+KAFKA_STORAGE_ERROR and leaves nothing behind, appends resume when space returns, and a failed
+index write never fails or tears an append (the indexes are rebuilt from the log)."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from kshim.broker import BrokerConfig
+from kshim.log import segment as segment_module
+from kshim.log.log import Log, LogConfig
+from kshim.standalone import open_standalone
+from wire.errors import ErrorCode
+from wire.records import decode_all, encode_batch
+
+REAL_WRITE = os.write
+
+
+def full_disk_on(monkeypatch, fds: set[int]) -> None:
+    def write(fd: int, data) -> int:
+        if fd in fds:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return REAL_WRITE(fd, data)
+    monkeypatch.setattr(segment_module.os, "write", write)
+
+
+def values(log: Log) -> list[bytes]:
+    return [r.value for r in decode_all(log.read(0, 1 << 20))]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_fails_the_append_whole_and_appends_resume(tmp_path, monkeypatch, caplog):
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        await broker.create_topic("t", 1)
+        rm = broker.replica_manager
+        assert rm.append(1, 5, [("t", 0, encode_batch([(None, b"a")]))])[0].error == ErrorCode.NONE
+        partition = rm.partition("t", 0)
+        seg = partition.log._segments[-1]
+        size, end = os.fstat(seg.fd).st_size, partition.log.log_end_offset
+        full_disk_on(monkeypatch, {seg.fd})
+        for value in (b"lost-1", b"lost-2"):
+            (result,) = rm.append(1, 5, [("t", 0, encode_batch([(None, value)]))])
+            assert result.error == ErrorCode.KAFKA_STORAGE_ERROR and not result.appended
+        assert os.fstat(seg.fd).st_size == size and partition.log.log_end_offset == end  # nothing torn
+        assert caplog.text.count("appends fail with KAFKA_STORAGE_ERROR") == 1  # once per occurrence
+        monkeypatch.setattr(segment_module.os, "write", REAL_WRITE)  # space again
+        (result,) = rm.append(1, 5, [("t", 0, encode_batch([(None, b"c")]))])
+        assert (result.error, result.base_offset) == (ErrorCode.NONE, 1)
+        assert "appends work again" in caplog.text
+        assert values(partition.log) == [b"a", b"c"]
+    finally:
+        broker.close()
+
+
+def test_a_failed_index_write_keeps_the_append_and_the_index_is_rebuilt(tmp_path, monkeypatch):
+    log = Log(tmp_path / "t-0", LogConfig(index_interval_bytes=1))
+    for i in range(3):
+        log.append(bytearray(encode_batch([(None, b"v%d" % i)])))
+    seg = log._segments[-1]
+    full_disk_on(monkeypatch, {seg.idx_fd, seg.tidx_fd})
+    for i in range(3, 6):
+        log.append(bytearray(encode_batch([(None, b"v%d" % i)])))  # no exception: the records are written
+    assert not os.path.exists(seg.stem + segment_module.INDEX_SUFFIX)
+    monkeypatch.setattr(segment_module.os, "write", REAL_WRITE)
+    assert [r.value for r in decode_all(log.read(4, 1 << 20))] == [b"v4", b"v5"]  # lookups use memory
+    log.close()
+    log = Log(tmp_path / "t-0", LogConfig(index_interval_bytes=1))
+    try:
+        assert log.log_end_offset == 6 and values(log) == [b"v%d" % i for i in range(6)]
+        assert [r.value for r in decode_all(log.read(4, 1 << 20))] == [b"v4", b"v5"]
+        assert os.path.exists(log._segments[-1].stem + segment_module.INDEX_SUFFIX)  # rebuilt
+    finally:
+        log.close()
