@@ -3,8 +3,6 @@ garbage payloads and wrong record counts fail their partition with Kafka's error
 is stored, the broker stays small and quick, and the partition keeps working for everyone."""
 from __future__ import annotations
 
-import threading
-
 import cramjam
 import pytest
 from confluent_kafka import Producer
@@ -12,7 +10,7 @@ from kafka import TopicPartition
 
 from compat_tests.kshim_process import KshimProcess
 from compat_tests.raw_kafka import RawConnection, consume_all, consumer, list_offsets_latest, rebuild_batch
-from compat_tests.test_connection_limits import rss, worst_api_versions_latency
+from compat_tests.test_connection_limits import rss, worst_latency_while
 from wire.records import ZSTD, encode_batch, read_header
 
 MiB = 1024 * 1024
@@ -43,20 +41,13 @@ def test_bombs_are_refused_without_memory_or_stalls(broker, topic_name):
     baseline = rss(broker.pid)
     payload = bomb()
     codes: list[int] = []
-    done = threading.Event()
 
     def attack() -> None:
         with RawConnection(broker.bootstrap) as conn:
             for _ in range(20):
                 codes.append(conn.produce({(topic_name, 0): payload})[(topic_name, 0)].error_code)
-        done.set()
 
-    attacker = threading.Thread(target=attack)
-    attacker.start()
-    worst = 0.0
-    while not done.is_set():
-        worst = max(worst, worst_api_versions_latency(broker.bootstrap, 5))
-    attacker.join(60)
+    worst = worst_latency_while(attack, broker.bootstrap)
     assert codes == [CORRUPT_MESSAGE] * 20
     assert worst < 0.1, f"a bystander's ApiVersions took {worst * 1000:.0f} ms during the bombs"
     assert rss(broker.pid) - baseline < 100 * MiB

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
+from typing import Callable
 from contextlib import ExitStack
 
 import pytest
@@ -37,6 +39,25 @@ def worst_api_versions_latency(bootstrap: str, rounds: int = 20) -> float:
             start = time.perf_counter()
             assert conn.api_versions(3).error_code == 0
             worst = max(worst, time.perf_counter() - start)
+    return worst
+
+
+def worst_latency_while(work: Callable[[], None], bootstrap: str) -> float:
+    """Run `work` in a thread; the slowest of a bystander's ApiVersions round trips meanwhile."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worst = 0.0
+    while not done.is_set():
+        worst = max(worst, worst_api_versions_latency(bootstrap, 5))
+    worker.join(60)
     return worst
 
 
@@ -87,12 +108,20 @@ def test_connection_limits_close_extra_connections_at_once(broker_factory, topic
             conn = stack.enter_context(RawConnection(broker.bootstrap))
             assert conn.api_versions(3).error_code == 0
             held.append(conn)
-        extra = stack.enter_context(RawConnection(broker.bootstrap))
-        assert extra.wait_closed(10), "a fifth connection from 127.0.0.1 was kept"
+        for _ in range(10):
+            extra = stack.enter_context(RawConnection(broker.bootstrap))
+            assert extra.wait_closed(10), "a fifth connection from 127.0.0.1 was kept"
         wait_until(lambda: "max.connections.per.ip=4" in broker.logs(), 10, message="the refusal logged")
-        held.pop().close()  # room again
-        wait_until(lambda: worst_api_versions_latency(broker.bootstrap, 1) < 10, 10, message="a new connection served")
-    assert broker.logs().count("refusing connections") == 1  # logged once per burst, not per connection
+        held.pop().close()  # room again, once the broker has seen the close
+
+        def served() -> bool:
+            try:
+                return worst_api_versions_latency(broker.bootstrap, 1) < 10
+            except OSError:  # refused: the broker has not counted the close yet
+                return False
+
+        wait_until(served, 10, message="a new connection served")
+    assert broker.logs().count("refusing connections") <= 2  # once per burst (10 s), not per connection
 
 
 def test_idle_and_stalled_connections_are_closed(broker_factory):

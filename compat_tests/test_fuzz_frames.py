@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import random
 import socket
-import threading
 
 from compat_tests.kshim_process import KshimProcess
 from compat_tests.raw_kafka import produce_and_consume
-from compat_tests.test_connection_limits import connect, worst_api_versions_latency
+from compat_tests.test_connection_limits import connect, worst_latency_while
 from tests.test_fuzz_connection_core import SEEDS
 
 FRAMES = int(os.environ.get("KSHIM_FUZZ_FRAMES", "600"))
@@ -43,8 +42,6 @@ def test_fuzzed_frames_do_not_crash_stall_or_hit_handler_bugs(tmp_path, topic_na
         produce_and_consume(broker.bootstrap, topic_name)
         rng = random.Random(20261124)
         frames = [mutate(rng, rng.choice(SEEDS)) for _ in range(FRAMES)]
-        done = threading.Event()
-
         def attack() -> None:
             sock: socket.socket | None = None
             try:
@@ -59,14 +56,8 @@ def test_fuzzed_frames_do_not_crash_stall_or_hit_handler_bugs(tmp_path, topic_na
             finally:
                 if sock is not None:
                     sock.close()
-                done.set()
 
-        attacker = threading.Thread(target=attack)
-        attacker.start()
-        worst = 0.0
-        while not done.is_set():
-            worst = max(worst, worst_api_versions_latency(broker.bootstrap, 5))
-        attacker.join(60)
+        worst = worst_latency_while(attack, broker.bootstrap)
         assert broker.proc.poll() is None, "the broker died"
         assert worst < 0.1, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
         produce_and_consume(broker.bootstrap, topic_name, b"after the fuzz")

@@ -19,7 +19,7 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import broker_process
-from kshim.configs.connection_options import add_connection_options, connection_settings
+from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
@@ -27,12 +27,6 @@ from kshim.standalone import announce_port, open_standalone
 
 log = logging.getLogger("kshim")
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,28 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=9092, help="port to listen on; 0 picks a free one (default 9092)")
     serve.add_argument("--data-dir", type=Path, default=Path("kshim-data"), help="where logs and metadata live (default ./kshim-data)")
-    serve.add_argument("--partitions", type=_positive, default=1, help="partitions of auto-created topics (default 1)")
+    serve.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics on Metadata and Produce")
-    serve.add_argument("--max-request-bytes", type=_positive, default=100 * 1024 * 1024,
+    serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
-    serve.add_argument("--max-partitions-per-broker", type=_positive, default=None,
+    serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
                             "to its hard limit: 3/4 of it over 6 descriptors per partition, at most 10000)")
     cluster = serve.add_argument_group(
         "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
                    "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
-    cluster.add_argument("--brokers", type=_positive, default=None,
+    cluster.add_argument("--brokers", type=positive, default=None,
                          help="run a cluster of this many brokers, one process each (needs a fixed --port)")
-    cluster.add_argument("--replication-factor", type=_positive, default=None,
+    cluster.add_argument("--replication-factor", type=positive, default=None,
                          help="replication factor of topics created with the default (default min(3, brokers))")
-    cluster.add_argument("--broker-session-timeout-ms", type=_positive, default=None,
+    cluster.add_argument("--broker-session-timeout-ms", type=positive, default=None,
                          help="a broker with no heartbeat this long is fenced (default 9000)")
-    cluster.add_argument("--replica-lag-time-max-ms", type=_positive, default=None,
+    cluster.add_argument("--replica-lag-time-max-ms", type=positive, default=None,
                          help="a follower that has not caught up for this long leaves the ISR (default 30000)")
-    cluster.add_argument("--min-insync-replicas", type=_positive, default=None,
+    cluster.add_argument("--min-insync-replicas", type=positive, default=None,
                          help="broker default of min.insync.replicas (default 1)")
     cluster.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default=None,
                          help="broker default of kshim.uncommitted.read.limit (default log-end)")

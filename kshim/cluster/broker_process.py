@@ -21,7 +21,7 @@ import anyio
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import lifeline
 from kshim.cluster.remote import RemoteControllerClient
-from kshim.configs.connection_options import add_connection_options, connection_settings
+from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
@@ -30,12 +30,6 @@ log = logging.getLogger("kshim.broker_process")
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -48,17 +42,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, required=True, help="port to listen on")
     p.add_argument("--data-dir", type=Path, required=True, help="this broker's partition logs")
     p.add_argument("--controller-socket", type=Path, required=True, help="the controller's unix socket")
-    p.add_argument("--partitions", type=_positive, default=1, help="partitions of auto-created topics (default 1)")
-    p.add_argument("--replication-factor", type=_positive, default=1,
+    p.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
+    p.add_argument("--replication-factor", type=positive, default=1,
                    help="replication factor of topics created with the default (the controller decides)")
     p.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics")
-    p.add_argument("--max-request-bytes", type=_positive, default=100 * 1024 * 1024,
+    p.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
                    help="largest request frame accepted (default 100 MiB)")
-    p.add_argument("--min-insync-replicas", type=_positive, default=1,
+    p.add_argument("--min-insync-replicas", type=positive, default=1,
                    help="broker default of min.insync.replicas (default 1)")
     p.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default="log-end",
                    help="broker default of kshim.uncommitted.read.limit (default log-end)")
-    p.add_argument("--replica-lag-time-max-ms", type=_positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+    p.add_argument("--replica-lag-time-max-ms", type=positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                    help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
     p.add_argument("--supervisor-pid", type=int, default=None,
                    help="exit when this process (the supervisor, our parent) dies")

@@ -32,7 +32,7 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
-from kshim.configs.connection_options import ConnectionSettings, connection_argv
+from kshim.configs.options import ConnectionSettings, connection_argv
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError

@@ -30,6 +30,7 @@ import anyio
 
 from kshim.cluster import lifeline
 from kshim.cluster.image import MetadataImage
+from kshim.configs.options import positive
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.controller.controller import Controller, ControllerConfig
@@ -115,12 +116,6 @@ class ControllerService:
 
 
 # ------------------------------------------------------------------------------------------ the process
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
@@ -129,16 +124,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "starts it again when it dies); it is rarely useful to run by hand.")
     p.add_argument("--data-dir", type=Path, required=True,
                    help="the cluster's data dir: metadata in DATA_DIR/controller, the socket DATA_DIR/controller.sock")
-    p.add_argument("--session-timeout-ms", type=_positive, default=9000,
+    p.add_argument("--session-timeout-ms", type=positive, default=9000,
                    help="a broker with no heartbeat this long is fenced (default 9000)")
-    p.add_argument("--partitions", type=_positive, default=1, help="partitions of topics created with the default")
-    p.add_argument("--replication-factor", type=_positive, default=1,
+    p.add_argument("--partitions", type=positive, default=1, help="partitions of topics created with the default")
+    p.add_argument("--replication-factor", type=positive, default=1,
                    help="replication factor of topics created with the default")
-    p.add_argument("--min-insync-replicas", type=_positive, default=1,
+    p.add_argument("--min-insync-replicas", type=positive, default=1,
                    help="broker default of min.insync.replicas (default 1)")
     p.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default="log-end",
                    help="broker default of kshim.uncommitted.read.limit (default log-end)")
-    p.add_argument("--max-partitions-per-broker", type=_positive, default=10_000,
+    p.add_argument("--max-partitions-per-broker", type=positive, default=10_000,
                    help="partition replicas one broker may host (default 10000)")
     p.add_argument("--supervisor-pid", type=int, default=None,
                    help="exit when this process (the supervisor, our parent) dies")

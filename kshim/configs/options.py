@@ -1,5 +1,6 @@
-"""The connection budgets as command-line options, shared by `kshim serve` and `kshim broker`
-(the cluster's supervisor hands them on to its broker processes)."""
+"""Command-line options shared by `kshim serve`, `kshim broker` and `kshim controller`: the
+connection budgets (the cluster's supervisor hands them on to its broker processes) and the
+argument types."""
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ class ConnectionSettings(TypedDict):
     request_stall_timeout_ms: int
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
@@ -40,7 +41,7 @@ def _positive(text: str) -> int:
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection budgets (docs/robustness.md)")
     for option, name, text in OPTIONS:
-        group.add_argument(option, dest=name, type=_positive, default=_DEFAULTS[name],
+        group.add_argument(option, dest=name, type=positive, default=_DEFAULTS[name],
                            help=f"{text} (default {_DEFAULTS[name]})")
 
 
