@@ -14,10 +14,11 @@ from typing import Callable, Mapping, Protocol, TypeVar
 
 import anyio
 
+from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetBrokerConfigs, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.replica import ReplicaManager
@@ -122,6 +123,15 @@ class Broker:
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))
+
+    async def set_broker_configs(self, resource: str, configs: Mapping[str, str | None], *,
+                                 validate_only: bool = False) -> None:
+        """Replace the dynamic settings of the cluster-wide default ("") or of one broker (its id)."""
+        await self.controller.call(SetBrokerConfigs(resource, dict(configs), validate_only))
+
+    def broker_level(self) -> BrokerLevel:
+        """The broker-level settings topic configs fall back to on this broker."""
+        return self.replica_manager.broker_level()
 
     async def allocate_producer_id(self) -> int:
         return await self.controller.call(AllocateProducerIds(1))

@@ -33,17 +33,18 @@ def test_defaults_resolve_to_typed_values():
 
 
 def test_overrides_are_typed():
-    config = resolve({"segment.bytes": "1000", "flush.ms": "250", "unclean.leader.election.enable": "TRUE"})
-    assert config["segment.bytes"] == 1000 and config["unclean.leader.election.enable"] is True
-    assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (1000, 250)
+    config = resolve({"segment.bytes": "2000000", "flush.ms": "250", "unclean.leader.election.enable": "TRUE"})
+    assert config["segment.bytes"] == 2000000 and config["unclean.leader.election.enable"] is True
+    assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (2000000, 250)
 
 
 @pytest.mark.parametrize("name, value, message", [
     ("no.such.config", "1", "unknown topic config 'no.such.config'"),
     ("retention.ms", "soon", "invalid value for retention.ms: value 'soon' is not a number"),
     ("retention.ms", "-2", "invalid value for retention.ms: value -2 is outside [-1, 9223372036854775807]"),
-    ("segment.bytes", "13", "invalid value for segment.bytes: value 13 is outside [14, 2147483647]"),
-    ("segment.bytes", "2147483648", "invalid value for segment.bytes: value 2147483648 is outside [14, 2147483647]"),
+    ("segment.bytes", "1048575", "invalid value for segment.bytes: value 1048575 is outside [1048576, 2147483647]"),
+    ("segment.bytes", "2147483648",
+     "invalid value for segment.bytes: value 2147483648 is outside [1048576, 2147483647]"),
     ("min.insync.replicas", "0", "invalid value for min.insync.replicas: value 0 is outside [1, 2147483647]"),
     ("cleanup.policy", "compact", "invalid value for cleanup.policy: value 'compact' is not one of delete"),
     ("cleanup.policy", "delete,delete", "invalid value for cleanup.policy: value 'delete,delete' is not one of delete"),
@@ -59,8 +60,8 @@ def test_invalid_configs_answer_invalid_config_with_a_message(name, value, messa
 
 
 def test_validate_keeps_valid_values_and_drops_deletions():
-    assert validate({"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete", "flush.ms": None}) == \
-        {"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete"}
+    assert validate({"retention.ms": "-1", "segment.bytes": "1048576", "cleanup.policy": "delete", "flush.ms": None}) == \
+        {"retention.ms": "-1", "segment.bytes": "1048576", "cleanup.policy": "delete"}
     with pytest.raises(InvalidConfig, match="unknown topic config 'nope'"):
         validate({"nope": None})  # a deletion still names a known config
 
@@ -87,8 +88,18 @@ def test_every_entry_is_complete():
         assert definition.doc and "\n" not in definition.doc
         if definition.default is not None:
             definition.parse(definition.default)  # every default passes its own validator
-    assert all(d.dynamic and d.synonym for d in TOPIC_CONFIGS.values())
-    assert not any(d.dynamic for d in BROKER_CONFIGS.values())
+    # Kafka's CONFIGS_WITH_NO_SERVER_DEFAULTS are the only topic configs without a broker synonym
+    assert {n for n, d in TOPIC_CONFIGS.items() if not d.synonym} == {
+        "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable",
+        "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+    assert all(d.dynamic for d in TOPIC_CONFIGS.values())
+    # every broker synonym is a broker config of the same type and default, dynamic except kshim's own
+    for d in TOPIC_CONFIGS.values():
+        if d.synonym:
+            b = BROKER_CONFIGS[d.synonym]
+            assert (b.type, b.default, b.validator) == (d.type, d.default, d.validator)
+            assert b.dynamic == (not d.name.startswith("kshim."))
+    assert not any(BROKER_CONFIGS[n].dynamic for n in ("num.partitions", "node.id", "log.dirs"))
 
 
 @pytest.mark.parametrize("setting", [None, "false", "true"])
@@ -152,6 +163,6 @@ async def test_describe_and_create_report_the_brokers_settings(tmp_path):
             "resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": ["message.max.bytes"]}],
             "include_synonyms": False, "include_documentation": False})
         [setting] = described.results[0].configs
-        assert (setting.value, setting.config_source, setting.read_only) == ("5000", Source.STATIC_BROKER_CONFIG, True)
+        assert (setting.value, setting.config_source, setting.read_only) == ("5000", Source.STATIC_BROKER_CONFIG, False)
     finally:
         broker.close()

@@ -11,9 +11,10 @@ from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
 import anyio
 
-from kshim.configs import resolve
+from kshim.configs import BrokerLevel, resolve
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.clock import SYSTEM
+from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
 from kshim.partition import AppendResult, Partition
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
@@ -101,13 +102,17 @@ class ReplicaManager:
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
 
+    def broker_level(self) -> BrokerLevel:
+        """This broker's topic-config defaults: the command line's under the image's dynamic ones."""
+        return BrokerLevel.of(self.topic_defaults, self.metadata.image.broker_configs, self.node_id)
+
     def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
         return Partition(topic.name, info.index, self.data_dir / f"{topic.name}-{info.index}",
-                         resolve(topic.configs, self.topic_defaults).log_config(),
+                         resolve(topic.configs, self.broker_level()).log_config(),
                          node_id=self.node_id, topic_id=topic.topic_id)
 
     def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        replica.configure(resolve(topic.configs, self.topic_defaults))
+        replica.configure(resolve(topic.configs, self.broker_level()))
 
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
@@ -155,10 +160,61 @@ class ReplicaManager:
         if acks not in VALID_ACKS:
             message = f"acks must be 0, 1 or -1, got {acks}"
             return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
+        jobs = self._recompressions(entries, topic_errors)
+        if jobs:
+            return self._append_recompressed(acks, timeout_s, entries, topic_errors, jobs)
+        return self._append_all(acks, timeout_s, entries, topic_errors, {})
+
+    def _recompressions(self, entries: Sequence[tuple[str, int, Records]],
+                        topic_errors: Mapping[str, ErrorCode] | None) -> dict[int, tuple[int, int | None]]:
+        """Entries (by position) whose batches this broker must recompress for compression.type,
+        with the codec and level."""
+        jobs = {}
+        for i, (topic, index, data) in enumerate(entries):
+            partition = self._replicas.get((topic, index))
+            if (not data or (topic_errors and topic in topic_errors) or partition is None
+                    or partition.compression_codec is None or not partition.is_leader):
+                continue
+            if needs_recompression(data, partition.compression_codec):
+                jobs[i] = (partition.compression_codec, partition.compression_level)
+        return jobs
+
+    async def _append_recompressed(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+                                   topic_errors: Mapping[str, ErrorCode] | None,
+                                   jobs: dict[int, tuple[int, int | None]]) -> list[PartitionAppend]:
+        """Recompress in a worker thread (CPU-bound; other connections go on meanwhile), then append
+        as usual. The records are copied first: the request frame's buffer is not ours across an await."""
+        owned = [(topic, index, bytes(data) if isinstance(data, memoryview) else data) for topic, index, data in entries]
+
+        def work() -> dict[int, bytes | PartitionAppend]:
+            done: dict[int, bytes | PartitionAppend] = {}
+            for i, (codec, level) in jobs.items():
+                data = owned[i][2]
+                assert data is not None
+                try:
+                    done[i] = recompress(data, codec, level)
+                except CorruptRecordError as e:
+                    done[i] = PartitionAppend(ErrorCode.CORRUPT_MESSAGE, f"recompressing for compression.type: {e}")
+            return done
+
+        done = await anyio.to_thread.run_sync(work)
+        ready: list[tuple[str, int, Records]] = []
+        failed: dict[int, PartitionAppend] = {}
+        for i, (topic, index, data) in enumerate(owned):
+            outcome = done.get(i)
+            if isinstance(outcome, PartitionAppend):
+                failed[i] = outcome
+            ready.append((topic, index, outcome if isinstance(outcome, bytes) else data))
+        results = self._append_all(acks, timeout_s, ready, topic_errors, failed)
+        return results if isinstance(results, list) else await results
+
+    def _append_all(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+                    topic_errors: Mapping[str, ErrorCode] | None, failed: Mapping[int, PartitionAppend]
+                    ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
         results = []
         waits = []
-        for topic, index, data in entries:
-            result = self._append_one(acks, topic, index, data, (topic_errors or {}).get(topic))
+        for i, (topic, index, data) in enumerate(entries):
+            result = failed.get(i) or self._append_one(acks, topic, index, data, (topic_errors or {}).get(topic))
             results.append(result)
             if acks == -1 and result.appended:
                 waits.append((result, self._replicas[(topic, index)]))
