@@ -196,7 +196,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     # ---------------------------------------------------------------- segments and indexes
     ConfigDef("segment.bytes", INT, str(1 << 30),
               "Size at which the active segment file is closed and a new one started.",
-              Range(1 << 20, INT_MAX), synonym="log.segment.bytes"),
+              Range(14, INT_MAX), synonym="log.segment.bytes"),  # Kafka 4.0: 1048576; see docs/configs.md
     ConfigDef("segment.ms", LONG, _WEEK_MS,
               "Age at which the active segment is closed and a new one started, even if not full.",
               Range(1, LONG_MAX), synonym="log.roll.ms"),
