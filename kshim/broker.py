@@ -15,9 +15,10 @@ from typing import Callable, Mapping, Protocol, TypeVar
 import anyio
 
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
+from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetTopicConfigs)
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetBrokerConfigs, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -137,6 +138,15 @@ class Broker:
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))
+
+    async def set_broker_configs(self, resource: str, configs: Mapping[str, str | None], *,
+                                 validate_only: bool = False) -> None:
+        """Replace the dynamic settings of the cluster-wide default ("") or of one broker (its id)."""
+        await self.controller.call(SetBrokerConfigs(resource, dict(configs), validate_only))
+
+    def broker_level(self) -> BrokerLevel:
+        """The broker-level settings topic configs fall back to on this broker."""
+        return self.replica_manager.broker_level()
 
     async def allocate_producer_id(self) -> int:
         """From this broker's block (kshim.producer_ids); BrokerError COORDINATOR_LOAD_IN_PROGRESS

@@ -29,7 +29,8 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
-from kshim.configs import TopicConfig
+from kshim.configs import COMPRESSION_CODECS, TopicConfig
+from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import write_atomic
@@ -37,6 +38,7 @@ from kshim.log.txnindex import AbortedTxn
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
 from wire import records
+from wire.compression import GZIP, LZ4, ZSTD
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.partition")
@@ -74,6 +76,12 @@ class Partition:
     topic_id: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
     max_message_bytes: int = 1048588
     log_append_time: bool = False
+    # compression.type: the codec batches are stored with (None: the producer's) and its level
+    compression_codec: int | None = None
+    compression_level: int | None = None
+    # message.timestamp.before.max.ms / after.max.ms (CreateTime only)
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = 3_600_000
     config: TopicConfig | None = None  # the effective topic configs last applied
     # partition state, as the controller decided it
     leader_id: int = NO_LEADER
@@ -180,6 +188,11 @@ class Partition:
         self.log.update_config(self.log_config)
         self.max_message_bytes = config["max.message.bytes"]
         self.log_append_time = config["message.timestamp.type"] == "LogAppendTime"
+        self.compression_codec = COMPRESSION_CODECS[config["compression.type"]]
+        self.compression_level = {GZIP: config["compression.gzip.level"], LZ4: config["compression.lz4.level"],
+                                  ZSTD: config["compression.zstd.level"]}.get(self.compression_codec or 0)
+        self.timestamp_before_max_ms = config["message.timestamp.before.max.ms"]
+        self.timestamp_after_max_ms = config["message.timestamp.after.max.ms"]
         self.majority_quorum = config["kshim.commit.quorum"] == "majority"
         self.uncommitted_reads_to_hw = config["kshim.uncommitted.read.limit"] == "high-watermark"
         self.min_insync_replicas = config["min.insync.replicas"]
@@ -337,9 +350,12 @@ class Partition:
             return result
         buf = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
         pos, end = 0, len(buf)
-        append_time = SYSTEM.wall_ms() if self.log_append_time else -1
+        now = SYSTEM.wall_ms()
+        append_time = now if self.log_append_time else -1
         while pos < end:
             error, message, header = self._validate(buf, pos, end)
+            if not error and header is not None and not self.log_append_time and not from_coordinator:
+                error, message = self._check_timestamps(header, now)
             if error or header is None:  # a header comes with NONE only
                 result.error, result.message = error, message
                 break
@@ -410,6 +426,17 @@ class Partition:
         if header.is_transactional and header.producer_id < 0:
             return ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id", header
         return ErrorCode.NONE, None, header
+
+    def _check_timestamps(self, header: records.BatchHeader, now: int) -> tuple[ErrorCode, str | None]:
+        """message.timestamp.before/after.max.ms, from the batch's first and largest timestamps
+        (the header's; records are not decoded on the append path)."""
+        if header.base_timestamp < now - self.timestamp_before_max_ms:
+            return (ErrorCode.INVALID_TIMESTAMP, f"timestamp {header.base_timestamp} is more than "
+                    f"message.timestamp.before.max.ms={self.timestamp_before_max_ms} behind the broker's clock {now}")
+        if header.max_timestamp > now + self.timestamp_after_max_ms:
+            return (ErrorCode.INVALID_TIMESTAMP, f"timestamp {header.max_timestamp} is more than "
+                    f"message.timestamp.after.max.ms={self.timestamp_after_max_ms} ahead of the broker's clock {now}")
+        return ErrorCode.NONE, None
 
     def append_marker(self, producer_id: int, producer_epoch: int, committed: bool,
                       coordinator_epoch: int) -> AppendResult:

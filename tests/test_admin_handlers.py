@@ -337,7 +337,12 @@ async def test_describe_broker_configs(broker, name):
     assert configs["socket.request.max.bytes"].value == str(broker.config.max_request_bytes)
     assert configs["log.dirs"].value == str(broker.config.data_dir)
     assert "message.max.bytes" in configs
-    assert all(c.read_only and c.config_source == 4 and not c.is_sensitive for c in configs.values())
+    static = {"broker.id", "node.id", "advertised.listeners", "num.partitions", "auto.create.topics.enable",
+              "default.replication.factor", "socket.request.max.bytes", "log.dirs"}
+    assert all(configs[n].read_only and configs[n].config_source == 4 for n in static)
+    # the topic-config defaults are dynamic, at Kafka's default until someone sets them
+    assert not configs["log.retention.ms"].read_only and configs["log.retention.ms"].config_source == 5
+    assert not any(c.is_sensitive for c in configs.values())
     assert configs["broker.id"].config_type == 3 and configs["auto.create.topics.enable"].config_type == 1
     [result] = await describe(broker, resource(BROKER, name, ["num.partitions"]), version=2)
     assert [c.name for c in result.configs] == ["num.partitions"]
@@ -358,7 +363,7 @@ async def alter(broker, *resources, version=2, validate_only=False):
 @pytest.mark.anyio
 @pytest.mark.parametrize("version", range(0, 3))
 async def test_alter_configs_replaces_overrides(broker, version):
-    await create(broker, new_topic("t", 2, 1, {"retention.ms": "1000", "segment.bytes": "100000"}))
+    await create(broker, new_topic("t", 2, 1, {"retention.ms": "1000", "segment.bytes": "2000000"}))
     [r] = await alter(broker, alter_resource(TOPIC, "t", {"retention.bytes": "2048", "max.message.bytes": "5000"}),
                       version=version)
     assert (r.error_code, r.error_message, r.resource_type, r.resource_name) == (0, None, TOPIC, "t")
@@ -389,10 +394,10 @@ async def test_alter_configs_errors_and_validate_only(broker):
         null_value,
     )
     codes = [r.error_code for r in responses]
-    assert codes == [ErrorCode.INVALID_CONFIG, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_REQUEST,
+    assert codes == [ErrorCode.INVALID_CONFIG, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_CONFIG,
                      ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]
     assert "retention.ms" in responses[0].error_message
-    assert responses[2].error_message == "broker configs are static in kshim"
+    assert "'num.partitions' is read-only" in responses[2].error_message
     assert broker.topics["t"].configs == {"retention.ms": "1000"}
     [r] = await alter(broker, alter_resource(TOPIC, "t", {"retention.ms": "5"}), validate_only=True)
     assert r.error_code == 0 and broker.topics["t"].configs == {"retention.ms": "1000"}
@@ -419,7 +424,7 @@ async def incr(broker, *resources, version=1, validate_only=False):
 @pytest.mark.anyio
 @pytest.mark.parametrize("version", [0, 1])
 async def test_incremental_alter_configs(broker, version):
-    await create(broker, new_topic("t", 1, 1, {"retention.ms": "1000", "segment.bytes": "100000"}))
+    await create(broker, new_topic("t", 1, 1, {"retention.ms": "1000", "segment.bytes": "2000000"}))
     [r] = await incr(broker, incr_resource(TOPIC, "t", ("retention.bytes", SET, "999"),
                                            ("segment.bytes", DELETE, None),
                                            ("cleanup.policy", APPEND, "delete")), version=version)
@@ -450,13 +455,14 @@ async def test_incremental_alter_configs_errors(broker):
         (incr_resource(TOPIC, "t", ("retention.ms", SET, "1"), ("retention.ms", DELETE, None)),
          ErrorCode.INVALID_REQUEST),
         (incr_resource(TOPIC, "missing", ("retention.ms", SET, "1")), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-        (incr_resource(BROKER, "0", ("num.partitions", SET, "3")), ErrorCode.INVALID_REQUEST),
+        (incr_resource(BROKER, "0", ("num.partitions", SET, "3")), ErrorCode.INVALID_CONFIG),
+        (incr_resource(BROKER, "7", ("log.retention.ms", SET, "3")), ErrorCode.INVALID_REQUEST),
     ]
     for case, code in cases:  # one resource per request: a resource named twice is itself an error
         [r] = await incr(broker, case)
         assert r.error_code == code, case
         assert r.error_message
-    responses = await incr(broker, cases[0][0], cases[-2][0], incr_resource(TOPIC, "t", ("retention.ms", SET, "7")),
+    responses = await incr(broker, cases[0][0], cases[-3][0], incr_resource(TOPIC, "t", ("retention.ms", SET, "7")),
                            incr_resource(TOPIC, "t"))
     assert [r.error_code for r in responses] == [ErrorCode.INVALID_REQUEST, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                                  ErrorCode.INVALID_REQUEST, ErrorCode.INVALID_REQUEST]

@@ -7,11 +7,11 @@ import importlib
 import pytest
 
 from kshim.broker import BrokerConfig
-from kshim.configs import BROKER_CONFIGS, TOPIC_CONFIGS, InvalidConfig, Source, resolve, validate
+from kshim.configs import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerLevel, InvalidConfig, Source, resolve, validate
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.net.handlers import RequestContext
-from kshim.log import LogConfig
+from kshim.log import Log, LogConfig
 from kshim.standalone import open_standalone
 from wire import codec
 from wire.errors import ErrorCode
@@ -33,9 +33,9 @@ def test_defaults_resolve_to_typed_values():
 
 
 def test_overrides_are_typed():
-    config = resolve({"segment.bytes": "1000", "flush.ms": "250", "unclean.leader.election.enable": "TRUE"})
-    assert config["segment.bytes"] == 1000 and config["unclean.leader.election.enable"] is True
-    assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (1000, 250)
+    config = resolve({"segment.bytes": "2000000", "flush.ms": "250", "unclean.leader.election.enable": "TRUE"})
+    assert config["segment.bytes"] == 2000000 and config["unclean.leader.election.enable"] is True
+    assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (2000000, 250)
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -59,8 +59,8 @@ def test_invalid_configs_answer_invalid_config_with_a_message(name, value, messa
 
 
 def test_validate_keeps_valid_values_and_drops_deletions():
-    assert validate({"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete", "flush.ms": None}) == \
-        {"retention.ms": "-1", "segment.bytes": "14", "cleanup.policy": "delete"}
+    assert validate({"retention.ms": "-1", "segment.bytes": "1048576", "cleanup.policy": "delete", "flush.ms": None}) == \
+        {"retention.ms": "-1", "segment.bytes": "1048576", "cleanup.policy": "delete"}
     with pytest.raises(InvalidConfig, match="unknown topic config 'nope'"):
         validate({"nope": None})  # a deletion still names a known config
 
@@ -87,8 +87,18 @@ def test_every_entry_is_complete():
         assert definition.doc and "\n" not in definition.doc
         if definition.default is not None:
             definition.parse(definition.default)  # every default passes its own validator
-    assert all(d.dynamic and d.synonym for d in TOPIC_CONFIGS.values())
-    assert not any(d.dynamic for d in BROKER_CONFIGS.values())
+    # Kafka's CONFIGS_WITH_NO_SERVER_DEFAULTS are the only topic configs without a broker synonym
+    assert {n for n, d in TOPIC_CONFIGS.items() if not d.synonym} == {
+        "remote.storage.enable", "remote.log.copy.disable", "remote.log.delete.on.disable",
+        "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+    assert all(d.dynamic for d in TOPIC_CONFIGS.values())
+    # every broker synonym is a broker config of the same type and default, dynamic except kshim's own
+    for d in TOPIC_CONFIGS.values():
+        if d.synonym:
+            b = BROKER_CONFIGS[d.synonym]
+            assert (b.type, b.default, b.validator) == (d.type, d.default, d.validator)
+            assert b.dynamic == (not d.name.startswith("kshim."))
+    assert not any(BROKER_CONFIGS[n].dynamic for n in ("num.partitions", "node.id", "log.dirs"))
 
 
 @pytest.mark.parametrize("setting", [None, "false", "true"])
@@ -152,6 +162,122 @@ async def test_describe_and_create_report_the_brokers_settings(tmp_path):
             "resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": ["message.max.bytes"]}],
             "include_synonyms": False, "include_documentation": False})
         [setting] = described.results[0].configs
-        assert (setting.value, setting.config_source, setting.read_only) == ("5000", Source.STATIC_BROKER_CONFIG, True)
+        assert (setting.value, setting.config_source, setting.read_only) == ("5000", Source.STATIC_BROKER_CONFIG, False)
     finally:
         broker.close()
+
+
+# ------------------------------------------------------------------ Kafka 4's topic-config surface
+@pytest.mark.parametrize("name, value, message", [
+    ("compression.type", "brotli", "is not one of producer, uncompressed, gzip, snappy, lz4, zstd"),
+    ("compression.gzip.level", "0", "value 0 is outside [1, 9] or -1"),
+    ("compression.lz4.level", "18", "value 18 is outside [1, 17]"),
+    ("compression.zstd.level", "23", "value 23 is outside [-131072, 22]"),
+    ("segment.index.bytes", "3", "value 3 is outside [4, 2147483647]"),
+    ("local.retention.ms", "-3", "value -3 is outside [-2, 9223372036854775807]"),
+    ("message.timestamp.after.max.ms", "-1", "value -1 is outside [0, 9223372036854775807]"),
+    ("leader.replication.throttled.replicas", "0:1,x", "must be '*' or a list of partition:broker pairs"),
+    ("remote.storage.enable", "true", "tiered storage is not available in kshim"),
+    ("message.format.version", "3.0", "no longer exists: Kafka 4.0 removed it"),
+])
+def test_new_topic_configs_refuse_bad_values(name, value, message):
+    with pytest.raises(InvalidConfig) as e:
+        validate({name: value})
+    assert e.value.code == ErrorCode.INVALID_CONFIG and message in e.value.message
+
+
+def test_new_topic_configs_take_kafkas_values():
+    ok = {"compression.type": "zstd", "compression.gzip.level": "-1", "compression.zstd.level": "-5",
+          "follower.replication.throttled.replicas": "0:1, 1:2", "leader.replication.throttled.replicas": "*",
+          "remote.storage.enable": "false", "local.retention.bytes": "-2", "preallocate": "true",
+          "message.downconversion.enable": "false", "file.delete.delay.ms": "0", "segment.jitter.ms": "10"}
+    assert validate(ok) == ok
+    config = resolve({"segment.index.bytes": "4096", "segment.jitter.ms": "50", "index.interval.bytes": "10"})
+    log = config.log_config()
+    assert (log.segment_index_bytes, log.segment_jitter_ms, log.index_interval_bytes) == (4096, 50, 10)
+    assert resolve({})["message.timestamp.after.max.ms"] == 3_600_000  # Kafka 4.0's default (KIP-1030)
+
+
+def test_dynamic_broker_levels_rank_above_the_command_line():
+    level = BrokerLevel.of({"log.retention.ms": "1"}, {"": {"log.retention.ms": "2", "compression.type": "gzip"},
+                                                        "0": {"log.retention.ms": "3"}}, node_id=0)
+    entry = resolve({}, level).entries["retention.ms"]
+    assert (entry.value, entry.source) == (3, Source.DYNAMIC_BROKER_CONFIG)
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("log.retention.ms", "3", Source.DYNAMIC_BROKER_CONFIG),
+        ("log.retention.ms", "2", Source.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.ms", "1", Source.STATIC_BROKER_CONFIG),
+        ("retention.ms", TOPIC_CONFIGS["retention.ms"].default, Source.DEFAULT_CONFIG)]
+    other = resolve({}, BrokerLevel.of({}, level_dynamic := {"": {"compression.type": "gzip"}}, node_id=1))
+    assert (other["compression.type"], other.entries["compression.type"].source) == (
+        "gzip", Source.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert level_dynamic  # the mapping is read, not copied away
+
+
+@pytest.mark.anyio
+async def test_dynamic_broker_configs_apply_persist_and_refuse_bad_ones(tmp_path):
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        await broker.create_topic("t", 1, {})
+        answer = await _call(broker, "44_incremental_alter_configs", 1, {"validate_only": True, "resources": [
+            {"resource_type": BROKER, "resource_name": "", "configs": [
+                {"name": "log.retention.ms", "config_operation": 0, "value": "5000"}]}]})
+        assert answer.responses[0].error_code == 0 and broker.image.broker_configs == {}
+        for name, value, message in [("log.retention.ms", "x", "not a number"), ("num.partitions", "4", "read-only"),
+                                     ("no.such", "1", "unknown broker config")]:
+            answer = await _call(broker, "44_incremental_alter_configs", 1, {"validate_only": False, "resources": [
+                {"resource_type": BROKER, "resource_name": "", "configs": [
+                    {"name": name, "config_operation": 0, "value": value}]}]})
+            assert answer.responses[0].error_code == ErrorCode.INVALID_CONFIG
+            assert message in answer.responses[0].error_message
+        answer = await _call(broker, "44_incremental_alter_configs", 1, {"validate_only": False, "resources": [
+            {"resource_type": BROKER, "resource_name": "", "configs": [
+                {"name": "log.retention.ms", "config_operation": 0, "value": "5000"},
+                {"name": "compression.type", "config_operation": 0, "value": "lz4"}]}]})
+        assert answer.responses[0].error_code == 0
+        assert broker.partition("t", 0).log.config.retention_ms == 5000  # applied to the partition
+        assert broker.partition("t", 0).compression_codec == 3
+    finally:
+        broker.close()
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))  # a restart keeps them
+    try:
+        assert broker.partition("t", 0).log.config.retention_ms == 5000
+        described = await _call(broker, "32_describe_configs", 4, {
+            "resources": [{"resource_type": BROKER, "resource_name": "0",
+                           "configuration_keys": ["log.retention.ms", "compression.type"]}],
+            "include_synonyms": True, "include_documentation": True})
+        entries = {c.name: c for c in described.results[0].configs}
+        assert (entries["log.retention.ms"].value, entries["log.retention.ms"].config_source) == (
+            "5000", Source.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        assert not entries["compression.type"].read_only and entries["compression.type"].documentation
+        # AlterConfigs replaces the resource's whole set: compression.type goes back to its default
+        answer = await _call(broker, "33_alter_configs", 2, {"validate_only": False, "resources": [
+            {"resource_type": BROKER, "resource_name": "", "configs": [{"name": "log.retention.ms", "value": "7000"}]}]})
+        assert answer.responses[0].error_code == 0
+        assert broker.image.broker_configs == {"": {"log.retention.ms": "7000"}}
+        assert broker.partition("t", 0).compression_codec is None
+    finally:
+        broker.close()
+
+
+def test_segment_index_bytes_rolls_a_segment_whose_index_is_full(tmp_path):
+    from wire.records import encode_batch
+    log = Log(tmp_path / "p", LogConfig(index_interval_bytes=0, segment_index_bytes=8 * 3))
+    for i in range(7):
+        log.append(bytearray(encode_batch([(None, b"x" * 20)])))
+    # an index entry per batch after the first; 3 entries fill it, so each segment holds 4 batches
+    assert log.segment_base_offsets == [0, 4]
+    log.close()
+
+
+def test_segment_jitter_shortens_segment_ms(tmp_path):
+    from kshim.clock import ManualClock
+    from wire.records import encode_batch
+    clock = ManualClock()
+    log = Log(tmp_path / "p", LogConfig(segment_ms=1000, segment_jitter_ms=1000), clock=clock)
+    log._roll_jitter_ms = 600  # the draw, fixed: rolls once the segment is older than 400 ms
+    log.append(bytearray(encode_batch([(None, b"a")])))
+    clock.advance(ms=401)
+    log.append(bytearray(encode_batch([(None, b"b")])))
+    assert log.segment_base_offsets == [0, 1]
+    log.close()

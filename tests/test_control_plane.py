@@ -44,6 +44,7 @@ IMAGE = MetadataImage(
         "ünïcode-less.but_legal": TopicInfo("ünïcode-less.but_legal", uuid.uuid4(), {"k": ""},
                                             (PartitionInfo(0, (1,), 1, 0, (1,)),)),
     },
+    broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
 )
 
 REQUESTS = [
@@ -54,6 +55,7 @@ REQUESTS = [
     m.DeleteTopic("t"),
     m.CreatePartitions("t", 12, False),
     m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
+    m.SetBrokerConfigs("", {"log.retention.ms": "1000", "compression.type": None}, False),
     m.AllocateProducerIds(1000),
     m.AlterPartition(1, 4, "orders", 0, 3, 5, (0, 2, 1)),
     m.SetIsolated(2, True),
@@ -72,6 +74,7 @@ RESULTS = [
     (m.DeleteTopic, uuid.uuid4()),
     (m.CreatePartitions, None),
     (m.SetTopicConfigs, None),
+    (m.SetBrokerConfigs, None),
     (m.AllocateProducerIds, 1 << 40),
     (m.AlterPartition, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6)),
     (m.Status, json.dumps({"brokers": [], "ünï": "code"})),

@@ -37,14 +37,17 @@ class CorruptRecordError(ValueError):
     """Bad magic, truncated data, bad lengths, bad CRC or bad compressed data."""
 
 
-def compress(codec: int, data: Buffer) -> bytes:
+def compress(codec: int, data: Buffer, level: int | None = None) -> bytes:
     """Compress a records section for ``codec``; output is what Java, librdkafka
-    and kafka-python consumers all decode."""
+    and kafka-python consumers all decode. ``level``: the codec's level (Kafka's
+    compression.*.level ranges, gzip -1 meaning zlib's default); None is Kafka's
+    default level (gzip 6, lz4 9, zstd 3)."""
     if codec == NONE:
         return bytes(data)
     if codec == GZIP:
         # Level 6 is Java's GZIPOutputStream default; mtime=0 keeps output deterministic.
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        gz_level = 6 if level is None or level == -1 else level
+        return gzip.compress(data, compresslevel=gz_level, mtime=0)
     if codec == SNAPPY:
         # Raw block, as librdkafka writes; Java's snappy-java and kafka-python
         # both fall back to raw when the xerial magic is absent.
@@ -52,11 +55,11 @@ def compress(codec: int, data: Buffer) -> bytes:
     if codec == LZ4:
         # Independent blocks: Java's KafkaLZ4BlockInputStream decodes each block
         # on its own and cannot follow linked blocks (cramjam's default).
-        c = cramjam.lz4.Compressor(block_linked=False, content_checksum=False)
+        c = cramjam.lz4.Compressor(level=9 if level is None else level, block_linked=False, content_checksum=False)
         c.compress(data if type(data) is bytes else bytes(data))  # it takes only bytes
         return bytes(c.finish())
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data, level=3))  # Kafka's default level
+        return bytes(cramjam.zstd.compress(data, level=3 if level is None else level))  # 3: Kafka's default
     raise ValueError(f"unknown compression codec {codec}")
 
 

@@ -66,6 +66,9 @@ class MetadataImage:
     controller_id: int
     brokers: dict[int, BrokerInfo] = field(hash=False, default_factory=dict)
     topics: dict[str, TopicInfo] = field(hash=False, default_factory=dict)
+    # dynamic broker configs set with AlterConfigs: "" holds the cluster-wide defaults, str(node id)
+    # one broker's own settings (kshim.configs.BrokerLevel reads them)
+    broker_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         for topic in self.topics.values():

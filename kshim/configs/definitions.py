@@ -8,6 +8,7 @@ turns one into its typed value or raises InvalidConfig with the message the clie
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -96,7 +97,7 @@ class ConfigDef:
     type: ConfigType
     default: str | None  # as DescribeConfigs shows it; None: no value
     doc: str
-    validator: Range | Choice | None = None
+    validator: Validator | None = None
     dynamic: bool = True  # alterable at runtime; static ones are read-only
     synonym: str | None = None  # a topic config's broker-level setting
 
@@ -119,42 +120,178 @@ class ConfigDef:
 
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 _MAX_MESSAGE_BYTES = "1048588"
+_NO_SYNONYM_REASON = "no broker-level default in Kafka"
+
+
+@dataclass(frozen=True)
+class CompressionLevel:
+    """A codec's level range; gzip also takes -1, zlib's own default (6)."""
+    lo: int
+    hi: int
+    also: int | None = None
+
+    def problem(self, raw: str, value: Any) -> str | None:
+        if self.lo <= value <= self.hi or value == self.also:
+            return None
+        extra = f" or {self.also}" if self.also is not None else ""
+        return f"value {value} is outside [{self.lo}, {self.hi}]{extra}"
+
+
+class ThrottledReplicas:
+    """'*' or a list of partition:broker pairs, as Kafka's ThrottledReplicaListValidator."""
+
+    def problem(self, raw: str, value: Any) -> str | None:
+        items = list(value)
+        if items == ["*"] or all(re.fullmatch(r"[0-9]+:[0-9]+", item) for item in items):
+            return None
+        return f"value {raw!r} must be '*' or a list of partition:broker pairs"
+
+
+class RemoteStorage:
+    """kshim has no tiered storage: only false is a valid value (Kafka refuses true when the
+    broker's remote log storage system is off)."""
+
+    def problem(self, raw: str, value: Any) -> str | None:
+        if not value:
+            return None
+        return ("tiered storage is not available in kshim (no remote log storage system): "
+                "remote.storage.enable must be false")
+
+
+Validator = Range | Choice | CompressionLevel | ThrottledReplicas | RemoteStorage
+
+# compression.type's values, by the codec id RecordBatch attributes carry (None: keep the producer's)
+COMPRESSION_CODECS: dict[str, int | None] = {
+    "producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+# Kafka 4.0 removed these topic configs; asking for one says so instead of "unknown"
+REMOVED_TOPIC_CONFIGS: dict[str, str] = {
+    "message.format.version": "Kafka 4.0 removed it: every batch is RecordBatch v2",
+    "message.timestamp.difference.max.ms":
+        "Kafka 4.0 removed it: use message.timestamp.before.max.ms and message.timestamp.after.max.ms",
+}
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
+    # ---------------------------------------------------------------- retention
     ConfigDef("retention.ms", LONG, _WEEK_MS,
-              "Delete whole segments whose newest record is older than this; -1 keeps them forever.",
+              "Age after which a closed segment is removed, judged by its newest record timestamp; "
+              "-1 means no time limit.",
               Range(-1, LONG_MAX), synonym="log.retention.ms"),
     ConfigDef("retention.bytes", LONG, "-1",
-              "Delete the oldest whole segments while the partition is larger than this; -1 for no limit.",
-              Range(-1, LONG_MAX), synonym="log.retention.bytes"),
+              "Size cap per partition: the oldest closed segments go while the partition exceeds it; "
+              "a negative value means no size limit.",
+              synonym="log.retention.bytes"),
+    ConfigDef("local.retention.ms", LONG, "-2",
+              "Tiered storage only: how long segments stay on local disk once copied to remote storage "
+              "(-2: as retention.ms). Without tiered storage it has no effect.",
+              Range(-2, LONG_MAX), synonym="log.local.retention.ms"),
+    ConfigDef("local.retention.bytes", LONG, "-2",
+              "Tiered storage only: local size cap for segments already copied to remote storage "
+              "(-2: as retention.bytes). Without tiered storage it has no effect.",
+              Range(-2, LONG_MAX), synonym="log.local.retention.bytes"),
+    ConfigDef("file.delete.delay.ms", LONG, "60000",
+              "Grace period before a removed segment's files are unlinked. kshim unlinks at once: its "
+              "readers hold no file positions across requests.",
+              Range(0, LONG_MAX), synonym="log.segment.delete.delay.ms"),
+    # ---------------------------------------------------------------- segments and indexes
     ConfigDef("segment.bytes", INT, str(1 << 30),
-              "Roll to a new segment file once the active one would exceed this size.",
-              Range(14, INT_MAX), synonym="log.segment.bytes"),
+              "Size at which the active segment file is closed and a new one started.",
+              Range(14, INT_MAX), synonym="log.segment.bytes"),  # Kafka 4.0: 1048576; see docs/configs.md
     ConfigDef("segment.ms", LONG, _WEEK_MS,
-              "Roll to a new segment file once the active one is this old.",
+              "Age at which the active segment is closed and a new one started, even if not full.",
               Range(1, LONG_MAX), synonym="log.roll.ms"),
-    ConfigDef("max.message.bytes", INT, _MAX_MESSAGE_BYTES,
-              "The largest record batch accepted, after compression.",
-              Range(0, INT_MAX), synonym="message.max.bytes"),
+    ConfigDef("segment.jitter.ms", LONG, "0",
+              "Each new segment draws a random amount below this (and below segment.ms) to subtract "
+              "from segment.ms, so that partitions do not all roll at once.",
+              Range(0, LONG_MAX), synonym="log.roll.jitter.ms"),
+    ConfigDef("segment.index.bytes", INT, str(10 * 1024 * 1024),
+              "Capacity of a segment's offset and time index files; a segment whose index is full "
+              "is closed (8-byte offset entries, 12-byte time entries).",
+              Range(4, INT_MAX), synonym="log.index.size.max.bytes"),
+    ConfigDef("index.interval.bytes", INT, "4096",
+              "Bytes of batches between two offset-index entries: smaller means denser indexes and "
+              "shorter scans on lookup.",
+              Range(0, INT_MAX), synonym="log.index.interval.bytes"),
+    ConfigDef("preallocate", BOOLEAN, "false",
+              "Kafka reserves segment.bytes on disk when it creates a segment. kshim grows segment "
+              "files as it writes; nothing a client sees depends on it.",
+              synonym="log.preallocate"),
+    # ---------------------------------------------------------------- flushing
     ConfigDef("flush.messages", LONG, str(LONG_MAX),
-              "fsync the log after this many records; the default never forces a flush.",
+              "Force an fsync of the log after this many records; the default leaves flushing to the OS.",
               Range(1, LONG_MAX), synonym="log.flush.interval.messages"),
     ConfigDef("flush.ms", LONG, str(LONG_MAX),
-              "fsync the log when the last flush is older than this; the default never forces a flush.",
+              "Force an fsync of the log when the previous one is this old; the default leaves "
+              "flushing to the OS.",
               Range(0, LONG_MAX), synonym="log.flush.interval.ms"),
+    # ---------------------------------------------------------------- messages
+    ConfigDef("max.message.bytes", INT, _MAX_MESSAGE_BYTES,
+              "Largest record batch the partition accepts, as stored (after any recompression); "
+              "larger ones fail with MESSAGE_TOO_LARGE.",
+              Range(0, INT_MAX), synonym="message.max.bytes"),
+    ConfigDef("compression.type", STRING, "producer",
+              "Codec batches are stored with: 'producer' stores them as sent; gzip, snappy, lz4 or "
+              "zstd make the broker recompress batches sent with another codec; 'uncompressed' "
+              "stores them decompressed.",
+              Choice(tuple(COMPRESSION_CODECS)), synonym="compression.type"),
+    ConfigDef("compression.gzip.level", INT, "-1",
+              "gzip level used when the broker recompresses to gzip: 1 (fast) to 9 (small), or -1 "
+              "for zlib's default.",
+              CompressionLevel(1, 9, also=-1), synonym="compression.gzip.level"),
+    ConfigDef("compression.lz4.level", INT, "9",
+              "lz4 level used when the broker recompresses to lz4: 1 to 17.",
+              CompressionLevel(1, 17), synonym="compression.lz4.level"),
+    ConfigDef("compression.zstd.level", INT, "3",
+              "zstd level used when the broker recompresses to zstd: -131072 to 22.",
+              CompressionLevel(-131072, 22), synonym="compression.zstd.level"),
+    ConfigDef("message.timestamp.type", STRING, "CreateTime",
+              "CreateTime keeps the producer's timestamps; LogAppendTime stamps every batch with the "
+              "broker's clock as it is appended.",
+              Choice(("CreateTime", "LogAppendTime")), synonym="log.message.timestamp.type"),
+    ConfigDef("message.timestamp.before.max.ms", LONG, str(LONG_MAX),
+              "With CreateTime, a batch holding a timestamp more than this far behind the broker's "
+              "clock fails with INVALID_TIMESTAMP.",
+              Range(0, LONG_MAX), synonym="log.message.timestamp.before.max.ms"),
+    ConfigDef("message.timestamp.after.max.ms", LONG, "3600000",
+              "With CreateTime, a batch holding a timestamp more than this far ahead of the broker's "
+              "clock fails with INVALID_TIMESTAMP.",
+              Range(0, LONG_MAX), synonym="log.message.timestamp.after.max.ms"),
+    ConfigDef("message.downconversion.enable", BOOLEAN, "true",
+              "Kept for compatibility: since Kafka 4.0 no broker converts batches down to older "
+              "formats for old consumers, and neither does kshim, whatever the value.",
+              synonym="log.message.downconversion.enable"),
+    # ---------------------------------------------------------------- replication
     ConfigDef("min.insync.replicas", INT, "1",
               "acks=all produce fails with NOT_ENOUGH_REPLICAS when fewer replicas are in sync.",
               Range(1, INT_MAX), synonym="min.insync.replicas"),
-    ConfigDef("cleanup.policy", LIST, "delete",
-              "Only 'delete' is supported: kshim does not compact logs.",
-              Choice(("delete",)), synonym="log.cleanup.policy"),
-    ConfigDef("message.timestamp.type", STRING, "CreateTime",
-              "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
-              Choice(("CreateTime", "LogAppendTime")), synonym="log.message.timestamp.type"),
     ConfigDef("unclean.leader.election.enable", BOOLEAN, "false",
               "Elect an out-of-sync replica when no in-sync one is alive: available again, but COMMITTED "
               "records that replica lacks are lost.",
               synonym="unclean.leader.election.enable"),
+    ConfigDef("leader.replication.throttled.replicas", LIST, "",
+              "Replicas ('*' or partition:broker pairs) whose leader-side replication counts against "
+              "leader.replication.throttled.rate; kshim has no throttle rate, which is Kafka's "
+              "unthrottled default.",
+              ThrottledReplicas()),
+    ConfigDef("follower.replication.throttled.replicas", LIST, "",
+              "Replicas ('*' or partition:broker pairs) whose follower-side fetching counts against "
+              "follower.replication.throttled.rate; kshim has no throttle rate, which is Kafka's "
+              "unthrottled default.",
+              ThrottledReplicas()),
+    # ---------------------------------------------------------------- tiered storage (absent)
+    ConfigDef("remote.storage.enable", BOOLEAN, "false",
+              "Tiered storage: kshim has none, so only false is accepted.",
+              RemoteStorage()),
+    ConfigDef("remote.log.copy.disable", BOOLEAN, "false",
+              "Tiered storage only: stop copying segments to remote storage. No effect without it.",),
+    ConfigDef("remote.log.delete.on.disable", BOOLEAN, "false",
+              "Tiered storage only: delete remote data when tiered storage is turned off. No effect "
+              "without it."),
+    # ---------------------------------------------------------------- compaction (owned elsewhere)
+    ConfigDef("cleanup.policy", LIST, "delete",
+              "Only 'delete' is supported: kshim does not compact logs.",
+              Choice(("delete",)), synonym="log.cleanup.policy"),
+    # ---------------------------------------------------------------- kshim's own
     ConfigDef("kshim.commit.quorum", STRING, "isr",
               "isr: a record is COMMITTED once every in-sync replica has it (Kafka). majority: once a "
               "majority of the assigned replicas have it.",
@@ -165,8 +302,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
               Choice(("log-end", "high-watermark")), synonym="kshim.uncommitted.read.limit"),
 ]}
 
-# the broker settings DescribeConfigs reports, in its order
-BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
+# the broker settings DescribeConfigs reports, in its order: static ones from the command line,
+# then the dynamic cluster-wide defaults of topic configs (below)
+_STATIC_BROKER_CONFIGS = [
     ConfigDef("broker.id", INT, "-1", "This broker's node id.", dynamic=False),
     ConfigDef("node.id", INT, "-1", "This broker's node id.", dynamic=False),
     ConfigDef("advertised.listeners", STRING, None, "The address clients are told to connect to.", dynamic=False),
@@ -176,8 +314,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
               "Whether metadata requests and produces create unknown topics.", dynamic=False),
     ConfigDef("default.replication.factor", INT, "1",
               "Replicas of a new topic: always 1 on a single broker.", dynamic=False),
-    ConfigDef("message.max.bytes", INT, _MAX_MESSAGE_BYTES,
-              "The largest record batch accepted, unless a topic sets max.message.bytes.", dynamic=False),
     ConfigDef("socket.request.max.bytes", INT, str(100 * 1024 * 1024),
               "The largest request the broker reads; larger ones close the connection.", dynamic=False),
     ConfigDef("log.dirs", STRING, None, "Where partition logs and metadata are stored.", dynamic=False),
@@ -195,11 +331,42 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("kshim.request.stall.timeout.ms", LONG, "30000",
               "A connection that stops sending halfway through a request is closed after this long.",
               dynamic=False),
-]}
+]
+
+# kshim's own topic configs take their broker defaults from the cluster's command line only
+_STATIC_SYNONYMS = {"kshim.commit.quorum", "kshim.uncommitted.read.limit"}
+
+
+def _broker_synonym(topic: ConfigDef) -> ConfigDef:
+    """The broker-level default of a topic config: same type, range and default. Dynamic (as in
+    Kafka, where every log.* topic default is cluster-wide dynamic) except kshim's own."""
+    assert topic.synonym is not None
+    return ConfigDef(topic.synonym, topic.type, topic.default,
+                     f"Default of the topic config {topic.name} for topics that do not set it. {topic.doc}",
+                     topic.validator, dynamic=topic.synonym not in _STATIC_SYNONYMS)
+
+
+# ---- topic-config defaults at broker level (cluster-wide dynamic, or per broker)
+_TOPIC_DEFAULT_BROKER_CONFIGS = [_broker_synonym(d) for d in TOPIC_CONFIGS.values() if d.synonym is not None]
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [*_STATIC_BROKER_CONFIGS, *_TOPIC_DEFAULT_BROKER_CONFIGS]}
 
 
 def topic_definition(name: str) -> ConfigDef:
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
+        if name in REMOVED_TOPIC_CONFIGS:
+            raise InvalidConfig(f"topic config {name!r} no longer exists: {REMOVED_TOPIC_CONFIGS[name]}")
         raise InvalidConfig(f"unknown topic config {name!r}")
+    return definition
+
+
+def broker_definition(name: str) -> ConfigDef:
+    """A broker config that (Incremental)AlterConfigs may change: known and dynamic."""
+    definition = BROKER_CONFIGS.get(name)
+    if definition is None:
+        raise InvalidConfig(f"unknown broker config {name!r}")
+    if not definition.dynamic:
+        raise InvalidConfig(f"broker config {name!r} is read-only: it is set on the command line "
+                            f"of `kshim serve` and cannot be changed at runtime")
     return definition

@@ -1,4 +1,5 @@
-"""Effective configs: a topic's override, else the broker's setting, else the default; typed, with
+"""Effective configs: a topic's override, else this broker's dynamic setting, else the cluster-wide
+dynamic default, else the command line's setting, else the default (Kafka's order); typed, with
 the source DescribeConfigs reports. The controller, the partitions and the config handlers all
 read configs through here, so they agree on every value.
 
@@ -9,13 +10,14 @@ must not report a setting nobody changed as the broker's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from kshim.configs.definitions import BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, topic_definition
+from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, broker_definition,
+                                       topic_definition)
 from kshim.configs.broker import BrokerConfig
 from kshim.log import LogConfig
 
@@ -24,6 +26,8 @@ from kshim.log import LogConfig
 class Source(IntEnum):
     """Where a value comes from, by DescribeConfigs' config_source codes."""
     DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2  # set with AlterConfigs on one broker
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3  # set with AlterConfigs on the cluster-wide default (resource name "")
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
@@ -49,6 +53,26 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class BrokerLevel:
+    """The broker-level settings a topic config falls back to, by broker config name, highest
+    precedence first: this broker's dynamic settings, the cluster-wide dynamic defaults (both set
+    with AlterConfigs and kept by the controller), then the command line."""
+    static: Mapping[str, str] = field(default_factory=dict)
+    cluster: Mapping[str, str] = field(default_factory=dict)
+    node: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, static: Mapping[str, str], dynamic: Mapping[str, Mapping[str, str]],
+           node_id: int | None = None) -> BrokerLevel:
+        """From the command line's settings and the image's dynamic ones ("" for the cluster-wide
+        default, str(node id) for one broker)."""
+        return cls(static, dynamic.get("", {}), dynamic.get(str(node_id), {}) if node_id is not None else {})
+
+    def key(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        return tuple(tuple(sorted(m.items())) for m in (self.static, self.cluster, self.node))
+
+
+@dataclass(frozen=True)
 class TopicConfig:
     """Every topic config's effective value; `config[name]` is the typed value."""
     entries: Mapping[str, Resolved]
@@ -65,6 +89,9 @@ class TopicConfig:
             retention_bytes=self["retention.bytes"],
             flush_messages=None if flush_messages == LONG_MAX else flush_messages,
             flush_ms=None if flush_ms == LONG_MAX else flush_ms,
+            index_interval_bytes=self["index.interval.bytes"],
+            segment_index_bytes=self["segment.index.bytes"],
+            segment_jitter_ms=self["segment.jitter.ms"],
         )
 
 
@@ -79,25 +106,46 @@ def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
     return out
 
 
-def resolve(overrides: Mapping[str, str], broker: Mapping[str, str] | None = None) -> TopicConfig:
-    """A topic's effective configs from its (validated) overrides and the broker's settings."""
-    return _resolve(tuple(sorted(overrides.items())), tuple(sorted((broker or {}).items())))
+def resolve(overrides: Mapping[str, str], broker: Mapping[str, str] | BrokerLevel | None = None) -> TopicConfig:
+    """A topic's effective configs from its (validated) overrides and the broker-level settings
+    (a BrokerLevel, or a mapping of command-line settings alone)."""
+    level = broker if isinstance(broker, BrokerLevel) else BrokerLevel(broker or {})
+    return _resolve(tuple(sorted(overrides.items())), level.key())
 
 
 @lru_cache(maxsize=256)  # every image reconfigures every replica: topics share a handful of configs
-def _resolve(overrides: tuple[tuple[str, str], ...], broker: tuple[tuple[str, str], ...]) -> TopicConfig:
-    topic_level, broker_level = dict(overrides), dict(broker)
+def _resolve(overrides: tuple[tuple[str, str], ...],
+             broker: tuple[tuple[tuple[str, str], ...], ...]) -> TopicConfig:
+    topic_level = dict(overrides)
+    static, cluster, node = (dict(layer) for layer in broker)
     entries = {}
     for name, definition in TOPIC_CONFIGS.items():
         chain = []
         if name in topic_level:
             chain.append(Synonym(name, topic_level[name], Source.DYNAMIC_TOPIC_CONFIG))
         synonym = definition.synonym
-        if synonym is not None and _changes_default(definition, broker_level.get(synonym)):
-            chain.append(Synonym(synonym, broker_level[synonym], Source.STATIC_BROKER_CONFIG))
+        if synonym is not None:
+            if synonym in node:
+                chain.append(Synonym(synonym, node[synonym], Source.DYNAMIC_BROKER_CONFIG))
+            if synonym in cluster:
+                chain.append(Synonym(synonym, cluster[synonym], Source.DYNAMIC_DEFAULT_BROKER_CONFIG))
+            if _changes_default(definition, static.get(synonym)):
+                chain.append(Synonym(synonym, static[synonym], Source.STATIC_BROKER_CONFIG))
         chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
         entries[name] = _resolved(definition, chain[0].value, chain[0].source, tuple(chain))
     return TopicConfig(MappingProxyType(entries))
+
+
+def validate_broker(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Dynamic broker settings checked by name (known and dynamic) and value (InvalidConfig);
+    None values (deletions) dropped."""
+    out: dict[str, str] = {}
+    for name, value in configs.items():
+        definition = broker_definition(name)
+        if value is not None:
+            definition.parse(value)
+            out[name] = value
+    return out
 
 
 def _changes_default(definition: ConfigDef, raw: str | None) -> bool:
@@ -118,6 +166,7 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "advertised.listeners": lambda c: f"PLAINTEXT://{c.advertised}:{c.port}",
     "num.partitions": lambda c: str(c.default_partitions),
     "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
+    "default.replication.factor": lambda c: str(c.default_replication_factor),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
     "log.dirs": lambda c: str(c.data_dir),
     "queued.max.request.bytes": lambda c: str(c.queued_max_request_bytes),
@@ -128,12 +177,26 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
 }
 
 
-def broker_settings(config: BrokerConfig) -> list[Resolved]:
-    """The broker settings DescribeConfigs reports, all static."""
+def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str]] | None = None) -> list[Resolved]:
+    """The broker settings DescribeConfigs reports: the command line's (read-only), and the
+    topic-config defaults with their dynamic values (this broker's, then the cluster-wide one)
+    over the command line's over Kafka's default."""
+    level = BrokerLevel.of(config.topic_defaults, dynamic or {}, config.node_id)
     out = []
     for name, definition in BROKER_CONFIGS.items():
         given = _FROM_COMMAND_LINE.get(name)
-        raw = given(config) if given else config.topic_defaults.get(name, definition.default)
-        source = Source.STATIC_BROKER_CONFIG
-        out.append(_resolved(definition, raw, source, (Synonym(name, raw, source),)))
+        if given is not None:
+            raw = given(config)
+            out.append(_resolved(definition, raw, Source.STATIC_BROKER_CONFIG,
+                                 (Synonym(name, raw, Source.STATIC_BROKER_CONFIG),)))
+            continue
+        chain = []
+        if name in level.node:
+            chain.append(Synonym(name, level.node[name], Source.DYNAMIC_BROKER_CONFIG))
+        if name in level.cluster:
+            chain.append(Synonym(name, level.cluster[name], Source.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        if _changes_default(definition, level.static.get(name)):
+            chain.append(Synonym(name, level.static[name], Source.STATIC_BROKER_CONFIG))
+        chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
+        out.append(_resolved(definition, chain[0].value, chain[0].source, tuple(chain)))
     return out

@@ -28,7 +28,7 @@ import anyio
 
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from kshim.configs import TopicConfig, resolve, validate
+from kshim.configs import BrokerLevel, TopicConfig, resolve, validate, validate_broker
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -96,6 +96,7 @@ class Controller:
                 # a data dir from before partition state was stored: single broker, node 0
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
+        self._broker_configs = store.load_broker_configs()
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -107,7 +108,8 @@ class Controller:
             for t in self._topics.values()
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
-        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics)
+        broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs)
 
     def _publish(self) -> None:
         self.version += 1
@@ -233,7 +235,8 @@ class Controller:
             log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
 
     def _effective(self, topic: _Topic) -> TopicConfig:
-        return resolve(topic.configs, self.config.topic_defaults)
+        # the cluster-wide dynamic defaults, not one broker's: an election is the cluster's decision
+        return resolve(topic.configs, BrokerLevel.of(self.config.topic_defaults, self._broker_configs))
 
     def _elect_offline(self) -> None:
         alive = self._alive()
@@ -369,6 +372,23 @@ class Controller:
                                   f"broker {broker} hosts {hosted[broker]} partition replicas; {n} more would pass its "
                                   f"limit of {limit} (kshim serve --max-partitions-per-broker; it follows the "
                                   f"open-file limit)")
+
+    def set_broker_configs(self, resource: str, configs: dict[str, str | None], *,
+                           validate_only: bool = False) -> None:
+        """Replace the dynamic settings of one broker (resource = its node id) or of the
+        cluster-wide default (resource ""); the caller computed the full set."""
+        if resource != "" and (not resource.isdigit() or int(resource) not in self._brokers):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"no broker {resource!r} in the cluster")
+        clean = validate_broker(configs)
+        if validate_only:
+            return
+        self.store.replace_broker_configs(resource, clean)
+        if clean:
+            self._broker_configs[resource] = clean
+        else:
+            self._broker_configs.pop(resource, None)
+        log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
+        self._publish()
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

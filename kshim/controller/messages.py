@@ -175,6 +175,13 @@ class SetTopicConfigs(Operation[None], code=6, publishes=True):
 
 
 @dataclass(frozen=True)
+class SetBrokerConfigs(Operation[None], code=12, publishes=True):
+    resource: str  # "" for the cluster-wide defaults, else a node id
+    configs: dict[str, str | None]  # the resource's whole set of dynamic settings
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
 class AllocateProducerIds(Operation[Int64], code=7):  # the first id of the block (KIP-730)
     count: Int32
 

@@ -1,4 +1,5 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
+dynamic broker configs,
 partition state (replicas, leader, leader epoch, ISR), registered brokers, and the producer-id
 counter. Only the controller writes it.
 
@@ -38,6 +39,12 @@ CREATE TABLE IF NOT EXISTS brokers (
     port INTEGER NOT NULL,
     epoch INTEGER NOT NULL,
     pid INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS broker_configs (
+    resource TEXT NOT NULL,  -- '' for the cluster-wide defaults, else a node id
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (resource, key)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -165,3 +172,16 @@ class MetadataStore:
             self._db.execute("DELETE FROM topic_configs WHERE topic = ?", (name,))
             self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
                                  [(name, k, v) for k, v in configs.items()])
+
+    def load_broker_configs(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for resource, key, value in self._db.execute("SELECT resource, key, value FROM broker_configs"):
+            out.setdefault(resource, {})[key] = value
+        return out
+
+    def replace_broker_configs(self, resource: str, configs: dict[str, str]) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
+            self._db.executemany("INSERT INTO broker_configs (resource, key, value) VALUES (?, ?, ?)",
+                                 [(resource, k, v) for k, v in configs.items()])

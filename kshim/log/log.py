@@ -17,6 +17,7 @@ All public methods take the log's lock, so a Log may be shared with worker threa
 from __future__ import annotations
 
 import os
+import random
 import re
 import struct
 import threading
@@ -33,7 +34,7 @@ from wire.records import (
 )
 
 from .segment import (
-    INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
+    IDX_ENTRY, INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIDX_ENTRY, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
 )
 from kshim.clock import SYSTEM, Clock
 from kshim.log.files import fsync_dir, write_atomic
@@ -71,6 +72,21 @@ class LogConfig:
     index_interval_bytes: int = 4096          # index.interval.bytes
     flush_messages: int | None = None         # flush.messages: fsync after this many records; None = never
     flush_ms: int | None = None               # flush.ms: fsync once the last flush is this old; None = never
+    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes: a segment whose index is full rolls
+    segment_jitter_ms: int = 0                # segment.jitter.ms: random amount taken off segment.ms per segment
+
+
+def _draw_jitter(config: LogConfig) -> int:
+    """A segment's share of segment.jitter.ms, as Kafka's LogConfig.randomSegmentJitter."""
+    if config.segment_jitter_ms <= 0:
+        return 0
+    return random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+
+
+def _index_full(seg: Segment, index_bytes: int) -> bool:
+    """Kafka rolls a segment whose offset or time index reached segment.index.bytes (rounded down to
+    whole entries); kshim's index files have Kafka's entry sizes."""
+    return len(seg.idx_off) >= index_bytes // IDX_ENTRY or len(seg.ts_ts) >= index_bytes // TIDX_ENTRY
 
 
 class Log:
@@ -91,6 +107,7 @@ class Log:
         self._unflushed_records = 0
         self._dir_dirty = False          # segment files created/deleted since the last flush
         self._closed = False
+        self._roll_jitter_ms = _draw_jitter(config)  # the active segment's, drawn when it starts (Kafka's rollJitterMs)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._open()
         self._last_flush_ms = self._clock()
@@ -232,7 +249,9 @@ class Log:
         cfg = self.config
         limit = min(cfg.segment_bytes, INT32_MAX)  # positions in the index are int32
         seg = self._segments[-1]
-        if seg.size and seg.first_append_ms is not None and now - seg.first_append_ms > cfg.segment_ms:
+        if seg.size and (seg.first_append_ms is not None
+                         and now - seg.first_append_ms > cfg.segment_ms - self._roll_jitter_ms
+                         or _index_full(seg, cfg.segment_index_bytes)):
             seg = self._roll()
         nbytes = len(data)
         if ((seg.size + nbytes <= limit or (not seg.size and len(metas) == 1))
@@ -274,6 +293,7 @@ class Log:
         """Start a new active segment at the log end offset; the old one keeps serving reads."""
         self._segments[-1].finish()
         seg = Segment.create(self._dir, self.log_end_offset, self.config.index_interval_bytes)
+        self._roll_jitter_ms = _draw_jitter(self.config)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._dir_dirty = True

@@ -13,7 +13,8 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
-from kshim.configs import resolve
+from kshim.configs import BrokerLevel, resolve
+from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
 from kshim.partition import AppendResult, Partition
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
@@ -105,13 +106,17 @@ class ReplicaManager:
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
 
+    def broker_level(self) -> BrokerLevel:
+        """This broker's topic-config defaults: the command line's under the image's dynamic ones."""
+        return BrokerLevel.of(self.topic_defaults, self.metadata.image.broker_configs, self.node_id)
+
     def _open_replica(self, topic: TopicInfo, info: PartitionInfo) -> Partition:
         return Partition(topic.name, info.index, self.data_dir / f"{topic.name}-{info.index}",
-                         resolve(topic.configs, self.topic_defaults).log_config(),
+                         resolve(topic.configs, self.broker_level()).log_config(),
                          node_id=self.node_id, topic_id=topic.topic_id)
 
     def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        replica.configure(resolve(topic.configs, self.topic_defaults))
+        replica.configure(resolve(topic.configs, self.broker_level()))
 
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
@@ -163,19 +168,79 @@ class ReplicaManager:
         if acks not in VALID_ACKS:
             message = f"acks must be 0, 1 or -1, got {acks}"
             return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
-        results = []
-        waits = []
+        errors: list[ErrorCode | None] = []
+        failed: dict[int, PartitionAppend] = {}
+        late: dict[int, Rejection] = {}  # answered after appending the good batches before them
+        kept: list[tuple[str, int, Records]] = []
         for i, (topic, index, data) in enumerate(entries):
             error = (topic_errors or {}).get(topic)
             if not internal_topics_allowed and topic in INTERNAL_TOPICS:
                 error = ErrorCode.INVALID_TOPIC_EXCEPTION
+            errors.append(error)
             bad = rejected.get(i) if rejected else None
             if bad is not None and not error:
                 if not bad.valid_bytes:
-                    results.append(PartitionAppend(bad.error, bad.message))
-                    continue
-                data = memoryview(data)[:bad.valid_bytes] if data is not None else data
-            result = self._append_one(acks, topic, index, data, error)
+                    failed[i] = PartitionAppend(bad.error, bad.message)
+                else:
+                    data = memoryview(data)[:bad.valid_bytes] if data is not None else data
+                    late[i] = bad
+            kept.append((topic, index, data))
+        jobs = self._recompressions(kept, errors, failed)
+        if jobs:
+            return self._append_recompressed(acks, timeout_s, kept, errors, jobs, failed, late)
+        return self._append_all(acks, timeout_s, kept, errors, failed, late)
+
+    def _recompressions(self, entries: Sequence[tuple[str, int, Records]], errors: Sequence[ErrorCode | None],
+                        failed: Mapping[int, PartitionAppend]) -> dict[int, tuple[int, int | None]]:
+        """Entries (by position) whose batches this broker must recompress for compression.type,
+        with the codec and level."""
+        jobs = {}
+        for i, (topic, index, data) in enumerate(entries):
+            partition = self._replicas.get((topic, index))
+            if (not data or errors[i] or i in failed or partition is None
+                    or partition.compression_codec is None or not partition.is_leader):
+                continue
+            if needs_recompression(data, partition.compression_codec):
+                jobs[i] = (partition.compression_codec, partition.compression_level)
+        return jobs
+
+    async def _append_recompressed(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+                                   errors: Sequence[ErrorCode | None], jobs: dict[int, tuple[int, int | None]],
+                                   failed: dict[int, PartitionAppend], late: Mapping[int, Rejection]
+                                   ) -> list[PartitionAppend]:
+        """Recompress in a worker thread (CPU-bound; other connections go on meanwhile), then append
+        as usual. The records are copied first: the request frame's buffer is not ours across an await."""
+        owned = [(topic, index, bytes(data) if isinstance(data, memoryview) else data) for topic, index, data in entries]
+
+        def work() -> dict[int, bytes | PartitionAppend]:
+            done: dict[int, bytes | PartitionAppend] = {}
+            for i, (codec, level) in jobs.items():
+                data = owned[i][2]
+                assert data is not None
+                try:
+                    done[i] = recompress(data, codec, level)
+                except CorruptRecordError as e:
+                    done[i] = PartitionAppend(ErrorCode.CORRUPT_MESSAGE, f"recompressing for compression.type: {e}")
+            return done
+
+        done = await anyio.to_thread.run_sync(work)
+        ready: list[tuple[str, int, Records]] = []
+        for i, (topic, index, data) in enumerate(owned):
+            outcome = done.get(i)
+            if isinstance(outcome, PartitionAppend):
+                failed[i] = outcome
+            ready.append((topic, index, outcome if isinstance(outcome, bytes) else data))
+        results = self._append_all(acks, timeout_s, ready, errors, failed, late)
+        return results if isinstance(results, list) else await results
+
+    def _append_all(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+                    errors: Sequence[ErrorCode | None], failed: Mapping[int, PartitionAppend],
+                    late: Mapping[int, Rejection]) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
+        results = []
+        waits = []
+        for i, (topic, index, data) in enumerate(entries):
+            result = failed.get(i) or self._append_one(acks, topic, index, data, errors[i])
+            bad = late.get(i)
             if bad is not None and not result.error:
                 result.error, result.message = bad.error, bad.message
             results.append(result)

@@ -12,8 +12,8 @@
 - validate_only runs every check and creates nothing; the answer is what creation would give,
   with a zero topic id.
 - v5+ successful answers carry num_partitions, replication_factor and every topic config with its
-  effective value (source DYNAMIC_TOPIC_CONFIG for overrides, STATIC_BROKER_CONFIG for the broker's
-  settings, DEFAULT_CONFIG otherwise); v7+ the topic id. Failed topics answer -1 counts and an
+  effective value (source DYNAMIC_TOPIC_CONFIG for overrides, the broker level's source for
+  broker settings, DEFAULT_CONFIG otherwise); v7+ the topic id. Failed topics answer -1 counts and an
   empty config list.
 - timeout_ms is ignored: creation on one broker completes before the response.
 """
@@ -36,7 +36,7 @@ API_KEY = 19
 VERSIONS = (2, 7)
 
 def _config_entries(ctx: RequestContext, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
-    return [config_entry(r) for r in resolve(overrides, ctx.broker.config.topic_defaults).entries.values()]
+    return [config_entry(r) for r in resolve(overrides, ctx.broker.broker_level()).entries.values()]
 
 
 async def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:

@@ -1,19 +1,22 @@
 """DescribeConfigs: report topic configs and a few static broker settings.
 
-- TOPIC (2): every topic config kshim knows (kshim.configs.TOPIC_CONFIGS) with its effective value;
-  source DYNAMIC_TOPIC_CONFIG (1) when the topic overrides it, STATIC_BROKER_CONFIG (4) when the
-  broker's setting (--min-insync-replicas, ...) gives it a value other than the default,
-  DEFAULT_CONFIG (5) otherwise. None is
-  read-only or sensitive. An invalid name is INVALID_TOPIC_EXCEPTION, an unknown topic
+- TOPIC (2): every topic config kshim knows (kshim.configs.TOPIC_CONFIGS: Kafka 4's topic configs
+  and kshim's own) with its effective value; source DYNAMIC_TOPIC_CONFIG (1) when the topic
+  overrides it, DYNAMIC_BROKER_CONFIG (2) / DYNAMIC_DEFAULT_BROKER_CONFIG (3) when this broker's /
+  the cluster-wide dynamic setting of its broker synonym gives it, STATIC_BROKER_CONFIG (4) when
+  the command line (--min-insync-replicas, ...) gives it a value other than the default,
+  DEFAULT_CONFIG (5) otherwise. None is read-only or sensitive. An invalid name is INVALID_TOPIC_EXCEPTION, an unknown topic
   UNKNOWN_TOPIC_OR_PARTITION.
-- BROKER (4) named "" or this broker's node id: a short, honest list of the broker's settings,
-  all read-only STATIC_BROKER_CONFIG (4): they come from the command line and cannot be altered.
-  Another node id is INVALID_REQUEST.
+- BROKER (4) named "" or this broker's node id: the command line's settings (read-only,
+  STATIC_BROKER_CONFIG), then the broker synonym of every topic config (log.retention.ms,
+  compression.type, message.max.bytes, ...) with its source: this broker's dynamic setting (2),
+  the cluster-wide dynamic default (3), the command line (4) or Kafka's default (5); those are
+  dynamic (not read-only) except kshim's own. Another node id is INVALID_REQUEST.
 - Other resource types (BROKER_LOGGER, ...) are INVALID_REQUEST.
 - `configuration_keys` filters by name; null or empty means every config. Unknown names are left out.
 - include_synonyms (v1+): each topic config lists the override (if any), the broker setting under
   its broker name (if any), then the default under the topic config's name, in precedence order;
-  each broker setting lists itself.
+  each broker setting lists its levels the same way.
 - v3+: config_type, and documentation when include_documentation (null otherwise).
 - v0 is not served (clients since Kafka 1.1 send v1+), so its `is_default` is never written.
 """
@@ -50,7 +53,7 @@ def _topic_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
     topic = ctx.broker.topics.get(name)
     if topic is None:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-    return resolve(topic.configs, ctx.broker.config.topic_defaults).entries.values()
+    return resolve(topic.configs, ctx.broker.broker_level()).entries.values()
 
 
 def _broker_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
@@ -58,7 +61,7 @@ def _broker_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
     if name not in ("", str(node_id)):
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           f"broker resource name must be '' or this broker's id {node_id}, got {name!r}")
-    return broker_settings(ctx.broker.config)
+    return broker_settings(ctx.broker.config, ctx.broker.image.broker_configs)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:

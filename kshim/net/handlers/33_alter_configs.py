@@ -5,8 +5,12 @@
   Names and values are validated as a whole before anything changes: INVALID_CONFIG with the
   reason. A null value or a name given twice is INVALID_REQUEST. An unknown topic is
   UNKNOWN_TOPIC_OR_PARTITION.
-- BROKER (4) is INVALID_REQUEST: broker settings come from the command line. Other resource types
-  are INVALID_REQUEST too.
+- BROKER (4), named "" (the cluster-wide default) or this broker's id: the given configs become
+  that resource's whole set of dynamic broker settings (the topic-config defaults: log.retention.ms,
+  compression.type, message.max.bytes, ...). A read-only (command-line) or unknown name is
+  INVALID_CONFIG; another broker's id is INVALID_REQUEST. The controller stores them (they survive
+  a restart) and every broker applies them to topics that do not override them. Other resource
+  types are INVALID_REQUEST.
 - A resource named twice in one request is INVALID_REQUEST for each entry.
 - validate_only runs every check and changes nothing.
 - New values apply at once to the topic's partitions (retention, segment rolling, max.message.bytes,
@@ -19,7 +23,7 @@ from typing import Any, Mapping
 from construct import Container
 
 from kshim.net.handlers import RequestContext
-from kshim.net.handlers.config_resources import alter_each, config_dict, target_topic
+from kshim.net.handlers.config_resources import BROKER, alter_each, config_dict, target_broker, target_topic
 from wire.errors import ErrorCode
 
 API_KEY = 33
@@ -28,8 +32,11 @@ VERSIONS = (0, 2)
 
 
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
-    name = target_topic(ctx, resource).name
     configs = config_dict(resource.configs, ErrorCode.INVALID_REQUEST)
+    if resource.resource_type == BROKER:
+        await ctx.broker.set_broker_configs(target_broker(ctx, resource), configs, validate_only=validate_only)
+        return
+    name = target_topic(ctx, resource).name
     await ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)
 
 

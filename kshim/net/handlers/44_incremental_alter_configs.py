@@ -10,21 +10,24 @@
 - A null value for SET/APPEND/SUBTRACT, an unknown operation, or a config named twice in one
   resource is INVALID_REQUEST. Unknown config names are INVALID_CONFIG (DELETE included).
 - An unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
-- BROKER (4) is INVALID_REQUEST: broker settings come from the command line. Other resource types
-  are INVALID_REQUEST too. A resource named twice in one request is INVALID_REQUEST for each entry.
+- BROKER (4), named "" (the cluster-wide default) or this broker's id: the same operations on that
+  resource's dynamic broker settings (the topic-config defaults: log.retention.ms, compression.type,
+  message.max.bytes, ...); APPEND/SUBTRACT start from the broker's effective value. A read-only
+  (command-line) or unknown name is INVALID_CONFIG; another broker's id is INVALID_REQUEST. The
+  controller stores them, so they survive a restart. Other resource types are INVALID_REQUEST. A resource named twice in one request is INVALID_REQUEST for each entry.
 - validate_only runs every check and changes nothing.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from construct import Container
 
-from kshim.configs import LIST, TopicConfig, resolve, topic_definition
+from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, topic_definition
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
-from kshim.net.handlers.config_resources import alter_each, target_topic
+from kshim.net.handlers.config_resources import BROKER, alter_each, target_broker, target_topic
 from wire.errors import ErrorCode
 
 API_KEY = 44
@@ -35,15 +38,16 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 
-def _apply(current: TopicConfig, entry: Container, result: dict[str, str | None]) -> None:
-    """Apply one operation to `result` (the overrides, None meaning deleted); `current` is the
-    topic's effective configs before the request."""
+def _apply(current: Mapping[str, Any], entry: Container, result: dict[str, str | None],
+           definition_of: Callable[[str], ConfigDef]) -> None:
+    """Apply one operation to `result` (the overrides, None meaning deleted); `current` holds the
+    typed effective values before the request."""
     name, op, value = entry.name, entry.config_operation, entry.value
     if op not in _OP_NAMES:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op} for {name!r}")
     if op != DELETE and value is None:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"{_OP_NAMES[op]} of config {name!r} needs a value")
-    definition = topic_definition(name)
+    definition = definition_of(name)
     if op == SET:
         result[name] = value
     elif op == DELETE:
@@ -61,19 +65,37 @@ def _apply(current: TopicConfig, entry: Container, result: dict[str, str | None]
         result[name] = ",".join(merged)
 
 
-async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
-    topic = target_topic(ctx, resource)
-    name = topic.name
-    entries = list(resource.configs or ())
+def _check_duplicates(entries: list[Container]) -> None:
     seen = Counter(e.name for e in entries)
     duplicated = sorted(n for n, count in seen.items() if count > 1)
     if duplicated:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"config(s) given more than once: {', '.join(duplicated)}")
-    current = resolve(topic.configs, ctx.broker.config.topic_defaults)
+
+
+async def _alter_broker(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    target = target_broker(ctx, resource)
+    entries = list(resource.configs or ())
+    _check_duplicates(entries)
+    image_configs = ctx.broker.image.broker_configs
+    current = {r.name: r.value for r in broker_settings(ctx.broker.config, image_configs)}
+    result: dict[str, str | None] = dict(image_configs.get(target, {}))
+    for entry in entries:
+        _apply(current, entry, result, broker_definition)
+    await ctx.broker.set_broker_configs(target, result, validate_only=validate_only)
+
+
+async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    if resource.resource_type == BROKER:
+        await _alter_broker(ctx, resource, validate_only)
+        return
+    topic = target_topic(ctx, resource)
+    entries = list(resource.configs or ())
+    _check_duplicates(entries)
+    current = resolve(topic.configs, ctx.broker.broker_level())
     result: dict[str, str | None] = dict(topic.configs)
     for entry in entries:
-        _apply(current, entry, result)
-    await ctx.broker.set_topic_configs(name, result, validate_only=validate_only)
+        _apply({name: r.value for name, r in current.entries.items()}, entry, result, topic_definition)
+    await ctx.broker.set_topic_configs(topic.name, result, validate_only=validate_only)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:

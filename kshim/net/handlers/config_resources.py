@@ -23,10 +23,20 @@ TOPIC = 2
 BROKER = 4
 
 
+def target_broker(ctx: RequestContext, resource: Container) -> str:
+    """The dynamic-config resource a BROKER resource names: "" for the cluster-wide default, else
+    this broker's id (Kafka sends a broker's own settings to that broker); other ids INVALID_REQUEST."""
+    name = resource.resource_name
+    node_id = ctx.broker.config.node_id
+    if name not in ("", str(node_id)):
+        raise BrokerError(ErrorCode.INVALID_REQUEST,
+                          f"broker resource name must be '' (cluster-wide default) or this broker's id "
+                          f"{node_id}, got {name!r}")
+    return name
+
+
 def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
     """The topic a config resource names, or the BrokerError to answer for it."""
-    if resource.resource_type == BROKER:
-        raise BrokerError(ErrorCode.INVALID_REQUEST, "broker configs are static in kshim")
     if resource.resource_type != TOPIC:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           f"resource type {resource.resource_type} is not supported by kshim")
