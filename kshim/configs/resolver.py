@@ -95,15 +95,19 @@ class TopicConfig:
         )
 
 
-def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Topic overrides checked by name and value (InvalidConfig); None values (deletions) dropped."""
+def _checked(configs: Mapping[str, str | None], definition_of: Callable[[str], ConfigDef]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in configs.items():
-        definition = topic_definition(name)
+        definition = definition_of(name)
         if value is not None:
             definition.parse(value)
             out[name] = value
     return out
+
+
+def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Topic overrides checked by name and value (InvalidConfig); None values (deletions) dropped."""
+    return _checked(configs, topic_definition)
 
 
 def resolve(overrides: Mapping[str, str], broker: Mapping[str, str] | BrokerLevel | None = None) -> TopicConfig:
@@ -139,13 +143,7 @@ def _resolve(overrides: tuple[tuple[str, str], ...],
 def validate_broker(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Dynamic broker settings checked by name (known and dynamic) and value (InvalidConfig);
     None values (deletions) dropped."""
-    out: dict[str, str] = {}
-    for name, value in configs.items():
-        definition = broker_definition(name)
-        if value is not None:
-            definition.parse(value)
-            out[name] = value
-    return out
+    return _checked(configs, broker_definition)
 
 
 def _changes_default(definition: ConfigDef, raw: str | None) -> bool:
