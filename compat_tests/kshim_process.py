@@ -25,6 +25,8 @@ class KshimProcess:
         self.preexec_fn = None  # e.g. a resource limit for the broker process
 
     def start(self) -> "KshimProcess":
+        assert self.proc is None or self.proc.poll() is not None, "stop the running broker before starting it again"
+        self.bootstrap = ""  # set again by this start's ready line: a start that fails must not look ready
         cmd = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--data-dir", str(self.data_dir), *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,

@@ -147,6 +147,7 @@ def test_broker_configs_alter_and_survive_a_restart(fresh_kshim, topic_name):
     assert topic["retention.ms"].value == "120000"
     assert topic["retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     assert topic["compression.type"].value == "zstd"
+    assert fresh_kshim.terminate() == 0
     fresh_kshim.restart()
     admin = _admin(fresh_kshim)
     broker = _describe(admin, ResourceType.BROKER, "0")
