@@ -287,10 +287,27 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("remote.log.delete.on.disable", BOOLEAN, "false",
               "Tiered storage only: delete remote data when tiered storage is turned off. No effect "
               "without it."),
-    # ---------------------------------------------------------------- compaction (owned elsewhere)
+    # ---------------------------------------------------------------- compaction (docs/compaction.md)
     ConfigDef("cleanup.policy", LIST, "delete",
-              "Only 'delete' is supported: kshim does not compact logs.",
-              Choice(("delete",)), synonym="log.cleanup.policy"),
+              "delete: closed segments go by retention.ms / retention.bytes. compact: the log cleaner "
+              "keeps at least the last record of every key below the active segment (offsets never "
+              "change) and drops tombstones delete.retention.ms after cleaning them. compact,delete: both.",
+              Choice(("compact", "delete")), synonym="log.cleanup.policy"),
+    ConfigDef("delete.retention.ms", LONG, str(24 * 3600 * 1000),
+              "On a compacted topic, how long a tombstone (a record with a null value) stays once the "
+              "cleaner has cleaned the batch holding it, so consumers reading from the start see it.",
+              Range(0, LONG_MAX), synonym="log.cleaner.delete.retention.ms"),
+    ConfigDef("min.cleanable.dirty.ratio", DOUBLE, "0.5",
+              "The cleaner cleans a compacted log once its dirty (not yet cleaned) bytes reach this "
+              "share of its cleanable bytes (unless max.compaction.lag.ms forces it sooner).",
+              Range(0, 1), synonym="log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.compaction.lag.ms", LONG, "0",
+              "A record stays uncompacted at least this long: segments holding newer records are not cleaned.",
+              Range(0, LONG_MAX), synonym="log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("max.compaction.lag.ms", LONG, str(LONG_MAX),
+              "A record is compacted at most this long after it was written, whatever the dirty ratio; "
+              "the active segment of a compacted topic also rolls at this age.",
+              Range(1, LONG_MAX), synonym="log.cleaner.max.compaction.lag.ms"),
     # ---------------------------------------------------------------- kshim's own
     ConfigDef("kshim.commit.quorum", STRING, "isr",
               "isr: a record is COMMITTED once every in-sync replica has it (Kafka). majority: once a "

@@ -92,6 +92,12 @@ class TopicConfig:
             index_interval_bytes=self["index.interval.bytes"],
             segment_index_bytes=self["segment.index.bytes"],
             segment_jitter_ms=self["segment.jitter.ms"],
+            compact="compact" in self["cleanup.policy"],
+            delete="delete" in self["cleanup.policy"],
+            delete_retention_ms=self["delete.retention.ms"],
+            min_cleanable_ratio=self["min.cleanable.dirty.ratio"],
+            min_compaction_lag_ms=self["min.compaction.lag.ms"],
+            max_compaction_lag_ms=self["max.compaction.lag.ms"],
         )
 
 

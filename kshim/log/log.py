@@ -8,8 +8,11 @@ Durability: appends go to the kernel with ``os.write`` right away (no user-space
 killed broker loses nothing; fsync happens only per the flush policy (flush.messages / flush.ms),
 on :meth:`Log.flush` and on :meth:`Log.close`.
 
-Offsets are contiguous: every batch starts right after the previous one (no compaction here), and
-recovery treats a batch that does not follow on as the end of valid data.
+Offsets only grow: a batch starts at or after the end of the previous one. They are contiguous
+until the log cleaner (cleaner.py, compacted topics) removes whole batches, leaving gaps; recovery
+treats a batch whose offsets go back as the end of valid data. Cleaned segments are swapped in
+with Kafka's ``.cleaned`` -> ``.swap`` -> rename sequence (:meth:`Log.replace_segments`), and
+:meth:`Log._open` completes or discards a half-done swap.
 
 All public methods take the log's lock, so a Log may be shared with worker threads
 (batch_headers() reads outside it: do not truncate or delete while iterating).
@@ -21,6 +24,7 @@ import random
 import re
 import struct
 import threading
+import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +42,23 @@ from .segment import (
 )
 from kshim.clock import SYSTEM, Clock
 from kshim.log.files import fsync_dir, write_atomic
-from kshim.log.txnindex import AbortedTxn
+from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
 START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
+_SWAP_NAME = re.compile(r"^(\d{20})\.log\.swap$")
+CLEANED_SUFFIX = ".cleaned"  # a cleaned segment being written (discarded at open)
+SWAP_SUFFIX = ".swap"        # a cleaned segment ready to replace its originals (completed at open)
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 _DAY_MS = 24 * 3600 * 1000
 # The append hot path unpacks the 61-byte batch header with one precompiled struct (the layout of
 # wire.records.BatchHeader) and patches the base offset itself: a few hundred ns cheaper per batch
 # than read_header() + set_base_offset().
 _unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
 _pack_q = struct.Struct(">q").pack_into
+RETIRED_GRACE_S = 60.0  # replaced segments' files stay open this long for lock-free readers
 _SMALL_READ = 64 * 1024  # reads up to this size are cut in memory; larger ones are read exactly
 
 
@@ -74,13 +83,26 @@ class LogConfig:
     flush_ms: int | None = None               # flush.ms: fsync once the last flush is this old; None = never
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes: a segment whose index is full rolls
     segment_jitter_ms: int = 0                # segment.jitter.ms: random amount taken off segment.ms per segment
+    # cleanup.policy: delete (retention) and/or compact (kshim.log.cleaner); both false is not allowed
+    compact: bool = False
+    delete: bool = True
+    delete_retention_ms: int = _DAY_MS        # delete.retention.ms: tombstones live this long once cleaned
+    min_cleanable_ratio: float = 0.5          # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0            # min.compaction.lag.ms
+    max_compaction_lag_ms: int = (1 << 63) - 1  # max.compaction.lag.ms
+
+    @property
+    def roll_ms(self) -> int:
+        """Age at which the active segment rolls: segment.ms, or max.compaction.lag.ms if smaller on
+        a compacted log (Kafka's LogConfig.maxSegmentMs), so the cleaner can reach every record."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
 
 def _draw_jitter(config: LogConfig) -> int:
     """A segment's share of segment.jitter.ms, as Kafka's LogConfig.randomSegmentJitter."""
     if config.segment_jitter_ms <= 0:
         return 0
-    return random.randrange(min(config.segment_jitter_ms, config.segment_ms))
+    return random.randrange(min(config.segment_jitter_ms, config.roll_ms))
 
 
 def _index_full(seg: Segment, index_bytes: int) -> bool:
@@ -107,6 +129,8 @@ class Log:
         self._unflushed_records = 0
         self._dir_dirty = False          # segment files created/deleted since the last flush
         self._closed = False
+        self.truncations = 0             # bumped by truncate_to / reset: a clean planned before is void
+        self._retired: list[tuple[float, Segment]] = []  # replaced by cleaned ones: (when, segment)
         self._roll_jitter_ms = _draw_jitter(config)  # the active segment's, drawn when it starts (Kafka's rollJitterMs)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._open()
@@ -118,6 +142,7 @@ class Log:
         clean = os.path.exists(marker)
         if clean:
             os.unlink(marker)  # from here on, a crash must be detectable
+        self._finish_swaps()
         names = os.listdir(self._dir)
         bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
         have = set(bases)
@@ -156,6 +181,46 @@ class Log:
             self._delete_front(self._count_below(self.log_start_offset))
         if checkpoint != self.log_start_offset:
             self._write_start_offset()
+
+    def _finish_swaps(self) -> None:
+        """Recovery of an interrupted clean (Kafka's): ``.cleaned`` files were never committed, so
+        they go; a ``<base>.log.swap`` was complete when renamed, so the swap is finished: the
+        segments it replaces (base offsets in [base, its next offset)) go and it takes their place."""
+        names = os.listdir(self._dir)
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not _SWAP_NAME.match(name)
+                                                 and not os.path.exists(os.path.join(
+                                                     self._dir, name[:20] + LOG_SUFFIX + SWAP_SUFFIX))):
+                os.unlink(os.path.join(self._dir, name))  # index swaps without their log swap too
+        for name in sorted(names):
+            m = _SWAP_NAME.match(name)
+            if not m:
+                continue
+            base = int(m.group(1))
+            swap = os.path.join(self._dir, name)
+            fd = os.open(swap, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                end = base
+                for _, h, _ in scan(fd, 0, os.fstat(fd).st_size, chunk=1 << 16):
+                    end = h[0] + h[6] + 1
+            finally:
+                os.close(fd)
+            for other in os.listdir(self._dir):
+                om = _SEGMENT_NAME.match(other)
+                if om and base <= int(om.group(1)) < max(end, base + 1):
+                    stem = os.path.join(self._dir, om.group(1))
+                    for suffix in _SEGMENT_SUFFIXES:
+                        try:
+                            os.unlink(stem + suffix)
+                        except FileNotFoundError:
+                            pass
+            stem = os.path.join(self._dir, m.group(1))
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
+                if os.path.exists(stem + suffix + SWAP_SUFFIX):
+                    os.replace(stem + suffix + SWAP_SUFFIX, stem + suffix)
+            os.replace(swap, stem + LOG_SUFFIX)
+            fsync_dir(self._dir)
+            self._dir_dirty = True
 
     def _read_start_offset(self) -> int | None:
         try:
@@ -227,7 +292,7 @@ class Log:
                 size = h[1] + LOG_OVERHEAD
                 if p + size > end or h[6] < 0:
                     raise CorruptRecordError(f"malformed batch at {p}")
-                if h[0] != expected:
+                if h[0] < expected:  # a gap is fine: the leader's cleaner removed whole batches
                     raise ValueError(f"batch at offset {h[0]} does not follow on at {expected}")
                 if crc32c(mv[p + ATTRIBUTES_OFFSET:p + size]) != h[4]:
                     raise CorruptRecordError(f"CRC mismatch in batch at offset {h[0]}")
@@ -250,7 +315,7 @@ class Log:
         limit = min(cfg.segment_bytes, INT32_MAX)  # positions in the index are int32
         seg = self._segments[-1]
         if seg.size and (seg.first_append_ms is not None
-                         and now - seg.first_append_ms > cfg.segment_ms - self._roll_jitter_ms
+                         and now - seg.first_append_ms > cfg.roll_ms - self._roll_jitter_ms
                          or _index_full(seg, cfg.segment_index_bytes)):
             seg = self._roll()
         nbytes = len(data)
@@ -458,8 +523,9 @@ class Log:
             pos = seg.position_of(offset)
             if pos is None:
                 pos, new_next = seg.size, seg.next_offset
-            else:
-                new_next = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)[0]
+            else:  # the batch holding `offset`, or (a gap left by cleaning) the first after it
+                new_next = min(offset, read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)[0])
+            self.truncations += 1
             seg.truncate(pos, new_next)
             if seg.size and seg.first_append_ms is None:
                 seg.first_append_ms = self._clock()
@@ -478,6 +544,7 @@ class Log:
 
     def _reset_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (log start = log end = offset)."""
+        self.truncations += 1
         for seg in self._segments:
             seg.delete()
         self._segments = [Segment.create(self._dir, offset, self.config.index_interval_bytes)]
@@ -542,6 +609,8 @@ class Log:
             cfg = self.config
             upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
             deleted = 0
+            if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
+                return 0
             if cfg.retention_ms >= 0:
                 n = 0
                 for seg in self._segments:
@@ -610,11 +679,75 @@ class Log:
             self._flush(self._clock())
             for seg in self._segments:
                 seg.close()
+            self._close_retired()
             with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
                 pass
             self._dir_dirty = True
             self._flush(self._clock())
             self._closed = True
+
+    # ================================================================== cleaning (kshim.log.cleaner)
+    def cleanable_segments(self) -> tuple[list[Segment], int, int]:
+        """The segments below the active one (a snapshot: their files stay readable even if they
+        are replaced or deleted meanwhile), the active segment's base offset and the truncation
+        count to hand back to :meth:`replace_segments`."""
+        with self._lock:
+            self._close_retired(time.monotonic() - RETIRED_GRACE_S)
+            return list(self._segments[:-1]), self._segments[-1].base_offset, self.truncations
+
+    def replace_segments(self, old: list[Segment], cleaned_stem: str, truncations: int) -> bool:
+        """Swap in the cleaned segment written as ``<cleaned_stem>.log.cleaned`` (plus its index
+        files, same suffix) for ``old``, contiguous segments of this log. Crash-safe as Kafka's
+        replaceSegments: ``.cleaned`` -> ``.swap`` (the commit point), the old files go, ``.swap`` ->
+        the live name; :meth:`_finish_swaps` redoes the rest after a crash. False (nothing done)
+        if the log changed under the cleaner: ``old`` no longer all here, or a truncation."""
+        with self._lock:
+            if self._closed or truncations != self.truncations or not old:
+                return False
+            try:
+                i = next(k for k, seg in enumerate(self._segments) if seg is old[0])
+            except StopIteration:
+                return False
+            if (i + len(old) >= len(self._segments)
+                    or any(a is not b for a, b in zip(self._segments[i:i + len(old)], old))):
+                return False
+            stem = old[0].stem
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX):  # log last: the commit
+                if os.path.exists(cleaned_stem + suffix + CLEANED_SUFFIX):
+                    os.replace(cleaned_stem + suffix + CLEANED_SUFFIX, stem + suffix + SWAP_SUFFIX)
+            fsync_dir(self._dir)
+            for seg in old:
+                for suffix in _SEGMENT_SUFFIXES:
+                    try:
+                        os.unlink(seg.stem + suffix)
+                    except FileNotFoundError:
+                        pass
+            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX, LOG_SUFFIX):
+                if os.path.exists(stem + suffix + SWAP_SUFFIX):
+                    os.replace(stem + suffix + SWAP_SUFFIX, stem + suffix)
+            fsync_dir(self._dir)
+            new = Segment.open(self._dir, old[0].base_offset, self.config.index_interval_bytes)
+            new.next_offset = self._segments[i + len(old)].base_offset
+            new.open_inactive()
+            self._segments[i:i + len(old)] = [new]
+            self._bases[i:i + len(old)] = [new.base_offset]
+            now = time.monotonic()
+            self._retired.extend((now, seg) for seg in old)
+            self.size_bytes = sum(s.size for s in self._segments)
+            return True
+
+    def _close_retired(self, before: float = float("inf")) -> None:
+        """Close the files of segments replaced by a clean before ``before`` (monotonic): a reader
+        that took a segment without the lock (batch_headers) finishes with its (unlinked) file
+        first, as Kafka's file.delete.delay.ms lets readers finish."""
+        keep = []
+        for when, seg in self._retired:
+            if when < before:
+                if seg.fd >= 0:
+                    seg.close()
+            else:
+                keep.append((when, seg))
+        self._retired = keep
 
     # ================================================================== introspection
     @property

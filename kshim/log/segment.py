@@ -460,8 +460,8 @@ class Segment:
             for pos, h, body in scan(self.fd, from_pos, self.size, bodies=validate,
                                      chunk=RECOVERY_CHUNK if validate else SCAN_CHUNK):
                 last = h[0] + h[6]
-                if h[6] < 0 or (expected is not None and h[0] != expected):
-                    break
+                if h[6] < 0 or (expected is not None and h[0] < expected):
+                    break  # offsets go back: not ours (gaps are fine: compaction removes whole batches)
                 if expected is None and last - self.base_offset != self.idx_off[-1]:
                     break  # the last index entry does not name this batch: index is stale
                 if validate and body is not None and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
@@ -475,8 +475,9 @@ class Segment:
             self.next_offset = expected
         return end
 
-    def _write_index_files(self) -> None:
-        """Replace both index files atomically with the in-memory entries."""
+    def _write_index_files(self, extra_suffix: str = "") -> None:
+        """Replace both index files atomically with the in-memory entries (``extra_suffix``: write
+        ``<stem>.index<extra_suffix>`` instead, the cleaner's ``.cleaned`` files)."""
         both = array("i", bytes(8 * len(self.idx_off)))
         both[0::2] = self.idx_off
         both[1::2] = self.idx_pos
@@ -484,13 +485,13 @@ class Segment:
             both.byteswap()
         for suffix, data in ((INDEX_SUFFIX, both.tobytes()),
                              (TIMEINDEX_SUFFIX, b"".join(map(_TIDX.pack, self.ts_ts, self.ts_off)))):
-            tmp = self.stem + suffix + TMP_SUFFIX
+            tmp = self.stem + suffix + extra_suffix + TMP_SUFFIX
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
             try:
                 write_all(fd, data)
             finally:
                 os.close(fd)
-            os.replace(tmp, self.stem + suffix)
+            os.replace(tmp, self.stem + suffix + extra_suffix)
 
     def rebuild(self, *, validate: bool) -> None:
         """Rebuild both indexes from the log file. With ``validate`` (recovery of the active

@@ -30,6 +30,11 @@ class AbortedTxn(NamedTuple):
     last_stable_offset: int
 
 
+def encode_entries(entries: list[AbortedTxn]) -> bytes:
+    """The file bytes of `entries` (the cleaner writes a cleaned segment's index with it)."""
+    return b"".join(_ENTRY.pack(0, *e) for e in entries)
+
+
 class TxnIndex:
     __slots__ = ("path", "entries")
 

@@ -1,0 +1,474 @@
+"""Log compaction (Kafka's LogCleaner / Cleaner / OffsetMap / LogCleanerManager rules) for one log.
+
+A clean of a log, given its first dirty offset (the cleaner checkpoint) and its first uncleanable
+offset (min of the active segment's base, the last stable offset, and the first segment younger
+than min.compaction.lag.ms):
+
+1. **Offset map**: the dirty batches [first dirty, uncleanable) are read and, for every key, the
+   offset of its last record is noted (a dict bounded by the dedupe budget, counted as key bytes
+   plus a fixed overhead per entry; when it is full the clean stops there, as Kafka's does).
+2. **Groups**: the segments from the log start up to where the map ends are grouped so that a
+   group fits one segment (segment.bytes, index size, int32 relative offsets), as
+   Kafka's groupSegmentsBySize.
+3. **Copy**: each group is written to ``<base>.log.cleaned`` keeping a record only if no later
+   record of its key is in the map, and (tombstones) if its batch has no delete horizon yet or
+   the horizon is still ahead. The first clean of a batch holding a tombstone stamps it with a
+   delete horizon (now + delete.retention.ms; KIP-534: base timestamp + attribute bit 6).
+   Batches whose records all stay are copied byte for byte; others are rebuilt keeping base
+   offset, last offset delta, producer id/epoch/base sequence, leader epoch, codec, and each kept
+   record's bytes (only its timestamp delta changes when the base timestamp does); the CRC is
+   computed again. A batch that loses every record goes, except (Kafka's rule) the last data
+   batch of a producer still in the producer state and the batch ending the cleaned range, kept
+   as an empty batch so producer state and the range end survive.
+4. **Swap**: the group's files are swapped in by :meth:`Log.replace_segments` (``.cleaned`` ->
+   ``.swap`` -> live names, completed or discarded at the next open).
+
+Not done (conservative, documented in docs/compaction.md): transactional batches and transaction
+markers are copied untouched and their records do not enter the offset map, so records of aborted
+transactions are not removed and markers stay; compaction still keeps at least the last record of
+every key. Keyless records in a compacted log are dropped (Kafka's rule; produce refuses them).
+
+CPU and I/O bound: runs in a worker thread (kshim.replica.cleaning), throttled by a
+:class:`Throttler` shared by all cleans (log.cleaner.io.max.bytes.per.second).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+from kshim.log.log import CLEANED_SUFFIX, Log
+from kshim.log.segment import INT32_MAX, LOG_SUFFIX, Segment, scan
+from kshim.log.files import write_atomic
+from kshim.log.txnindex import TXNINDEX_SUFFIX, encode_entries
+from wire.compression import compress, decompress
+from wire.records import (
+    COMPRESSION_MASK, CONTROL_MASK, CRC_OFFSET, DELETE_HORIZON_MASK, HEADER_SIZE, LOG_OVERHEAD, NONE,
+    TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, _read_varint, _write_varint, compute_crc, read_header,
+)
+log = logging.getLogger("kshim.log.cleaner")
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+MAP_ENTRY_OVERHEAD = 64  # bytes counted per offset-map entry besides its key (a Python dict slot, an int)
+_READ_CHUNK = 1 << 20
+
+
+class CleanAborted(Exception):
+    """The log changed under the clean (truncated, segments deleted, closed): try again later."""
+
+
+class Throttler:
+    """Kafka's Throttler: callers report bytes of I/O; it sleeps (in the calling worker thread)
+    whenever the rate since the last check exceeds ``bytes_per_second``."""
+
+    def __init__(self, bytes_per_second: float, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = bytes_per_second
+        self._sleep, self._clock = sleep, clock
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._bytes = 0.0
+
+    def throttle(self, nbytes: int) -> None:
+        with self._lock:
+            self._bytes += nbytes
+            now = self._clock()
+            elapsed = now - self._start
+            if elapsed < 0.05 and self._bytes < self.rate * 0.05:
+                return
+            wanted = self._bytes / self.rate
+            pause = wanted - elapsed
+            self._start, self._bytes = now, 0.0
+        if pause > 0:
+            self._sleep(pause)
+            with self._lock:
+                self._start = self._clock()
+
+
+@dataclass
+class CleanResult:
+    first_dirty: int
+    end_offset: int          # the new cleaner checkpoint: everything below it is clean
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_kept: int = 0
+    groups: int = 0
+    map_entries: int = 0
+
+
+@dataclass
+class OffsetMap:
+    """Key -> offset of its last record in the dirty section (Kafka's SkimpyOffsetMap, exact)."""
+    budget_bytes: int
+    entries: dict[bytes, int] = field(default_factory=dict)
+    used: int = 0
+    latest_offset: int = -1  # last offset of the last batch fully taken in
+
+    def put(self, key: bytes, offset: int) -> None:
+        if key not in self.entries:
+            self.used += len(key) + MAP_ENTRY_OVERHEAD
+        self.entries[key] = offset
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.budget_bytes
+
+
+# ------------------------------------------------------------------ raw records
+def _raw_records(h: BatchHeader, batch: memoryview) -> Iterator[tuple[int, int, bytes | None, bool, memoryview, memoryview]]:
+    """Each record of a data batch as (offset delta, timestamp delta, key, has value, the bytes
+    after the timestamp delta up to the end of the record, the whole record without its length)."""
+    codec = h.attributes & COMPRESSION_MASK
+    body = batch[HEADER_SIZE:h.size]
+    data = bytes(body) if codec == NONE else decompress(codec, body, 1 << 31)
+    view = memoryview(data)
+    pos = 0
+    for _ in range(h.records_count):
+        length, start = _read_varint(data, pos)
+        end = start + length
+        p = start + 1  # attributes
+        ts_delta, after_ts = _read_varint(data, p)
+        off_delta, p = _read_varint(data, after_ts)
+        klen, p = _read_varint(data, p)
+        key = None
+        if klen >= 0:
+            key = bytes(data[p:p + klen])
+            p += klen
+        vlen, p = _read_varint(data, p)
+        yield off_delta, ts_delta, key, vlen >= 0, view[after_ts:end], view[start:end]
+        pos = end
+
+
+def _rebuild(h: BatchHeader, kept: list[tuple[int, memoryview, memoryview]], horizon: int | None) -> bytes:
+    """A batch holding ``kept`` records ((absolute timestamp, bytes after the timestamp delta, whole
+    record)), the header's offsets and producer fields kept; ``horizon``: stamp a delete horizon."""
+    log_append = h.attributes & TIMESTAMP_TYPE_MASK
+    attributes = h.attributes
+    if horizon is not None:
+        attributes |= DELETE_HORIZON_MASK
+    if not kept:  # Kafka's writeEmptyHeader: no records, no codec, timestamps = the max timestamp
+        attributes &= TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+        base_ts = max_ts = h.max_timestamp
+        payload = b""
+    else:
+        if h.has_delete_horizon:
+            base_ts = h.base_timestamp  # the horizon stays
+        elif horizon is not None:
+            base_ts = horizon
+        else:
+            base_ts = kept[0][0]
+        max_ts = h.max_timestamp if log_append else max(ts for ts, _, _ in kept)
+        body = bytearray()
+        rec = bytearray()
+        for ts, rest, whole in kept:
+            if base_ts == h.base_timestamp:
+                _write_varint(body, len(whole))
+                body += whole
+                continue
+            rec.clear()
+            rec.append(whole[0])  # record attributes
+            _write_varint(rec, ts - base_ts)
+            rec += rest
+            _write_varint(body, len(rec))
+            body += rec
+        codec = h.attributes & COMPRESSION_MASK
+        payload = compress(codec, bytes(body)) if codec != NONE else bytes(body)
+    size = HEADER_SIZE + len(payload)
+    out = bytearray(size)
+    _HEADER.pack_into(out, 0, h.base_offset, size - LOG_OVERHEAD, h.partition_leader_epoch, h.magic, 0,
+                      attributes, h.last_offset_delta, base_ts, max_ts, h.producer_id, h.producer_epoch,
+                      h.base_sequence, len(kept))
+    out[HEADER_SIZE:] = payload
+    struct.pack_into(">I", out, CRC_OFFSET, compute_crc(out, 0, size))
+    return bytes(out)
+
+
+def _batches(seg: Segment, throttler: Throttler | None, result: CleanResult) -> Iterator[tuple[BatchHeader, memoryview]]:
+    for _, h, body in scan(seg.fd, 0, seg.size, bodies=True, chunk=_READ_CHUNK):
+        assert body is not None
+        result.bytes_read += h.size
+        if throttler is not None:
+            throttler.throttle(h.size)
+        yield h, body
+
+
+def _untouched(h: BatchHeader) -> bool:
+    """Transactional batches and markers are kept as they are (see the module docstring)."""
+    return bool(h.attributes & (TRANSACTIONAL_MASK | CONTROL_MASK))
+
+
+# ------------------------------------------------------------------ the clean
+def build_offset_map(segments: list[Segment], first_dirty: int, upper: int, offset_map: OffsetMap,
+                     throttler: Throttler | None, result: CleanResult) -> None:
+    """Kafka's buildOffsetMap: keys of the dirty records [first_dirty, upper); stops after the batch
+    that fills the map (latest_offset says how far it got)."""
+    for seg in segments:
+        if seg.next_offset <= first_dirty or seg.base_offset >= upper:
+            continue
+        for h, body in _batches(seg, throttler, result):
+            last = h.base_offset + h.last_offset_delta
+            if last < first_dirty:
+                continue
+            if h.base_offset >= upper:
+                return
+            if not _untouched(h):
+                for off_delta, _, key, _, _, _ in _raw_records(h, body):
+                    offset = h.base_offset + off_delta
+                    if key is not None and first_dirty <= offset < upper:
+                        offset_map.put(key, offset)
+            offset_map.latest_offset = min(last, upper - 1)
+            if offset_map.full:
+                return
+
+
+def group_segments(segments: list[Segment], max_bytes: int, max_index_bytes: int) -> list[list[Segment]]:
+    """Kafka's groupSegmentsBySize: consecutive segments whose sum fits one segment (bytes, index
+    entries) and whose offsets stay within int32 of the group's base."""
+    groups: list[list[Segment]] = []
+    for seg in segments:
+        if groups:
+            g = groups[-1]
+            if (sum(s.size for s in g) + seg.size <= max_bytes
+                    and seg.next_offset - 1 - g[0].base_offset <= INT32_MAX
+                    and sum(s.size for s in g) // max(g[0].interval, 1) + seg.size // max(seg.interval, 1)
+                    <= max_index_bytes // 8):
+                g.append(seg)
+                continue
+        groups.append([seg])
+    return groups
+
+
+def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, *,
+              last_data_offsets: Mapping[int, int], dedupe_budget_bytes: int,
+              throttler: Throttler | None = None, force: bool = False) -> CleanResult:
+    """Clean ``log_`` (see the module docstring). ``first_uncleanable`` already accounts for the
+    active segment, the last stable offset and min.compaction.lag.ms; ``last_data_offsets``: each
+    producer's last data batch's last offset (its batch stays, maybe empty). Raises CleanAborted
+    if the log changed meanwhile (what was swapped in before stays: it is consistent). ``force``
+    (`kshim ctl compact`): clean the already clean segments even if nothing is dirty, so that
+    tombstones past their delete horizon go now (Kafka waits for new dirty data)."""
+    segments, active_base, truncations = log_.cleanable_segments()
+    upper = min(first_uncleanable, active_base)
+    result = CleanResult(first_dirty, first_dirty)
+    if not segments:
+        return result
+    offset_map = OffsetMap(dedupe_budget_bytes)
+    if upper > first_dirty:
+        build_offset_map(segments, first_dirty, upper, offset_map, throttler, result)
+    result.map_entries = len(offset_map.entries)
+    if offset_map.latest_offset < first_dirty:
+        if not force:
+            return result
+        offset_map.latest_offset = min(first_dirty, upper) - 1  # nothing dirty: only tombstones can go
+    end = offset_map.latest_offset + 1
+    cfg = log_.config
+    to_clean = [s for s in segments if s.base_offset < end]
+    for group in group_segments(to_clean, min(cfg.segment_bytes, INT32_MAX), cfg.segment_index_bytes):
+        next_offset = (segments[segments.index(group[-1]) + 1].base_offset
+                       if group[-1] is not segments[-1] else active_base)
+        _clean_group(log_, group, next_offset, offset_map, upper, now_ms, last_data_offsets, throttler, result)
+        if not log_.replace_segments(group, group[0].stem, truncations):
+            _discard(group[0].stem)
+            raise CleanAborted(f"{log_.directory}: the log changed during the clean")
+        result.groups += 1
+    result.end_offset = end
+    return result
+
+
+def _discard(stem: str) -> None:
+    for suffix in (LOG_SUFFIX, ".index", ".timeindex", TXNINDEX_SUFFIX):
+        try:
+            os.unlink(stem + suffix + CLEANED_SUFFIX)
+        except FileNotFoundError:
+            pass
+
+
+def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: OffsetMap, upper: int,
+                 now_ms: int, last_data_offsets: Mapping[int, int], throttler: Throttler | None,
+                 result: CleanResult) -> None:
+    """Write ``<base>.log.cleaned`` (and its index files) for ``group``."""
+    stem = group[0].stem
+    cfg = log_.config
+    fd = os.open(stem + LOG_SUFFIX + CLEANED_SUFFIX,
+                 os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    # an index builder: a Segment over the cleaned file, fed as appends would feed it
+    index = Segment(stem, group[0].base_offset, fd, 0, cfg.index_interval_bytes)
+    try:
+        out = bytearray()
+        last_kept: tuple[int, int] | None = None  # a group keeps at least one batch (never an empty file)
+        pending_empty: BatchHeader | None = None
+        for seg in group:
+            for h, body in _batches(seg, throttler, result):
+                kept_bytes = _filter_batch(h, body, offset_map, upper, now_ms, cfg.delete_retention_ms,
+                                           last_data_offsets, result)
+                if kept_bytes is None:
+                    pending_empty = h
+                    continue
+                pending_empty = None
+                _write(index, out, kept_bytes, h)
+                last_kept = (h.base_offset, h.last_offset_delta)
+                if len(out) >= _READ_CHUNK:
+                    _flush(fd, out, throttler, result)
+        if last_kept is None and pending_empty is not None:
+            _write(index, out, _rebuild(pending_empty, [], None), pending_empty)
+        _flush(fd, out, throttler, result)
+        os.fsync(fd)
+        index.next_offset = next_offset
+        if index.max_ts > (index.ts_ts[-1] if index.ts_ts else -1):
+            index._add_time_entry(write=False)  # the final entry a roll writes
+        index._write_index_files(CLEANED_SUFFIX)
+        entries = [e for seg in group for e in seg.txn_index.entries]
+        if entries:  # markers are kept, so their aborted-transaction entries are too
+            with open(stem + TXNINDEX_SUFFIX + CLEANED_SUFFIX, "wb") as f:
+                f.write(encode_entries(entries))
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        os.close(fd)
+        _discard(stem)
+        raise
+    os.close(fd)
+
+
+def _write(index: Segment, out: bytearray, data: bytes | memoryview, h: BatchHeader) -> None:
+    pos = index.size
+    out += data
+    index.size += len(data)
+    max_ts = _HEADER.unpack_from(data, 0)[8]
+    index._track(pos, len(data), h.base_offset + h.last_offset_delta, max_ts, index.interval, False)
+    index.next_offset = h.base_offset + h.last_offset_delta + 1
+
+
+def _flush(fd: int, out: bytearray, throttler: Throttler | None, result: CleanResult) -> None:
+    if out:
+        view = memoryview(out)
+        n = 0
+        while n < len(out):
+            n += os.write(fd, view[n:])
+        view.release()
+        result.bytes_written += len(out)
+        if throttler is not None:
+            throttler.throttle(len(out))
+        out.clear()
+
+
+def _filter_batch(h: BatchHeader, body: memoryview, offset_map: OffsetMap, upper: int, now_ms: int,
+                  delete_retention_ms: int, last_data_offsets: Mapping[int, int],
+                  result: CleanResult) -> bytes | memoryview | None:
+    """The batch as it stays (its bytes, rebuilt or not), or None if it goes."""
+    if _untouched(h):
+        return body
+    last = h.base_offset + h.last_offset_delta
+    retain_deletes = not h.has_delete_horizon or now_ms < h.base_timestamp
+    kept: list[tuple[int, memoryview, memoryview]] = []
+    all_kept = True
+    tombstones = False
+    latest = offset_map.latest_offset
+    entries = offset_map.entries
+    log_append = h.attributes & TIMESTAMP_TYPE_MASK
+    for off_delta, ts_delta, key, has_value, rest, whole in _raw_records(h, body):
+        result.records_read += 1
+        offset = h.base_offset + off_delta
+        keep = offset > latest or (key is not None and offset >= entries.get(key, -1)
+                                   and (has_value or retain_deletes))
+        if keep:
+            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+            kept.append((ts, rest, whole))
+            tombstones = tombstones or not has_value
+        else:
+            all_kept = False
+    result.records_kept += len(kept)
+    if kept:
+        needs_horizon = tombstones and not h.has_delete_horizon
+        if all_kept and not needs_horizon:
+            return body
+        return _rebuild(h, kept, now_ms + delete_retention_ms if needs_horizon else None)
+    # emptied: Kafka keeps the producer's last data batch, and the batch that ends the round
+    if (h.producer_id >= 0 and last_data_offsets.get(h.producer_id) == last) or last + 1 == upper:
+        return _rebuild(h, [], None)
+    return None
+
+
+# ------------------------------------------------------------------ when to clean (LogCleanerManager)
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+
+
+def read_checkpoint(directory: str | os.PathLike) -> int | None:
+    """The first dirty offset the last clean left (one file per partition directory)."""
+    try:
+        with open(os.path.join(directory, CHECKPOINT_FILE)) as f:
+            return int(f.read().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def write_checkpoint(directory: str | os.PathLike, offset: int) -> None:
+    write_atomic(os.path.join(directory, CHECKPOINT_FILE), f"{offset}\n")
+
+
+@dataclass(frozen=True)
+class Cleanable:
+    first_dirty: int
+    first_uncleanable: int
+    clean_bytes: int       # segments below first_dirty
+    cleanable_bytes: int   # segments in [first_dirty, first_uncleanable)
+    compaction_delay_ms: int  # > 0: max.compaction.lag.ms is overdue by this much
+
+    @property
+    def ratio(self) -> float:
+        total = self.clean_bytes + self.cleanable_bytes
+        return self.cleanable_bytes / total if total else 0.0
+
+    def due(self, min_ratio: float) -> bool:
+        """Kafka's grabFilthiestCompactedLog filter: overdue by max.compaction.lag.ms with something
+        to clean, or dirty above min.cleanable.dirty.ratio."""
+        return (self.compaction_delay_ms > 0 and self.cleanable_bytes > 0) or (
+            self.cleanable_bytes > 0 and self.ratio > min_ratio)
+
+
+def cleanable_offsets(log_: Log, checkpoint: int | None, last_stable_offset: int, now_ms: int) -> Cleanable:
+    """Kafka's LogCleanerManager.cleanableOffsets and calculateCleanableBytes: the first dirty
+    offset (the checkpoint, reset to the log start when out of range) and the first uncleanable
+    one: min(last stable offset, active segment base, first segment younger than
+    min.compaction.lag.ms), moved down to a segment boundary."""
+    segments, active_base, _ = log_.cleanable_segments()
+    cfg = log_.config
+    start, end = log_.log_start_offset, log_.log_end_offset
+    first_dirty = checkpoint if checkpoint is not None and start <= checkpoint <= end else start
+    uncleanable = min(last_stable_offset, active_base)
+    lag = max(cfg.min_compaction_lag_ms, 0)
+    dirty = [s for s in segments if s.next_offset > first_dirty]
+    if lag > 0:
+        for seg in dirty:
+            if seg.largest_timestamp() > now_ms - lag:
+                uncleanable = min(uncleanable, seg.base_offset)
+                break
+    # calculateCleanableBytes: up to the base of the segment holding the uncleanable offset
+    boundary = active_base
+    for seg in segments:
+        if seg.next_offset > uncleanable:
+            boundary = seg.base_offset
+            break
+    uncleanable = max(first_dirty, min(uncleanable, boundary))
+    clean = sum(s.size for s in segments if s.next_offset <= first_dirty)
+    cleanable = sum(s.size for s in segments if s.next_offset > first_dirty and s.base_offset < boundary)
+    delay = 0
+    max_lag = max(cfg.max_compaction_lag_ms, 0)
+    firsts = [t for t in (_first_batch_timestamp(s) for s in dirty) if t > 0]
+    if firsts and max_lag < (1 << 62):
+        until = now_ms - max_lag
+        if min(firsts) < until:
+            delay = until - min(firsts)
+    return Cleanable(first_dirty, uncleanable, clean, cleanable, delay)
+
+
+def _first_batch_timestamp(seg: Segment) -> int:
+    if seg.size < HEADER_SIZE:
+        return -1
+    h = read_header(os.pread(seg.fd, HEADER_SIZE, 0), 0)
+    return h.max_timestamp if h.has_delete_horizon else h.base_timestamp
