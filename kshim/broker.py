@@ -22,6 +22,7 @@ from kshim.controller.messages import (
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
+from kshim.replica.cleaning import CleanerSettings
 from kshim.replica import ReplicaManager
 from kshim.signal import Signal
 from wire.errors import ErrorCode
@@ -60,7 +61,10 @@ class Broker:
         self.topics: dict[str, TopicInfo] = {}
         self.topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self.replica_manager = ReplicaManager(config.node_id, config.data_dir, config.topic_defaults, self,
-                                              config.max_request_bytes)
+                                              config.max_request_bytes, CleanerSettings(
+                                                  config.log_cleaner_io_max_bytes_per_second,
+                                                  config.log_cleaner_dedupe_buffer_size,
+                                                  config.log_cleaner_backoff_ms))
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
         self.close_hooks: list[Callable[[], None]] = []  # run after the replicas close (a standalone controller)

@@ -110,7 +110,7 @@ async def test_create_topics_errors_are_independent(broker, version):
         new_topic("manual", -1, -1, assignments=[{"partition_index": 0, "broker_ids": [0]}]),
         new_topic("badvalue", 1, 1, {"retention.ms": "soon"}),
         new_topic("unknowncfg", 1, 1, {"no.such.config": "1"}),
-        new_topic("policy", 1, 1, {"cleanup.policy": "compact"}),
+        new_topic("policy", 1, 1, {"cleanup.policy": "compress"}),
         version=version,
     )
     assert out["ok"].error_code == 0
@@ -446,7 +446,7 @@ async def test_incremental_alter_configs_errors(broker):
     cases = [
         (incr_resource(TOPIC, "t", ("retention.ms", APPEND, "5")), ErrorCode.INVALID_CONFIG),
         (incr_resource(TOPIC, "t", ("cleanup.policy", SUBTRACT, "delete")), ErrorCode.INVALID_CONFIG),
-        (incr_resource(TOPIC, "t", ("cleanup.policy", APPEND, "compact")), ErrorCode.INVALID_CONFIG),
+        (incr_resource(TOPIC, "t", ("cleanup.policy", APPEND, "compress")), ErrorCode.INVALID_CONFIG),
         (incr_resource(TOPIC, "t", ("retention.bytes", SET, "3"), ("retention.ms", SET, "x")),
          ErrorCode.INVALID_CONFIG),
         (incr_resource(TOPIC, "t", ("no.such", DELETE, None)), ErrorCode.INVALID_CONFIG),

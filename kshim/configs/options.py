@@ -19,6 +19,14 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--connections-max-idle-ms", "connections_max_idle_ms", "close a connection quiet for this long"),
     ("--request-stall-timeout-ms", "request_stall_timeout_ms",
      "close a connection that stops sending halfway through a request for this long"),
+    ("--log-cleaner-io-max-bytes-per-second", "log_cleaner_io_max_bytes_per_second",
+     "bytes per second the log cleaner reads and writes, all compacted partitions together "
+     "(Kafka's log.cleaner.io.max.bytes.per.second)"),
+    ("--log-cleaner-dedupe-buffer-size", "log_cleaner_dedupe_buffer_size",
+     "memory for the cleaner's key -> offset map (Kafka's log.cleaner.dedupe.buffer.size); a larger "
+     "dirty section is cleaned over several rounds"),
+    ("--log-cleaner-backoff-ms", "log_cleaner_backoff_ms",
+     "pause between the cleaner's looks at the compacted partitions (Kafka's log.cleaner.backoff.ms)"),
 )
 _DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
 
@@ -29,6 +37,9 @@ class ConnectionSettings(TypedDict):
     max_connections_per_ip: int
     connections_max_idle_ms: int
     request_stall_timeout_ms: int
+    log_cleaner_io_max_bytes_per_second: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_backoff_ms: int
 
 
 def positive(text: str) -> int:

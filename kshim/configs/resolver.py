@@ -178,6 +178,9 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "max.connections.per.ip": lambda c: str(c.max_connections_per_ip),
     "connections.max.idle.ms": lambda c: str(c.connections_max_idle_ms),
     "kshim.request.stall.timeout.ms": lambda c: str(c.request_stall_timeout_ms),
+    "log.cleaner.io.max.bytes.per.second": lambda c: str(float(c.log_cleaner_io_max_bytes_per_second)),
+    "log.cleaner.dedupe.buffer.size": lambda c: str(c.log_cleaner_dedupe_buffer_size),
+    "log.cleaner.backoff.ms": lambda c: str(c.log_cleaner_backoff_ms),
 }
 
 

@@ -16,6 +16,7 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, T
 from kshim.configs import BrokerLevel, resolve
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
 from kshim.partition import AppendResult, Partition
+from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from kshim.replica.validation import BatchValidator, Rejection
@@ -72,8 +73,10 @@ class Metadata(Protocol):
 
 class ReplicaManager:
     def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata,
-                 max_decompressed_bytes: int = 100 * 1024 * 1024) -> None:
+                 max_decompressed_bytes: int = 100 * 1024 * 1024,
+                 cleaner: CleanerSettings = CleanerSettings()) -> None:
         self.node_id = node_id
+        self.cleaner = LogCleaner(cleaner)  # compacted partitions (run by the BrokerServer)
         # produced compressed batches decompress within the request size limit (see validation.py)
         self.validator = BatchValidator(max_decompressed_bytes)
         self.data_dir = data_dir

@@ -1,0 +1,121 @@
+"""The broker's log cleaner (Kafka's LogCleaner thread + LogCleanerManager): cleans the compacted
+partitions this broker hosts, leaders and followers alike, each its own log.
+
+Every ``--log-cleaner-backoff-ms`` it looks at the replicas whose topic has cleanup.policy
+compact: on the event loop it takes what only the loop may read (the last stable offset, each
+producer's last data offset); in one worker thread it works out which logs are due
+(min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms) and cleans them, the
+dirtiest first, through one shared Throttler (``--log-cleaner-io-max-bytes-per-second``). One
+clean runs at a time (Kafka's log.cleaner.threads=1); `kshim ctl compact` asks for one now
+through the same lane. The first dirty offset is checkpointed per partition
+(``cleaner-offset-checkpoint``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import anyio
+
+from kshim.clock import SYSTEM
+from kshim.log.cleaner import (
+    CleanAborted, CleanResult, Throttler, clean_log, cleanable_offsets, read_checkpoint, write_checkpoint,
+)
+from kshim.partition import Partition
+
+log = logging.getLogger("kshim.replica.cleaning")
+
+
+@dataclass(frozen=True)
+class CleanerSettings:
+    io_max_bytes_per_second: int = 100 * 1024 * 1024  # log.cleaner.io.max.bytes.per.second
+    dedupe_buffer_size: int = 128 * 1024 * 1024        # log.cleaner.dedupe.buffer.size
+    backoff_ms: int = 15_000                           # log.cleaner.backoff.ms
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    partition: Partition
+    last_stable_offset: int
+    last_data_offsets: dict[int, int]
+
+
+def _candidate(p: Partition) -> _Candidate:
+    """What the worker thread needs of a partition, read on the event loop."""
+    return _Candidate(p, p.last_stable_offset,
+                      {pid: e.last_data_offset for pid, e in p.producers.producers.items()})
+
+
+class ReplicaSource(Protocol):
+    """What the cleaner needs of the replica manager."""
+
+    def replicas(self) -> list[Partition]: ...
+
+
+class LogCleaner:
+    def __init__(self, settings: CleanerSettings) -> None:
+        self.settings = settings
+        self.throttler = Throttler(float(settings.io_max_bytes_per_second))
+        self._lane = anyio.Lock()  # one clean at a time
+
+    async def run(self, replicas: ReplicaSource) -> None:
+        """The periodic cleaner: due logs only."""
+        while True:
+            await anyio.sleep(self.settings.backoff_ms / 1000)
+            candidates = [_candidate(p) for p in replicas.replicas() if p.log.config.compact]
+            if candidates:
+                async with self._lane:
+                    await anyio.to_thread.run_sync(self._clean_due, candidates)
+
+    async def clean_now(self, partitions: Iterable[Partition]) -> list[tuple[Partition, CleanResult | str]]:
+        """Clean these partitions now, whatever their dirty ratio (`kshim ctl compact`); min.compaction.lag.ms
+        and the last stable offset still bound what is cleaned. Per partition: its result or why not."""
+        candidates = [_candidate(p) for p in partitions]
+        async with self._lane:
+            return await anyio.to_thread.run_sync(self._clean_all, candidates)
+
+    # ------------------------------------------------------------------ worker thread
+    def _clean_due(self, candidates: list[_Candidate]) -> None:
+        now = SYSTEM.wall_ms()
+        due = []
+        for c in candidates:
+            try:
+                cleanable = cleanable_offsets(c.partition.log, read_checkpoint(c.partition.directory),
+                                              c.last_stable_offset, now)
+            except (OSError, ValueError) as e:
+                log.warning("%s-%d: cannot size up the log for cleaning: %s", c.partition.topic, c.partition.index, e)
+                continue
+            if cleanable.due(c.partition.log.config.min_cleanable_ratio):
+                due.append((cleanable.compaction_delay_ms > 0, cleanable.ratio, c))
+        due.sort(key=lambda t: (t[0], t[1]), reverse=True)  # overdue first, then the dirtiest
+        for _, _, c in due:
+            self._clean_one(c, force=False)
+
+    def _clean_all(self, candidates: list[_Candidate]) -> list[tuple[Partition, CleanResult | str]]:
+        return [(c.partition, self._clean_one(c, force=True)) for c in candidates]
+
+    def _clean_one(self, c: _Candidate, force: bool) -> CleanResult | str:
+        p = c.partition
+        now = SYSTEM.wall_ms()
+        try:
+            cleanable = cleanable_offsets(p.log, read_checkpoint(p.directory), c.last_stable_offset, now)
+            result = clean_log(p.log, cleanable.first_dirty, cleanable.first_uncleanable, now,
+                               last_data_offsets=c.last_data_offsets,
+                               dedupe_budget_bytes=self.settings.dedupe_buffer_size,
+                               throttler=self.throttler, force=force)
+            if result.end_offset != read_checkpoint(p.directory):
+                write_checkpoint(p.directory, result.end_offset)
+        except CleanAborted as e:
+            log.info("%s-%d: clean aborted: %s", p.topic, p.index, e)
+            return f"aborted: {e}"
+        except (OSError, ValueError) as e:  # a log closed or deleted under the clean, a corrupt batch
+            log.warning("%s-%d: clean failed: %s", p.topic, p.index, e)
+            return f"failed: {e}"
+        if result.groups:
+            log.info("%s-%d: cleaned [%d, %d): %d records read, %d kept, %d bytes -> %d", p.topic, p.index,
+                     result.first_dirty, result.end_offset, result.records_read, result.records_kept,
+                     result.bytes_read, result.bytes_written)
+        return result
+
+
