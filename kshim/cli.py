@@ -18,7 +18,7 @@ import anyio
 
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
-from kshim.cluster import broker_process
+from kshim.cluster import admin, broker_process
 from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
@@ -118,6 +118,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
     try:
         async with anyio.create_task_group() as tg:
             port = await tg.start(Server(BrokerServer(broker)).serve, listener)
+            await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)

@@ -16,6 +16,7 @@ import pytest
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
 from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.admin import BrokerAdmin
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
 from kshim.controller import rpc
@@ -63,6 +64,7 @@ REQUESTS = [
     m.Status(),
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
+    m.CompactNow("t", 2),
 ]
 
 RESULTS = [
@@ -82,11 +84,12 @@ RESULTS = [
     (m.SetIsolated, None),
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
+    (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
 ]
 
 # whose methods serve each kind of operation (messages.Server)
 SERVERS = {m.Server.CONTROLLER: Controller, m.Server.PROCESS: ControllerService,
-           m.Server.SUPERVISOR: SupervisorService}
+           m.Server.SUPERVISOR: SupervisorService, m.Server.BROKER: BrokerAdmin}
 
 
 def test_every_operation_is_covered():

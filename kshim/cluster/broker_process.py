@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 
 from kshim.broker import Broker, BrokerConfig
-from kshim.cluster import lifeline
+from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
@@ -93,6 +93,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
                 port = await tg.start(Server(BrokerServer(broker)).serve, listener)
+                await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))

@@ -65,6 +65,7 @@ class Server(Enum):
     CONTROLLER = "controller"  # kshim.controller.controller.Controller: metadata decisions
     PROCESS = "controller process"  # kshim.controller.service.ControllerService: broker sessions
     SUPERVISOR = "supervisor"  # kshim.controller.process.SupervisorService: the processes, for ctl
+    BROKER = "broker"  # kshim.cluster.admin.BrokerAdmin: one broker's local chores, for ctl (<broker data dir>/broker.sock)
 
 
 OPERATIONS: dict[int, type[Operation]] = {}
@@ -236,6 +237,14 @@ class NodeCommand(Operation[str], code=33, served_by=Server.SUPERVISOR):  # what
 @dataclass(frozen=True)
 class KillController(Operation[str], code=34, served_by=Server.SUPERVISOR):
     """`kshim ctl kill controller`: SIGKILL the controller process; the supervisor restarts it."""
+
+
+@dataclass(frozen=True)
+class CompactNow(Operation[str], code=40, served_by=Server.BROKER):
+    """`kshim ctl compact TOPIC [PARTITION]`: the broker cleans its replicas of the topic (all
+    partitions: -1) now, whatever their dirty ratio; answers a JSON list of what each clean did."""
+    topic: str
+    partition: Int32 = -1
 
 
 # ---------------------------------------------------------------------------------------- frames

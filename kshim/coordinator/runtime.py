@@ -41,6 +41,10 @@ from wire.errors import ErrorCode
 log = logging.getLogger("kshim.coordinator")
 
 LOAD_CHUNK_BYTES = 1 << 20
+# the internal topics are compacted, as Kafka creates them (offsets.topic.segment.bytes,
+# transaction.state.log.segment.bytes: 100 MiB): a load replays the latest record of each key
+# (tombstones until delete.retention.ms after their clean); gaps in offsets are skipped by reads
+INTERNAL_TOPIC_CONFIGS: dict[str, str | None] = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 IDLE_WAKE_S = 60.0  # with no deadline, the run loop still looks around this often
 
@@ -134,7 +138,7 @@ class CoordinatorRuntime:
             return topic
         rf = max(1, min(3, self.broker.cluster_size))
         try:
-            await self.broker.create_topic(self.name, self.default_partitions, {"retention.ms": "-1"},
+            await self.broker.create_topic(self.name, self.default_partitions, INTERNAL_TOPIC_CONFIGS,
                                            replication_factor=rf)
         except BrokerError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:

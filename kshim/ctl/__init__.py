@@ -1,6 +1,6 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
 
-Every command but `groups` and `txns` is one request to the supervisor (`kshim serve --brokers N`)
+Every command but `groups`, `txns` and `compact` is one request to the supervisor (`kshim serve --brokers N`)
 over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
 start, pause, resume) are carried out by the supervisor, on the processes it started: ctl itself
 never signals anything. `groups` and `txns`
@@ -21,13 +21,16 @@ broker or any Kafka cluster).
     txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--json]
                        transactions: coordinator, state, producer, running time, partitions;
                        --producers TOPIC: each partition's producers and open transactions
+    compact TOPIC [PARTITION]
+                       clean a compacted topic's logs now on every broker (also a single
+                       `kshim serve`): each broker's <data dir>/broker.sock; JSON per replica
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from kshim.ctl import groups, status, txns
+from kshim.ctl import compact, groups, status, txns
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -53,6 +56,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
             c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
     groups.add_parser(commands)
     txns.add_parser(commands)
+    compact.add_parser(commands)
     return p
 
 
@@ -70,4 +74,6 @@ def main(args: argparse.Namespace) -> int:
         return groups.main(args)
     if args.ctl_command == "txns":
         return txns.main(args)
+    if args.ctl_command == "compact":
+        return compact.main(args)
     return status.main(args)
