@@ -1,0 +1,183 @@
+"""Compacted topics (docs/compaction.md) as clients see them: confluent-kafka produces, kafka-python
+reads back; `kshim ctl compact` cleans now so the outcome is deterministic."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError
+
+from compat_tests.kshim_process import KshimProcess, wait_until
+from compat_tests.raw_kafka import RawConnection, consume_all
+from wire.records import encode_batch
+
+pytestmark = pytest.mark.process
+INVALID_RECORD = 87
+KEYS, UPDATES = 1000, 100_000
+
+
+def create(broker: KshimProcess, name: str, configs: dict[str, str]) -> None:
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        a.create_topics([NewTopic(name, 1, 1, topic_configs={"cleanup.policy": "compact", **configs})])
+    finally:
+        a.close()
+
+
+def ctl_compact(broker: KshimProcess, topic: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(broker.data_dir), "compact", topic],
+                          capture_output=True, text=True, timeout=300)
+
+
+def produce(broker: KshimProcess, records: list[tuple[bytes, bytes | None]], topic: str, **conf) -> dict[int, tuple]:
+    """confluent-kafka, acks=all: {offset: (key, value)} of every acknowledged record (all must be)."""
+    acked: dict[int, tuple] = {}
+    errors: list = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = (msg.key(), msg.value())
+
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 200,
+                  **conf})
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    assert p.flush(60) == 0
+    assert not errors, errors[:3]
+    assert len(acked) == len(records)
+    return acked
+
+
+def active_base(broker: KshimProcess, topic: str) -> int:
+    return max(int(f.name[:20]) for f in (Path(broker.data_dir) / f"{topic}-0").glob("*.log"))
+
+
+def check_compacted(acked: dict[int, tuple], read: list, cleaned_below: int) -> None:
+    """What a compacted log must hold: every record keeps its offset, key and value; below the
+    cleaned offset exactly the latest record of each key written below it; above it everything."""
+    for r in read:
+        assert acked[r.offset] == (r.key, r.value), r.offset
+    below = [r for r in read if r.offset < cleaned_below]
+    latest = {acked[o][0]: o for o in sorted(acked) if o < cleaned_below}
+    assert sorted(r.offset for r in below) == sorted(latest.values())
+    assert [r.offset for r in read if r.offset >= cleaned_below] == [o for o in sorted(acked) if o >= cleaned_below]
+
+
+@pytest.fixture
+def broker(tmp_path):
+    proc = KshimProcess(tmp_path / "kshim-data", "--log-cleaner-backoff-ms", "3600000").start()
+    yield proc
+    proc.kill()
+
+
+def test_100000_updates_over_1000_keys_compact_to_the_latest_value_per_key(broker):
+    topic = "compacted-updates"
+    create(broker, topic, {"segment.bytes": "65536", "min.cleanable.dirty.ratio": "0.01"})
+    acked = produce(broker, [(f"key-{i % KEYS}".encode(), f"value-{i}".encode()) for i in range(UPDATES)], topic)
+    result = ctl_compact(broker, topic)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"cleaned_to"' in result.stdout
+    base = active_base(broker, topic)
+    assert base > UPDATES - 10_000  # small segments: the active one holds few records
+    read = consume_all(broker.bootstrap, topic, 0, timeout=60)
+    check_compacted(acked, read, base)
+    assert len(read) <= KEYS + (UPDATES - base)
+    final = {}
+    for r in read:
+        final[r.key] = r.value
+    assert final == {f"key-{k}".encode(): f"value-{max(i for i in range(k, UPDATES, KEYS))}".encode()
+                     for k in range(KEYS)}
+
+
+def test_tombstones_disappear_after_delete_retention_ms(broker):
+    topic = "compacted-tombstones"
+    create(broker, topic, {"segment.bytes": "4096", "delete.retention.ms": "2000"})
+    filler = [(b"other", b"x" * 200)] * 60  # rolls the segment past the tombstone
+    acked = produce(broker, [(b"gone", b"v1"), (b"kept", b"v1"), (b"gone", None), *filler], topic,
+                    **{"batch.num.messages": 1, "max.in.flight": 1})  # one record a batch: segments roll
+    assert ctl_compact(broker, topic).returncode == 0
+    read = consume_all(broker.bootstrap, topic)
+    assert [(r.key, r.value) for r in read if r.key != b"other"] == [(b"kept", b"v1"), (b"gone", None)]
+    tombstone_at = next(r.offset for r in read if r.key == b"gone")
+    assert acked[tombstone_at] == (b"gone", None)
+
+    def tombstone_gone() -> bool:
+        assert ctl_compact(broker, topic).returncode == 0
+        return b"gone" not in {r.key for r in consume_all(broker.bootstrap, topic)}
+
+    wait_until(tombstone_gone, timeout=30, interval=0.5, message="the tombstone removed after delete.retention.ms")
+    assert [(r.key, r.value) for r in consume_all(broker.bootstrap, topic) if r.key != b"other"] == [(b"kept", b"v1")]
+
+
+def test_keyless_record_to_a_compacted_topic_is_invalid_record_and_the_rest_succeeds(broker):
+    create(broker, "compacted-keys", {})
+    plain = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=10000)
+    try:
+        plain.create_topics([NewTopic("plain-keys", 1, 1)])
+    finally:
+        plain.close()
+    with RawConnection(broker.bootstrap) as conn:
+        out = conn.produce({("compacted-keys", 0): encode_batch([(b"k", b"v"), (None, b"no key")]),
+                            ("plain-keys", 0): encode_batch([(None, b"fine")])})
+    assert out[("compacted-keys", 0)].error_code == INVALID_RECORD
+    assert out[("plain-keys", 0)].error_code == 0
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, request_timeout_ms=10000, retries=0)
+    try:
+        with pytest.raises(KafkaError) as e:
+            p.send("compacted-keys", value=b"no key").get(timeout=15)
+        assert "InvalidRecord" in type(e.value).__name__ or "INVALID_RECORD" in str(e.value).upper()
+        assert p.send("compacted-keys", key=b"k", value=b"ok").get(timeout=15).offset == 0
+    finally:
+        p.close()
+
+
+def test_broker_killed_mid_clean_restarts_consistent(tmp_path):
+    broker = KshimProcess(tmp_path / "kshim-data", "--log-cleaner-backoff-ms", "3600000",
+                          "--log-cleaner-io-max-bytes-per-second", "300000").start()
+    try:
+        topic = "compacted-crash"
+        create(broker, topic, {"segment.bytes": "200000"})
+        acked = produce(broker, [(f"key-{i % 200}".encode(), f"value-{i}".encode() * 4) for i in range(40_000)], topic)
+        pdir = Path(broker.data_dir) / f"{topic}-0"
+        ctl = subprocess.Popen([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(broker.data_dir), "compact",
+                                topic], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until(lambda: any(pdir.glob("*.cleaned")) or ctl.poll() is not None, timeout=60, interval=0.01,
+                       message="a cleaned segment being written")
+            assert ctl.poll() is None, "the throttled clean finished before the broker could be killed"
+            broker.kill()
+        finally:
+            ctl.wait(timeout=60)
+        broker.start()
+        assert not [f for f in pdir.iterdir() if f.name.endswith((".cleaned", ".swap"))]
+        read = consume_all(broker.bootstrap, topic, 0, timeout=60)
+        for r in read:
+            assert acked[r.offset] == (r.key, r.value)
+        offsets = [r.offset for r in read]
+        assert offsets == sorted(set(offsets))
+        latest = {}
+        for o in sorted(acked):
+            latest[acked[o][0]] = o
+        assert set(latest.values()) <= set(offsets)  # at least the latest record of every key
+        # and a clean after the restart completes
+        started = time.monotonic()
+        result = ctl_compact(broker, topic)
+        assert result.returncode == 0, result.stdout + result.stderr
+        check_compacted(acked, consume_all(broker.bootstrap, topic, 0, timeout=60), active_base(broker, topic))
+        assert time.monotonic() - started < 300
+    finally:
+        broker.kill()
