@@ -546,7 +546,7 @@ class Partition:
 def _keyless(buf, pos: int, header: records.BatchHeader) -> bool:
     """A record without a key in the batch at ``pos`` (compacted topics refuse it)."""
     try:
-        return has_keyless_record(memoryview(buf)[pos:pos + header.size])
+        return has_keyless_record(memoryview(buf)[pos:pos + header.size], 1 << 28)
     except (records.CorruptRecordError, IndexError, ValueError):
         return True  # unreadable records cannot be checked: refused the same way
 
