@@ -12,7 +12,7 @@ END = "<!-- protocol-table:end -->"
 
 
 def render() -> str:
-    rows = [BEGIN, "| key | API | versions served | Kafka 4.0 range |", "|---:|---|---|---|"]
+    rows = [BEGIN, "| key | API | versions served | Kafka 4.3 range |", "|---:|---|---|---|"]
     for key, handler in sorted(load_handlers().items()):
         spec = message(key, "request")
         name = spec.name.removesuffix("Request")

@@ -372,24 +372,22 @@ def answers(resp):
             for t in resp.topics for p in t.partitions}
 
 
-def test_registry_serves_versions_0_to_4():
-    assert handler.API_KEY == 23 and handler.VERSIONS == (0, 4)
-    lo, hi = codec.message(23, "request").versions
-    assert lo <= 0 and 4 <= hi
+def test_registry_serves_versions_2_to_4():
+    # Kafka 4 removed v0-v1 (KIP-896); the schema is generated from Kafka 4.3's specs
+    assert handler.API_KEY == 23 and handler.VERSIONS == (2, 4)
+    assert codec.message(23, "request").versions == (2, 4)
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("version", [2, 3, 4])
 async def test_end_offsets_for_every_version(tmp_path, version):
     b = FakeBroker()
     b.topics["t"] = FakeTopic(partitions=[0])
     b.replicas[("t", 0)] = FakePartition(cache_with(tmp_path / "t-0", (2, 10), (4, 20), (6, 50)), 80, 6)
     resp = await call(b, version, request([(0, -1, 6), (0, -1, 5), (0, -1, 1), (0, -1, 9)]))
     got = [(p.error_code, p.get("leader_epoch", None), p.end_offset) for p in resp.topics[0].partitions]
-    epochs = [6, 4, 1, -1] if version >= 1 else [None] * 4  # v0 has no leader_epoch in responses
-    assert got == [(0, e, o) for e, o in zip(epochs, [80, 50, 10, -1])]
-    if version >= 2:
-        assert resp.throttle_time_ms == 0
+    assert got == [(0, e, o) for e, o in zip([6, 4, 1, -1], [80, 50, 10, -1])]
+    assert resp.throttle_time_ms == 0
 
 
 @pytest.mark.anyio
@@ -419,13 +417,6 @@ async def test_current_leader_epoch_is_checked(tmp_path, broker, version):
     assert [(p.error_code, p.leader_epoch, p.end_offset) for p in resp.topics[0].partitions] == [
         (ErrorCode.UNKNOWN_LEADER_EPOCH, -1, -1), (ErrorCode.FENCED_LEADER_EPOCH, -1, -1),
         (0, 6, 80), (0, 6, 80)]
-
-
-@pytest.mark.anyio
-async def test_current_leader_epoch_is_not_read_before_v2(tmp_path, broker):
-    # v0/v1 carry no current_leader_epoch: an old follower is answered whatever our epoch
-    resp = await call(broker, 1, request([(0, 99, 4)]))
-    assert answers(resp) == {("t", 0): (0, 4, 50)}
 
 
 @pytest.mark.anyio

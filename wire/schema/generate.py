@@ -1,6 +1,6 @@
 """Generate `wire/schema/messages.py` from Apache Kafka's JSON message specs.
 
-    python -m wire.schema.generate ../shared/kafka-protocol/message
+    python -m wire.schema.generate ../shared/kafka-protocol/message-4.3
 
 Only facts are kept: field names, types, version ranges, nullability, tags, defaults, and the
 ignorable, mapKey and entityType attributes the encoder checks responses against. The
@@ -120,6 +120,8 @@ def generate(spec_dir: Path) -> str:
     for spec in sorted(specs, key=lambda s: (s.get("apiKey", -1), s.get("type", ""))):
         if spec.get("type") not in ("request", "response") or "apiKey" not in spec:
             continue
+        if spec.get("validVersions") == "none":  # an API Kafka removed (LeaderAndIsr...): no schema
+            continue
         structs = {s["name"]: s.get("fields", []) for s in spec.get("commonStructs", [])}
         fields = "".join(render_field(convert_field(f, structs), 8) for f in spec["fields"])
         out.append(
@@ -150,12 +152,18 @@ def generate_errors(csv_path: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def error_codes_csv(spec_dir: Path) -> Path:
+    """The error-code table beside the specs: `error_codes-4.3.csv` for `message-4.3`."""
+    suffix = spec_dir.name.removeprefix("message")
+    return spec_dir.parent / f"error_codes{suffix}.csv"
+
+
 def main() -> None:
-    spec_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/kafka-protocol/message")
+    spec_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "../shared/kafka-protocol/message-4.3")
     target = Path(__file__).with_name("messages.py")
     target.write_text(generate(spec_dir))
     errors = Path(__file__).parent.parent / "errors.py"
-    errors.write_text(generate_errors(spec_dir.parent / "error_codes.csv"))
+    errors.write_text(generate_errors(error_codes_csv(spec_dir)))
     print(f"wrote {target} and {errors}")
 
 

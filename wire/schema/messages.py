@@ -3,21 +3,23 @@
 from wire.schema.model import Field as F, Message as M
 
 MESSAGES = {
-    (0, 'request'): M('ProduceRequest', 0, 'request', (0, 11), (9, 32767), (
+    (0, 'request'): M('ProduceRequest', 0, 'request', (3, 13), (9, 32767), (
         F('transactional_id', 'string', (3, 32767), nullable=(3, 32767), default=None, entity_type='transactionalId'),
         F('acks', 'int16', (0, 32767)),
         F('timeout_ms', 'int32', (0, 32767)),
         F('topic_data', '[]struct', (0, 32767), fields=(
-            F('name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
+            F('name', 'string', (0, 12), ignorable=True, map_key=True, entity_type='topicName'),
+            F('topic_id', 'uuid', (13, 32767), ignorable=True, map_key=True),
             F('partition_data', '[]struct', (0, 32767), fields=(
                 F('index', 'int32', (0, 32767)),
                 F('records', 'records', (0, 32767), nullable=(0, 32767)),
             )),
         )),
     )),
-    (0, 'response'): M('ProduceResponse', 0, 'response', (0, 11), (9, 32767), (
+    (0, 'response'): M('ProduceResponse', 0, 'response', (3, 13), (9, 32767), (
         F('responses', '[]struct', (0, 32767), fields=(
-            F('name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
+            F('name', 'string', (0, 12), ignorable=True, map_key=True, entity_type='topicName'),
+            F('topic_id', 'uuid', (13, 32767), ignorable=True, map_key=True),
             F('partition_responses', '[]struct', (0, 32767), fields=(
                 F('index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
@@ -43,7 +45,7 @@ MESSAGES = {
             F('rack', 'string', (10, 32767), nullable=(10, 32767), default=None),
         )),
     )),
-    (1, 'request'): M('FetchRequest', 1, 'request', (0, 17), (12, 32767), (
+    (1, 'request'): M('FetchRequest', 1, 'request', (4, 18), (12, 32767), (
         F('cluster_id', 'string', (12, 32767), nullable=(12, 32767), tagged=(12, 32767), tag=0, default=None, ignorable=True),
         F('replica_id', 'int32', (0, 14), default=-1, entity_type='brokerId'),
         F('replica_state', 'struct', (15, 32767), tagged=(15, 32767), tag=1, fields=(
@@ -67,6 +69,7 @@ MESSAGES = {
                 F('log_start_offset', 'int64', (5, 32767), default=-1, ignorable=True),
                 F('partition_max_bytes', 'int32', (0, 32767)),
                 F('replica_directory_id', 'uuid', (17, 32767), tagged=(17, 32767), tag=0, ignorable=True),
+                F('high_watermark', 'int64', (18, 32767), tagged=(18, 32767), tag=1, default=9223372036854775807, ignorable=True),
             )),
         )),
         F('forgotten_topics_data', '[]struct', (7, 32767), fields=(
@@ -76,7 +79,7 @@ MESSAGES = {
         )),
         F('rack_id', 'string', (11, 32767), default='', ignorable=True),
     )),
-    (1, 'response'): M('FetchResponse', 1, 'response', (0, 17), (12, 32767), (
+    (1, 'response'): M('FetchResponse', 1, 'response', (4, 18), (12, 32767), (
         F('throttle_time_ms', 'int32', (1, 32767), ignorable=True),
         F('error_code', 'int16', (7, 32767), ignorable=True),
         F('session_id', 'int32', (7, 32767), default=0),
@@ -116,7 +119,7 @@ MESSAGES = {
             F('rack', 'string', (16, 32767), nullable=(16, 32767), default=None),
         )),
     )),
-    (2, 'request'): M('ListOffsetsRequest', 2, 'request', (0, 10), (6, 32767), (
+    (2, 'request'): M('ListOffsetsRequest', 2, 'request', (1, 11), (6, 32767), (
         F('replica_id', 'int32', (0, 32767), entity_type='brokerId'),
         F('isolation_level', 'int8', (2, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
@@ -125,26 +128,24 @@ MESSAGES = {
                 F('partition_index', 'int32', (0, 32767)),
                 F('current_leader_epoch', 'int32', (4, 32767), default=-1, ignorable=True),
                 F('timestamp', 'int64', (0, 32767)),
-                F('max_num_offsets', 'int32', (0, 0), default=1),
             )),
         )),
         F('timeout_ms', 'int32', (10, 32767), ignorable=True),
     )),
-    (2, 'response'): M('ListOffsetsResponse', 2, 'response', (0, 10), (6, 32767), (
+    (2, 'response'): M('ListOffsetsResponse', 2, 'response', (1, 11), (6, 32767), (
         F('throttle_time_ms', 'int32', (2, 32767), ignorable=True),
         F('topics', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), entity_type='topicName'),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
-                F('old_style_offsets', '[]int64', (0, 0)),
                 F('timestamp', 'int64', (1, 32767), default=-1),
                 F('offset', 'int64', (1, 32767), default=-1),
                 F('leader_epoch', 'int32', (4, 32767), default=-1),
             )),
         )),
     )),
-    (3, 'request'): M('MetadataRequest', 3, 'request', (0, 12), (9, 32767), (
+    (3, 'request'): M('MetadataRequest', 3, 'request', (0, 13), (9, 32767), (
         F('topics', '[]struct', (0, 32767), nullable=(1, 32767), fields=(
             F('topic_id', 'uuid', (10, 32767), ignorable=True),
             F('name', 'string', (0, 32767), nullable=(10, 32767), entity_type='topicName'),
@@ -153,7 +154,7 @@ MESSAGES = {
         F('include_cluster_authorized_operations', 'bool', (8, 10)),
         F('include_topic_authorized_operations', 'bool', (8, 32767)),
     )),
-    (3, 'response'): M('MetadataResponse', 3, 'response', (0, 12), (9, 32767), (
+    (3, 'response'): M('MetadataResponse', 3, 'response', (0, 13), (9, 32767), (
         F('throttle_time_ms', 'int32', (3, 32767), ignorable=True),
         F('brokers', '[]struct', (0, 32767), fields=(
             F('node_id', 'int32', (0, 32767), map_key=True, entity_type='brokerId'),
@@ -180,185 +181,37 @@ MESSAGES = {
             F('topic_authorized_operations', 'int32', (8, 32767), default=-2147483648),
         )),
         F('cluster_authorized_operations', 'int32', (8, 10), default=-2147483648),
+        F('error_code', 'int16', (13, 32767), ignorable=True),
     )),
-    (4, 'request'): M('LeaderAndIsrRequest', 4, 'request', (0, 7), (4, 32767), (
-        F('controller_id', 'int32', (0, 32767), entity_type='brokerId'),
-        F('is_k_raft_controller', 'bool', (7, 32767), default=False),
-        F('controller_epoch', 'int32', (0, 32767)),
-        F('broker_epoch', 'int64', (2, 32767), default=-1, ignorable=True),
-        F('type', 'int8', (5, 32767)),
-        F('ungrouped_partition_states', '[]struct', (0, 1), fields=(
-            F('topic_name', 'string', (0, 1), ignorable=True, entity_type='topicName'),
-            F('partition_index', 'int32', (0, 32767)),
-            F('controller_epoch', 'int32', (0, 32767)),
-            F('leader', 'int32', (0, 32767), entity_type='brokerId'),
-            F('leader_epoch', 'int32', (0, 32767)),
-            F('isr', '[]int32', (0, 32767), entity_type='brokerId'),
-            F('partition_epoch', 'int32', (0, 32767)),
-            F('replicas', '[]int32', (0, 32767), entity_type='brokerId'),
-            F('adding_replicas', '[]int32', (3, 32767), ignorable=True, entity_type='brokerId'),
-            F('removing_replicas', '[]int32', (3, 32767), ignorable=True, entity_type='brokerId'),
-            F('is_new', 'bool', (1, 32767), default=False, ignorable=True),
-            F('leader_recovery_state', 'int8', (6, 32767), default=0),
-        )),
-        F('topic_states', '[]struct', (2, 32767), fields=(
-            F('topic_name', 'string', (2, 32767), entity_type='topicName'),
-            F('topic_id', 'uuid', (5, 32767), ignorable=True),
-            F('partition_states', '[]struct', (2, 32767), fields=(
-                F('topic_name', 'string', (0, 1), ignorable=True, entity_type='topicName'),
-                F('partition_index', 'int32', (0, 32767)),
-                F('controller_epoch', 'int32', (0, 32767)),
-                F('leader', 'int32', (0, 32767), entity_type='brokerId'),
-                F('leader_epoch', 'int32', (0, 32767)),
-                F('isr', '[]int32', (0, 32767), entity_type='brokerId'),
-                F('partition_epoch', 'int32', (0, 32767)),
-                F('replicas', '[]int32', (0, 32767), entity_type='brokerId'),
-                F('adding_replicas', '[]int32', (3, 32767), ignorable=True, entity_type='brokerId'),
-                F('removing_replicas', '[]int32', (3, 32767), ignorable=True, entity_type='brokerId'),
-                F('is_new', 'bool', (1, 32767), default=False, ignorable=True),
-                F('leader_recovery_state', 'int8', (6, 32767), default=0),
-            )),
-        )),
-        F('live_leaders', '[]struct', (0, 32767), fields=(
-            F('broker_id', 'int32', (0, 32767), entity_type='brokerId'),
-            F('host_name', 'string', (0, 32767)),
-            F('port', 'int32', (0, 32767)),
-        )),
-    )),
-    (4, 'response'): M('LeaderAndIsrResponse', 4, 'response', (0, 7), (4, 32767), (
-        F('error_code', 'int16', (0, 32767)),
-        F('partition_errors', '[]struct', (0, 4), fields=(
-            F('topic_name', 'string', (0, 4), ignorable=True, entity_type='topicName'),
-            F('partition_index', 'int32', (0, 32767)),
-            F('error_code', 'int16', (0, 32767)),
-        )),
-        F('topics', '[]struct', (5, 32767), fields=(
-            F('topic_id', 'uuid', (5, 32767), map_key=True),
-            F('partition_errors', '[]struct', (5, 32767), fields=(
-                F('topic_name', 'string', (0, 4), ignorable=True, entity_type='topicName'),
-                F('partition_index', 'int32', (0, 32767)),
-                F('error_code', 'int16', (0, 32767)),
-            )),
-        )),
-    )),
-    (5, 'request'): M('StopReplicaRequest', 5, 'request', (0, 4), (2, 32767), (
-        F('controller_id', 'int32', (0, 32767), entity_type='brokerId'),
-        F('is_k_raft_controller', 'bool', (4, 32767), default=False),
-        F('controller_epoch', 'int32', (0, 32767)),
-        F('broker_epoch', 'int64', (1, 32767), default=-1, ignorable=True),
-        F('delete_partitions', 'bool', (0, 2)),
-        F('ungrouped_partitions', '[]struct', (0, 0), fields=(
-            F('topic_name', 'string', (0, 0), entity_type='topicName'),
-            F('partition_index', 'int32', (0, 0)),
-        )),
-        F('topics', '[]struct', (1, 2), fields=(
-            F('name', 'string', (1, 2), entity_type='topicName'),
-            F('partition_indexes', '[]int32', (1, 2)),
-        )),
-        F('topic_states', '[]struct', (3, 32767), fields=(
-            F('topic_name', 'string', (3, 32767), entity_type='topicName'),
-            F('partition_states', '[]struct', (3, 32767), fields=(
-                F('partition_index', 'int32', (3, 32767)),
-                F('leader_epoch', 'int32', (3, 32767), default=-1),
-                F('delete_partition', 'bool', (3, 32767)),
-            )),
-        )),
-    )),
-    (5, 'response'): M('StopReplicaResponse', 5, 'response', (0, 4), (2, 32767), (
-        F('error_code', 'int16', (0, 32767)),
-        F('partition_errors', '[]struct', (0, 32767), fields=(
-            F('topic_name', 'string', (0, 32767), entity_type='topicName'),
-            F('partition_index', 'int32', (0, 32767)),
-            F('error_code', 'int16', (0, 32767)),
-        )),
-    )),
-    (6, 'request'): M('UpdateMetadataRequest', 6, 'request', (0, 8), (6, 32767), (
-        F('controller_id', 'int32', (0, 32767), entity_type='brokerId'),
-        F('is_k_raft_controller', 'bool', (8, 32767), default=False),
-        F('type', 'int8', (8, 32767), tagged=(8, 32767), tag=0, default=0),
-        F('controller_epoch', 'int32', (0, 32767)),
-        F('broker_epoch', 'int64', (5, 32767), default=-1, ignorable=True),
-        F('ungrouped_partition_states', '[]struct', (0, 4), fields=(
-            F('topic_name', 'string', (0, 4), ignorable=True, entity_type='topicName'),
-            F('partition_index', 'int32', (0, 32767)),
-            F('controller_epoch', 'int32', (0, 32767)),
-            F('leader', 'int32', (0, 32767), entity_type='brokerId'),
-            F('leader_epoch', 'int32', (0, 32767)),
-            F('isr', '[]int32', (0, 32767), entity_type='brokerId'),
-            F('zk_version', 'int32', (0, 32767)),
-            F('replicas', '[]int32', (0, 32767), entity_type='brokerId'),
-            F('offline_replicas', '[]int32', (4, 32767), ignorable=True, entity_type='brokerId'),
-        )),
-        F('topic_states', '[]struct', (5, 32767), fields=(
-            F('topic_name', 'string', (5, 32767), entity_type='topicName'),
-            F('topic_id', 'uuid', (7, 32767), ignorable=True),
-            F('partition_states', '[]struct', (5, 32767), fields=(
-                F('topic_name', 'string', (0, 4), ignorable=True, entity_type='topicName'),
-                F('partition_index', 'int32', (0, 32767)),
-                F('controller_epoch', 'int32', (0, 32767)),
-                F('leader', 'int32', (0, 32767), entity_type='brokerId'),
-                F('leader_epoch', 'int32', (0, 32767)),
-                F('isr', '[]int32', (0, 32767), entity_type='brokerId'),
-                F('zk_version', 'int32', (0, 32767)),
-                F('replicas', '[]int32', (0, 32767), entity_type='brokerId'),
-                F('offline_replicas', '[]int32', (4, 32767), ignorable=True, entity_type='brokerId'),
-            )),
-        )),
-        F('live_brokers', '[]struct', (0, 32767), fields=(
-            F('id', 'int32', (0, 32767), entity_type='brokerId'),
-            F('v0_host', 'string', (0, 0), ignorable=True),
-            F('v0_port', 'int32', (0, 0), ignorable=True),
-            F('endpoints', '[]struct', (1, 32767), ignorable=True, fields=(
-                F('port', 'int32', (1, 32767)),
-                F('host', 'string', (1, 32767)),
-                F('listener', 'string', (3, 32767), ignorable=True),
-                F('security_protocol', 'int16', (1, 32767)),
-            )),
-            F('rack', 'string', (2, 32767), nullable=(0, 32767), ignorable=True),
-        )),
-    )),
-    (6, 'response'): M('UpdateMetadataResponse', 6, 'response', (0, 8), (6, 32767), (
-        F('error_code', 'int16', (0, 32767)),
-    )),
-    (7, 'request'): M('ControlledShutdownRequest', 7, 'request', (0, 3), (3, 32767), (
-        F('broker_id', 'int32', (0, 32767), entity_type='brokerId'),
-        F('broker_epoch', 'int64', (2, 32767), default=-1, ignorable=True),
-    )),
-    (7, 'response'): M('ControlledShutdownResponse', 7, 'response', (0, 3), (3, 32767), (
-        F('error_code', 'int16', (0, 32767)),
-        F('remaining_partitions', '[]struct', (0, 32767), fields=(
-            F('topic_name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
-            F('partition_index', 'int32', (0, 32767), map_key=True),
-        )),
-    )),
-    (8, 'request'): M('OffsetCommitRequest', 8, 'request', (0, 9), (8, 32767), (
+    (8, 'request'): M('OffsetCommitRequest', 8, 'request', (2, 10), (8, 32767), (
         F('group_id', 'string', (0, 32767), entity_type='groupId'),
         F('generation_id_or_member_epoch', 'int32', (1, 32767), default=-1, ignorable=True),
         F('member_id', 'string', (1, 32767), ignorable=True),
         F('group_instance_id', 'string', (7, 32767), nullable=(7, 32767), default=None),
         F('retention_time_ms', 'int64', (2, 4), default=-1, ignorable=True),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('name', 'string', (0, 32767), entity_type='topicName'),
+            F('name', 'string', (0, 9), ignorable=True, entity_type='topicName'),
+            F('topic_id', 'uuid', (10, 32767), ignorable=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('committed_offset', 'int64', (0, 32767)),
                 F('committed_leader_epoch', 'int32', (6, 32767), default=-1, ignorable=True),
-                F('commit_timestamp', 'int64', (1, 1), default=-1),
                 F('committed_metadata', 'string', (0, 32767), nullable=(0, 32767)),
             )),
         )),
     )),
-    (8, 'response'): M('OffsetCommitResponse', 8, 'response', (0, 9), (8, 32767), (
+    (8, 'response'): M('OffsetCommitResponse', 8, 'response', (2, 10), (8, 32767), (
         F('throttle_time_ms', 'int32', (3, 32767), ignorable=True),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('name', 'string', (0, 32767), entity_type='topicName'),
+            F('name', 'string', (0, 9), ignorable=True, entity_type='topicName'),
+            F('topic_id', 'uuid', (10, 32767), ignorable=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
             )),
         )),
     )),
-    (9, 'request'): M('OffsetFetchRequest', 9, 'request', (0, 9), (6, 32767), (
+    (9, 'request'): M('OffsetFetchRequest', 9, 'request', (1, 10), (6, 32767), (
         F('group_id', 'string', (0, 7), entity_type='groupId'),
         F('topics', '[]struct', (0, 7), nullable=(2, 7), fields=(
             F('name', 'string', (0, 7), entity_type='topicName'),
@@ -369,13 +222,14 @@ MESSAGES = {
             F('member_id', 'string', (9, 32767), nullable=(9, 32767), default=None, ignorable=True),
             F('member_epoch', 'int32', (9, 32767), default=-1, ignorable=True),
             F('topics', '[]struct', (8, 32767), nullable=(8, 32767), fields=(
-                F('name', 'string', (8, 32767), entity_type='topicName'),
+                F('name', 'string', (8, 9), ignorable=True, entity_type='topicName'),
+                F('topic_id', 'uuid', (10, 32767), ignorable=True),
                 F('partition_indexes', '[]int32', (8, 32767)),
             )),
         )),
         F('require_stable', 'bool', (7, 32767), default=False),
     )),
-    (9, 'response'): M('OffsetFetchResponse', 9, 'response', (0, 9), (6, 32767), (
+    (9, 'response'): M('OffsetFetchResponse', 9, 'response', (1, 10), (6, 32767), (
         F('throttle_time_ms', 'int32', (3, 32767), ignorable=True),
         F('topics', '[]struct', (0, 7), fields=(
             F('name', 'string', (0, 7), entity_type='topicName'),
@@ -391,7 +245,8 @@ MESSAGES = {
         F('groups', '[]struct', (8, 32767), fields=(
             F('group_id', 'string', (8, 32767), entity_type='groupId'),
             F('topics', '[]struct', (8, 32767), fields=(
-                F('name', 'string', (8, 32767), entity_type='topicName'),
+                F('name', 'string', (8, 9), ignorable=True, entity_type='topicName'),
+                F('topic_id', 'uuid', (10, 32767), ignorable=True),
                 F('partitions', '[]struct', (8, 32767), fields=(
                     F('partition_index', 'int32', (8, 32767)),
                     F('committed_offset', 'int64', (8, 32767)),
@@ -499,14 +354,15 @@ MESSAGES = {
         F('protocol_name', 'string', (5, 32767), nullable=(5, 32767), default=None, ignorable=True),
         F('assignment', 'bytes', (0, 32767)),
     )),
-    (15, 'request'): M('DescribeGroupsRequest', 15, 'request', (0, 5), (5, 32767), (
+    (15, 'request'): M('DescribeGroupsRequest', 15, 'request', (0, 6), (5, 32767), (
         F('groups', '[]string', (0, 32767), entity_type='groupId'),
         F('include_authorized_operations', 'bool', (3, 32767)),
     )),
-    (15, 'response'): M('DescribeGroupsResponse', 15, 'response', (0, 5), (5, 32767), (
+    (15, 'response'): M('DescribeGroupsResponse', 15, 'response', (0, 6), (5, 32767), (
         F('throttle_time_ms', 'int32', (1, 32767), ignorable=True),
         F('groups', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
+            F('error_message', 'string', (6, 32767), nullable=(6, 32767), default=None),
             F('group_id', 'string', (0, 32767), entity_type='groupId'),
             F('group_state', 'string', (0, 32767)),
             F('protocol_type', 'string', (0, 32767)),
@@ -568,7 +424,7 @@ MESSAGES = {
         )),
         F('zk_migration_ready', 'bool', (3, 32767), tagged=(3, 32767), tag=3, default=False, ignorable=True),
     )),
-    (19, 'request'): M('CreateTopicsRequest', 19, 'request', (0, 7), (5, 32767), (
+    (19, 'request'): M('CreateTopicsRequest', 19, 'request', (2, 7), (5, 32767), (
         F('topics', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
             F('num_partitions', 'int32', (0, 32767)),
@@ -585,7 +441,7 @@ MESSAGES = {
         F('timeout_ms', 'int32', (0, 32767), default=60000),
         F('validate_only', 'bool', (1, 32767), default=False),
     )),
-    (19, 'response'): M('CreateTopicsResponse', 19, 'response', (0, 7), (5, 32767), (
+    (19, 'response'): M('CreateTopicsResponse', 19, 'response', (2, 7), (5, 32767), (
         F('throttle_time_ms', 'int32', (2, 32767), ignorable=True),
         F('topics', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
@@ -604,7 +460,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (20, 'request'): M('DeleteTopicsRequest', 20, 'request', (0, 6), (4, 32767), (
+    (20, 'request'): M('DeleteTopicsRequest', 20, 'request', (1, 6), (4, 32767), (
         F('topics', '[]struct', (6, 32767), fields=(
             F('name', 'string', (6, 32767), nullable=(6, 32767), default=None, entity_type='topicName'),
             F('topic_id', 'uuid', (6, 32767)),
@@ -612,7 +468,7 @@ MESSAGES = {
         F('topic_names', '[]string', (0, 5), ignorable=True, entity_type='topicName'),
         F('timeout_ms', 'int32', (0, 32767)),
     )),
-    (20, 'response'): M('DeleteTopicsResponse', 20, 'response', (0, 6), (4, 32767), (
+    (20, 'response'): M('DeleteTopicsResponse', 20, 'response', (1, 6), (4, 32767), (
         F('throttle_time_ms', 'int32', (1, 32767), ignorable=True),
         F('responses', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), nullable=(6, 32767), map_key=True, entity_type='topicName'),
@@ -642,19 +498,23 @@ MESSAGES = {
             )),
         )),
     )),
-    (22, 'request'): M('InitProducerIdRequest', 22, 'request', (0, 5), (2, 32767), (
+    (22, 'request'): M('InitProducerIdRequest', 22, 'request', (0, 6), (2, 32767), (
         F('transactional_id', 'string', (0, 32767), nullable=(0, 32767), entity_type='transactionalId'),
         F('transaction_timeout_ms', 'int32', (0, 32767)),
         F('producer_id', 'int64', (3, 32767), default=-1, entity_type='producerId'),
         F('producer_epoch', 'int16', (3, 32767), default=-1),
+        F('enable2_pc', 'bool', (6, 32767), default=False),
+        F('keep_prepared_txn', 'bool', (6, 32767), default=False),
     )),
-    (22, 'response'): M('InitProducerIdResponse', 22, 'response', (0, 5), (2, 32767), (
+    (22, 'response'): M('InitProducerIdResponse', 22, 'response', (0, 6), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767), ignorable=True),
         F('error_code', 'int16', (0, 32767)),
         F('producer_id', 'int64', (0, 32767), default=-1, entity_type='producerId'),
         F('producer_epoch', 'int16', (0, 32767)),
+        F('ongoing_txn_producer_id', 'int64', (6, 32767), default=-1, entity_type='producerId'),
+        F('ongoing_txn_producer_epoch', 'int16', (6, 32767), default=-1),
     )),
-    (23, 'request'): M('OffsetForLeaderEpochRequest', 23, 'request', (0, 4), (4, 32767), (
+    (23, 'request'): M('OffsetForLeaderEpochRequest', 23, 'request', (2, 4), (4, 32767), (
         F('replica_id', 'int32', (3, 32767), default=-2, ignorable=True, entity_type='brokerId'),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic', 'string', (0, 32767), map_key=True, entity_type='topicName'),
@@ -665,7 +525,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (23, 'response'): M('OffsetForLeaderEpochResponse', 23, 'response', (0, 4), (4, 32767), (
+    (23, 'response'): M('OffsetForLeaderEpochResponse', 23, 'response', (2, 4), (4, 32767), (
         F('throttle_time_ms', 'int32', (2, 32767), ignorable=True),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic', 'string', (0, 32767), map_key=True, entity_type='topicName'),
@@ -739,7 +599,7 @@ MESSAGES = {
         F('producer_id', 'int64', (5, 32767), default=-1, ignorable=True, entity_type='producerId'),
         F('producer_epoch', 'int16', (5, 32767), default=-1, ignorable=True),
     )),
-    (27, 'request'): M('WriteTxnMarkersRequest', 27, 'request', (0, 1), (1, 32767), (
+    (27, 'request'): M('WriteTxnMarkersRequest', 27, 'request', (1, 2), (1, 32767), (
         F('markers', '[]struct', (0, 32767), fields=(
             F('producer_id', 'int64', (0, 32767), entity_type='producerId'),
             F('producer_epoch', 'int16', (0, 32767)),
@@ -749,9 +609,10 @@ MESSAGES = {
                 F('partition_indexes', '[]int32', (0, 32767)),
             )),
             F('coordinator_epoch', 'int32', (0, 32767)),
+            F('transaction_version', 'int8', (2, 32767), default=0, ignorable=True),
         )),
     )),
-    (27, 'response'): M('WriteTxnMarkersResponse', 27, 'response', (0, 1), (1, 32767), (
+    (27, 'response'): M('WriteTxnMarkersResponse', 27, 'response', (1, 2), (1, 32767), (
         F('markers', '[]struct', (0, 32767), fields=(
             F('producer_id', 'int64', (0, 32767), entity_type='producerId'),
             F('topics', '[]struct', (0, 32767), fields=(
@@ -763,7 +624,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (28, 'request'): M('TxnOffsetCommitRequest', 28, 'request', (0, 4), (3, 32767), (
+    (28, 'request'): M('TxnOffsetCommitRequest', 28, 'request', (0, 5), (3, 32767), (
         F('transactional_id', 'string', (0, 32767), entity_type='transactionalId'),
         F('group_id', 'string', (0, 32767), entity_type='groupId'),
         F('producer_id', 'int64', (0, 32767), entity_type='producerId'),
@@ -781,7 +642,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (28, 'response'): M('TxnOffsetCommitResponse', 28, 'response', (0, 4), (3, 32767), (
+    (28, 'response'): M('TxnOffsetCommitResponse', 28, 'response', (0, 5), (3, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), entity_type='topicName'),
@@ -791,7 +652,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (29, 'request'): M('DescribeAclsRequest', 29, 'request', (0, 3), (2, 32767), (
+    (29, 'request'): M('DescribeAclsRequest', 29, 'request', (1, 3), (2, 32767), (
         F('resource_type_filter', 'int8', (0, 32767)),
         F('resource_name_filter', 'string', (0, 32767), nullable=(0, 32767)),
         F('pattern_type_filter', 'int8', (1, 32767), default=3),
@@ -800,7 +661,7 @@ MESSAGES = {
         F('operation', 'int8', (0, 32767)),
         F('permission_type', 'int8', (0, 32767)),
     )),
-    (29, 'response'): M('DescribeAclsResponse', 29, 'response', (0, 3), (2, 32767), (
+    (29, 'response'): M('DescribeAclsResponse', 29, 'response', (1, 3), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
@@ -816,7 +677,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (30, 'request'): M('CreateAclsRequest', 30, 'request', (0, 3), (2, 32767), (
+    (30, 'request'): M('CreateAclsRequest', 30, 'request', (1, 3), (2, 32767), (
         F('creations', '[]struct', (0, 32767), fields=(
             F('resource_type', 'int8', (0, 32767)),
             F('resource_name', 'string', (0, 32767)),
@@ -827,14 +688,14 @@ MESSAGES = {
             F('permission_type', 'int8', (0, 32767)),
         )),
     )),
-    (30, 'response'): M('CreateAclsResponse', 30, 'response', (0, 3), (2, 32767), (
+    (30, 'response'): M('CreateAclsResponse', 30, 'response', (1, 3), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('results', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
             F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
         )),
     )),
-    (31, 'request'): M('DeleteAclsRequest', 31, 'request', (0, 3), (2, 32767), (
+    (31, 'request'): M('DeleteAclsRequest', 31, 'request', (1, 3), (2, 32767), (
         F('filters', '[]struct', (0, 32767), fields=(
             F('resource_type_filter', 'int8', (0, 32767)),
             F('resource_name_filter', 'string', (0, 32767), nullable=(0, 32767)),
@@ -845,7 +706,7 @@ MESSAGES = {
             F('permission_type', 'int8', (0, 32767)),
         )),
     )),
-    (31, 'response'): M('DeleteAclsResponse', 31, 'response', (0, 3), (2, 32767), (
+    (31, 'response'): M('DeleteAclsResponse', 31, 'response', (1, 3), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('filter_results', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -863,7 +724,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (32, 'request'): M('DescribeConfigsRequest', 32, 'request', (0, 4), (4, 32767), (
+    (32, 'request'): M('DescribeConfigsRequest', 32, 'request', (1, 4), (4, 32767), (
         F('resources', '[]struct', (0, 32767), fields=(
             F('resource_type', 'int8', (0, 32767)),
             F('resource_name', 'string', (0, 32767)),
@@ -872,7 +733,7 @@ MESSAGES = {
         F('include_synonyms', 'bool', (1, 32767), default=False),
         F('include_documentation', 'bool', (3, 32767), default=False),
     )),
-    (32, 'response'): M('DescribeConfigsResponse', 32, 'response', (0, 4), (4, 32767), (
+    (32, 'response'): M('DescribeConfigsResponse', 32, 'response', (1, 4), (4, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('results', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -883,7 +744,6 @@ MESSAGES = {
                 F('name', 'string', (0, 32767)),
                 F('value', 'string', (0, 32767), nullable=(0, 32767)),
                 F('read_only', 'bool', (0, 32767)),
-                F('is_default', 'bool', (0, 0)),
                 F('config_source', 'int8', (1, 32767), default=-1, ignorable=True),
                 F('is_sensitive', 'bool', (0, 32767)),
                 F('synonyms', '[]struct', (1, 32767), ignorable=True, fields=(
@@ -916,7 +776,7 @@ MESSAGES = {
             F('resource_name', 'string', (0, 32767)),
         )),
     )),
-    (34, 'request'): M('AlterReplicaLogDirsRequest', 34, 'request', (0, 2), (2, 32767), (
+    (34, 'request'): M('AlterReplicaLogDirsRequest', 34, 'request', (1, 2), (2, 32767), (
         F('dirs', '[]struct', (0, 32767), fields=(
             F('path', 'string', (0, 32767), map_key=True),
             F('topics', '[]struct', (0, 32767), fields=(
@@ -925,7 +785,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (34, 'response'): M('AlterReplicaLogDirsResponse', 34, 'response', (0, 2), (2, 32767), (
+    (34, 'response'): M('AlterReplicaLogDirsResponse', 34, 'response', (1, 2), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('results', '[]struct', (0, 32767), fields=(
             F('topic_name', 'string', (0, 32767), entity_type='topicName'),
@@ -935,13 +795,13 @@ MESSAGES = {
             )),
         )),
     )),
-    (35, 'request'): M('DescribeLogDirsRequest', 35, 'request', (0, 4), (2, 32767), (
+    (35, 'request'): M('DescribeLogDirsRequest', 35, 'request', (1, 5), (2, 32767), (
         F('topics', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
             F('topic', 'string', (0, 32767), map_key=True, entity_type='topicName'),
             F('partitions', '[]int32', (0, 32767)),
         )),
     )),
-    (35, 'response'): M('DescribeLogDirsResponse', 35, 'response', (0, 4), (2, 32767), (
+    (35, 'response'): M('DescribeLogDirsResponse', 35, 'response', (1, 5), (2, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (3, 32767), ignorable=True),
         F('results', '[]struct', (0, 32767), fields=(
@@ -958,6 +818,7 @@ MESSAGES = {
             )),
             F('total_bytes', 'int64', (4, 32767), default=-1, ignorable=True),
             F('usable_bytes', 'int64', (4, 32767), default=-1, ignorable=True),
+            F('is_cordoned', 'bool', (5, 32767), default=False, ignorable=True),
         )),
     )),
     (36, 'request'): M('SaslAuthenticateRequest', 36, 'request', (0, 2), (2, 32767), (
@@ -988,7 +849,7 @@ MESSAGES = {
             F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
         )),
     )),
-    (38, 'request'): M('CreateDelegationTokenRequest', 38, 'request', (0, 3), (2, 32767), (
+    (38, 'request'): M('CreateDelegationTokenRequest', 38, 'request', (1, 3), (2, 32767), (
         F('owner_principal_type', 'string', (3, 32767), nullable=(3, 32767)),
         F('owner_principal_name', 'string', (3, 32767), nullable=(3, 32767)),
         F('renewers', '[]struct', (0, 32767), fields=(
@@ -997,7 +858,7 @@ MESSAGES = {
         )),
         F('max_lifetime_ms', 'int64', (0, 32767)),
     )),
-    (38, 'response'): M('CreateDelegationTokenResponse', 38, 'response', (0, 3), (2, 32767), (
+    (38, 'response'): M('CreateDelegationTokenResponse', 38, 'response', (1, 3), (2, 32767), (
         F('error_code', 'int16', (0, 32767)),
         F('principal_type', 'string', (0, 32767)),
         F('principal_name', 'string', (0, 32767)),
@@ -1010,31 +871,31 @@ MESSAGES = {
         F('hmac', 'bytes', (0, 32767)),
         F('throttle_time_ms', 'int32', (0, 32767)),
     )),
-    (39, 'request'): M('RenewDelegationTokenRequest', 39, 'request', (0, 2), (2, 32767), (
+    (39, 'request'): M('RenewDelegationTokenRequest', 39, 'request', (1, 2), (2, 32767), (
         F('hmac', 'bytes', (0, 32767)),
         F('renew_period_ms', 'int64', (0, 32767)),
     )),
-    (39, 'response'): M('RenewDelegationTokenResponse', 39, 'response', (0, 2), (2, 32767), (
+    (39, 'response'): M('RenewDelegationTokenResponse', 39, 'response', (1, 2), (2, 32767), (
         F('error_code', 'int16', (0, 32767)),
         F('expiry_timestamp_ms', 'int64', (0, 32767)),
         F('throttle_time_ms', 'int32', (0, 32767)),
     )),
-    (40, 'request'): M('ExpireDelegationTokenRequest', 40, 'request', (0, 2), (2, 32767), (
+    (40, 'request'): M('ExpireDelegationTokenRequest', 40, 'request', (1, 2), (2, 32767), (
         F('hmac', 'bytes', (0, 32767)),
         F('expiry_time_period_ms', 'int64', (0, 32767)),
     )),
-    (40, 'response'): M('ExpireDelegationTokenResponse', 40, 'response', (0, 2), (2, 32767), (
+    (40, 'response'): M('ExpireDelegationTokenResponse', 40, 'response', (1, 2), (2, 32767), (
         F('error_code', 'int16', (0, 32767)),
         F('expiry_timestamp_ms', 'int64', (0, 32767)),
         F('throttle_time_ms', 'int32', (0, 32767)),
     )),
-    (41, 'request'): M('DescribeDelegationTokenRequest', 41, 'request', (0, 3), (2, 32767), (
+    (41, 'request'): M('DescribeDelegationTokenRequest', 41, 'request', (1, 3), (2, 32767), (
         F('owners', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
             F('principal_type', 'string', (0, 32767)),
             F('principal_name', 'string', (0, 32767)),
         )),
     )),
-    (41, 'response'): M('DescribeDelegationTokenResponse', 41, 'response', (0, 3), (2, 32767), (
+    (41, 'response'): M('DescribeDelegationTokenResponse', 41, 'response', (1, 3), (2, 32767), (
         F('error_code', 'int16', (0, 32767)),
         F('tokens', '[]struct', (0, 32767), fields=(
             F('principal_type', 'string', (0, 32767)),
@@ -1104,8 +965,9 @@ MESSAGES = {
             F('resource_name', 'string', (0, 32767)),
         )),
     )),
-    (45, 'request'): M('AlterPartitionReassignmentsRequest', 45, 'request', (0, 0), (0, 32767), (
+    (45, 'request'): M('AlterPartitionReassignmentsRequest', 45, 'request', (0, 1), (0, 32767), (
         F('timeout_ms', 'int32', (0, 32767), default=60000),
+        F('allow_replication_factor_change', 'bool', (1, 32767), default=True),
         F('topics', '[]struct', (0, 32767), fields=(
             F('name', 'string', (0, 32767), entity_type='topicName'),
             F('partitions', '[]struct', (0, 32767), fields=(
@@ -1114,8 +976,9 @@ MESSAGES = {
             )),
         )),
     )),
-    (45, 'response'): M('AlterPartitionReassignmentsResponse', 45, 'response', (0, 0), (0, 32767), (
+    (45, 'response'): M('AlterPartitionReassignmentsResponse', 45, 'response', (0, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
+        F('allow_replication_factor_change', 'bool', (1, 32767), default=True, ignorable=True),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
         F('responses', '[]struct', (0, 32767), fields=(
@@ -1256,23 +1119,24 @@ MESSAGES = {
             F('error_message', 'string', (0, 32767), nullable=(0, 32767)),
         )),
     )),
-    (52, 'request'): M('VoteRequest', 52, 'request', (0, 1), (0, 32767), (
+    (52, 'request'): M('VoteRequest', 52, 'request', (0, 2), (0, 32767), (
         F('cluster_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
         F('voter_id', 'int32', (1, 32767), default=-1, ignorable=True, entity_type='brokerId'),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic_name', 'string', (0, 32767), entity_type='topicName'),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
-                F('candidate_epoch', 'int32', (0, 32767)),
-                F('candidate_id', 'int32', (0, 32767), entity_type='brokerId'),
-                F('candidate_directory_id', 'uuid', (1, 32767), ignorable=True),
+                F('replica_epoch', 'int32', (0, 32767)),
+                F('replica_id', 'int32', (0, 32767), entity_type='brokerId'),
+                F('replica_directory_id', 'uuid', (1, 32767), ignorable=True),
                 F('voter_directory_id', 'uuid', (1, 32767), ignorable=True),
                 F('last_offset_epoch', 'int32', (0, 32767)),
                 F('last_offset', 'int64', (0, 32767)),
+                F('pre_vote', 'bool', (2, 32767)),
             )),
         )),
     )),
-    (52, 'response'): M('VoteResponse', 52, 'response', (0, 1), (0, 32767), (
+    (52, 'response'): M('VoteResponse', 52, 'response', (0, 2), (0, 32767), (
         F('error_code', 'int16', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic_name', 'string', (0, 32767), entity_type='topicName'),
@@ -1408,11 +1272,10 @@ MESSAGES = {
             )),
         )),
     )),
-    (56, 'request'): M('AlterPartitionRequest', 56, 'request', (0, 3), (0, 32767), (
+    (56, 'request'): M('AlterPartitionRequest', 56, 'request', (2, 3), (0, 32767), (
         F('broker_id', 'int32', (0, 32767), entity_type='brokerId'),
         F('broker_epoch', 'int64', (0, 32767), default=-1),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_name', 'string', (0, 1), ignorable=True, entity_type='topicName'),
             F('topic_id', 'uuid', (2, 32767), ignorable=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
@@ -1427,11 +1290,10 @@ MESSAGES = {
             )),
         )),
     )),
-    (56, 'response'): M('AlterPartitionResponse', 56, 'response', (0, 3), (0, 32767), (
+    (56, 'response'): M('AlterPartitionResponse', 56, 'response', (2, 3), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_name', 'string', (0, 1), ignorable=True, entity_type='topicName'),
             F('topic_id', 'uuid', (2, 32767), ignorable=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
@@ -1518,11 +1380,12 @@ MESSAGES = {
             F('port', 'uint16', (1, 32767)),
         )),
     )),
-    (60, 'request'): M('DescribeClusterRequest', 60, 'request', (0, 1), (0, 32767), (
+    (60, 'request'): M('DescribeClusterRequest', 60, 'request', (0, 2), (0, 32767), (
         F('include_cluster_authorized_operations', 'bool', (0, 32767)),
         F('endpoint_type', 'int8', (1, 32767), default=1),
+        F('include_fenced_brokers', 'bool', (2, 32767)),
     )),
-    (60, 'response'): M('DescribeClusterResponse', 60, 'response', (0, 1), (0, 32767), (
+    (60, 'response'): M('DescribeClusterResponse', 60, 'response', (0, 2), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
@@ -1534,6 +1397,7 @@ MESSAGES = {
             F('host', 'string', (0, 32767)),
             F('port', 'int32', (0, 32767)),
             F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
+            F('is_fenced', 'bool', (2, 32767)),
         )),
         F('cluster_authorized_operations', 'int32', (0, 32767), default=-2147483648),
     )),
@@ -1587,15 +1451,16 @@ MESSAGES = {
         F('error_code', 'int16', (0, 32767)),
         F('broker_epoch', 'int64', (0, 32767), default=-1),
     )),
-    (63, 'request'): M('BrokerHeartbeatRequest', 63, 'request', (0, 1), (0, 32767), (
+    (63, 'request'): M('BrokerHeartbeatRequest', 63, 'request', (0, 2), (0, 32767), (
         F('broker_id', 'int32', (0, 32767), entity_type='brokerId'),
         F('broker_epoch', 'int64', (0, 32767), default=-1),
         F('current_metadata_offset', 'int64', (0, 32767)),
         F('want_fence', 'bool', (0, 32767)),
         F('want_shut_down', 'bool', (0, 32767)),
         F('offline_log_dirs', '[]uuid', (1, 32767), tagged=(1, 32767), tag=0),
+        F('cordoned_log_dirs', '[]uuid', (2, 32767), nullable=(2, 32767), tagged=(2, 32767), tag=1, default=None),
     )),
-    (63, 'response'): M('BrokerHeartbeatResponse', 63, 'response', (0, 1), (0, 32767), (
+    (63, 'response'): M('BrokerHeartbeatResponse', 63, 'response', (0, 2), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('is_caught_up', 'bool', (0, 32767), default=False),
@@ -1629,12 +1494,13 @@ MESSAGES = {
             )),
         )),
     )),
-    (66, 'request'): M('ListTransactionsRequest', 66, 'request', (0, 1), (0, 32767), (
+    (66, 'request'): M('ListTransactionsRequest', 66, 'request', (0, 2), (0, 32767), (
         F('state_filters', '[]string', (0, 32767)),
         F('producer_id_filters', '[]int64', (0, 32767), entity_type='producerId'),
         F('duration_filter', 'int64', (1, 32767), default=-1),
+        F('transactional_id_pattern', 'string', (2, 32767), nullable=(2, 32767), default=None),
     )),
-    (66, 'response'): M('ListTransactionsResponse', 66, 'response', (0, 1), (0, 32767), (
+    (66, 'response'): M('ListTransactionsResponse', 66, 'response', (0, 2), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('unknown_state_filters', '[]string', (0, 32767)),
@@ -1683,11 +1549,11 @@ MESSAGES = {
             )),
         )),
     )),
-    (69, 'request'): M('ConsumerGroupDescribeRequest', 69, 'request', (0, 0), (0, 32767), (
+    (69, 'request'): M('ConsumerGroupDescribeRequest', 69, 'request', (0, 1), (0, 32767), (
         F('group_ids', '[]string', (0, 32767), entity_type='groupId'),
         F('include_authorized_operations', 'bool', (0, 32767)),
     )),
-    (69, 'response'): M('ConsumerGroupDescribeResponse', 69, 'response', (0, 0), (0, 32767), (
+    (69, 'response'): M('ConsumerGroupDescribeResponse', 69, 'response', (0, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('groups', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -1720,6 +1586,7 @@ MESSAGES = {
                         F('partitions', '[]int32', (0, 32767)),
                     )),
                 )),
+                F('member_type', 'int8', (1, 32767), default=-1, ignorable=True),
             )),
             F('authorized_operations', 'int32', (0, 32767), default=-2147483648),
         )),
@@ -1797,13 +1664,15 @@ MESSAGES = {
             )),
         )),
     )),
-    (74, 'request'): M('ListClientMetricsResourcesRequest', 74, 'request', (0, 0), (0, 32767), (
+    (74, 'request'): M('ListConfigResourcesRequest', 74, 'request', (0, 1), (0, 32767), (
+        F('resource_types', '[]int8', (1, 32767)),
     )),
-    (74, 'response'): M('ListClientMetricsResourcesResponse', 74, 'response', (0, 0), (0, 32767), (
+    (74, 'response'): M('ListConfigResourcesResponse', 74, 'response', (0, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
-        F('client_metrics_resources', '[]struct', (0, 32767), fields=(
-            F('name', 'string', (0, 32767)),
+        F('config_resources', '[]struct', (0, 32767), fields=(
+            F('resource_name', 'string', (0, 32767)),
+            F('resource_type', 'int8', (1, 32767), default=16, ignorable=True),
         )),
     )),
     (75, 'request'): M('DescribeTopicPartitionsRequest', 75, 'request', (0, 0), (0, 32767), (
@@ -1841,14 +1710,14 @@ MESSAGES = {
             F('partition_index', 'int32', (0, 32767)),
         )),
     )),
-    (76, 'request'): M('ShareGroupHeartbeatRequest', 76, 'request', (0, 0), (0, 32767), (
+    (76, 'request'): M('ShareGroupHeartbeatRequest', 76, 'request', (1, 1), (0, 32767), (
         F('group_id', 'string', (0, 32767), entity_type='groupId'),
         F('member_id', 'string', (0, 32767)),
         F('member_epoch', 'int32', (0, 32767)),
         F('rack_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
-        F('subscribed_topic_names', '[]string', (0, 32767), nullable=(0, 32767), default=None),
+        F('subscribed_topic_names', '[]string', (0, 32767), nullable=(0, 32767), default=None, entity_type='topicName'),
     )),
-    (76, 'response'): M('ShareGroupHeartbeatResponse', 76, 'response', (0, 0), (0, 32767), (
+    (76, 'response'): M('ShareGroupHeartbeatResponse', 76, 'response', (1, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
@@ -1862,11 +1731,11 @@ MESSAGES = {
             )),
         )),
     )),
-    (77, 'request'): M('ShareGroupDescribeRequest', 77, 'request', (0, 0), (0, 32767), (
+    (77, 'request'): M('ShareGroupDescribeRequest', 77, 'request', (1, 1), (0, 32767), (
         F('group_ids', '[]string', (0, 32767), entity_type='groupId'),
         F('include_authorized_operations', 'bool', (0, 32767)),
     )),
-    (77, 'response'): M('ShareGroupDescribeResponse', 77, 'response', (0, 0), (0, 32767), (
+    (77, 'response'): M('ShareGroupDescribeResponse', 77, 'response', (1, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('groups', '[]struct', (0, 32767), fields=(
             F('error_code', 'int16', (0, 32767)),
@@ -1894,18 +1763,22 @@ MESSAGES = {
             F('authorized_operations', 'int32', (0, 32767), default=-2147483648),
         )),
     )),
-    (78, 'request'): M('ShareFetchRequest', 78, 'request', (0, 0), (0, 32767), (
+    (78, 'request'): M('ShareFetchRequest', 78, 'request', (1, 2), (0, 32767), (
         F('group_id', 'string', (0, 32767), nullable=(0, 32767), default=None, entity_type='groupId'),
         F('member_id', 'string', (0, 32767), nullable=(0, 32767)),
         F('share_session_epoch', 'int32', (0, 32767)),
         F('max_wait_ms', 'int32', (0, 32767)),
         F('min_bytes', 'int32', (0, 32767)),
         F('max_bytes', 'int32', (0, 32767), default=2147483647),
+        F('max_records', 'int32', (1, 32767)),
+        F('batch_size', 'int32', (1, 32767)),
+        F('share_acquire_mode', 'int8', (2, 32767), default=0, ignorable=True),
+        F('is_renew_ack', 'bool', (2, 32767), default=False),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767)),
+            F('topic_id', 'uuid', (0, 32767), map_key=True),
             F('partitions', '[]struct', (0, 32767), fields=(
-                F('partition_index', 'int32', (0, 32767)),
-                F('partition_max_bytes', 'int32', (0, 32767)),
+                F('partition_index', 'int32', (0, 32767), map_key=True),
+                F('partition_max_bytes', 'int32', (0, 0)),
                 F('acknowledgement_batches', '[]struct', (0, 32767), fields=(
                     F('first_offset', 'int64', (0, 32767)),
                     F('last_offset', 'int64', (0, 32767)),
@@ -1918,12 +1791,13 @@ MESSAGES = {
             F('partitions', '[]int32', (0, 32767)),
         )),
     )),
-    (78, 'response'): M('ShareFetchResponse', 78, 'response', (0, 0), (0, 32767), (
+    (78, 'response'): M('ShareFetchResponse', 78, 'response', (1, 2), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('acquisition_lock_timeout_ms', 'int32', (1, 32767)),
         F('responses', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767)),
+            F('topic_id', 'uuid', (0, 32767), map_key=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
@@ -1934,7 +1808,7 @@ MESSAGES = {
                     F('leader_id', 'int32', (0, 32767)),
                     F('leader_epoch', 'int32', (0, 32767)),
                 )),
-                F('records', 'records', (0, 32767), nullable=(0, 32767)),
+                F('records', 'records', (0, 32767), nullable=(0, 0)),
                 F('acquired_records', '[]struct', (0, 32767), fields=(
                     F('first_offset', 'int64', (0, 32767)),
                     F('last_offset', 'int64', (0, 32767)),
@@ -1949,14 +1823,15 @@ MESSAGES = {
             F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
         )),
     )),
-    (79, 'request'): M('ShareAcknowledgeRequest', 79, 'request', (0, 0), (0, 32767), (
+    (79, 'request'): M('ShareAcknowledgeRequest', 79, 'request', (1, 2), (0, 32767), (
         F('group_id', 'string', (0, 32767), nullable=(0, 32767), default=None, entity_type='groupId'),
         F('member_id', 'string', (0, 32767), nullable=(0, 32767)),
         F('share_session_epoch', 'int32', (0, 32767)),
+        F('is_renew_ack', 'bool', (2, 32767), default=False),
         F('topics', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767)),
+            F('topic_id', 'uuid', (0, 32767), map_key=True),
             F('partitions', '[]struct', (0, 32767), fields=(
-                F('partition_index', 'int32', (0, 32767)),
+                F('partition_index', 'int32', (0, 32767), map_key=True),
                 F('acknowledgement_batches', '[]struct', (0, 32767), fields=(
                     F('first_offset', 'int64', (0, 32767)),
                     F('last_offset', 'int64', (0, 32767)),
@@ -1965,12 +1840,13 @@ MESSAGES = {
             )),
         )),
     )),
-    (79, 'response'): M('ShareAcknowledgeResponse', 79, 'response', (0, 0), (0, 32767), (
-        F('throttle_time_ms', 'int32', (0, 32767), ignorable=True),
-        F('error_code', 'int16', (0, 32767), ignorable=True),
+    (79, 'response'): M('ShareAcknowledgeResponse', 79, 'response', (1, 2), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('acquisition_lock_timeout_ms', 'int32', (2, 32767), ignorable=True),
         F('responses', '[]struct', (0, 32767), fields=(
-            F('topic_id', 'uuid', (0, 32767), ignorable=True),
+            F('topic_id', 'uuid', (0, 32767), map_key=True),
             F('partitions', '[]struct', (0, 32767), fields=(
                 F('partition_index', 'int32', (0, 32767)),
                 F('error_code', 'int16', (0, 32767)),
@@ -1988,7 +1864,7 @@ MESSAGES = {
             F('rack', 'string', (0, 32767), nullable=(0, 32767), default=None),
         )),
     )),
-    (80, 'request'): M('AddRaftVoterRequest', 80, 'request', (0, 0), (0, 32767), (
+    (80, 'request'): M('AddRaftVoterRequest', 80, 'request', (0, 1), (0, 32767), (
         F('cluster_id', 'string', (0, 32767), nullable=(0, 32767)),
         F('timeout_ms', 'int32', (0, 32767)),
         F('voter_id', 'int32', (0, 32767)),
@@ -1998,8 +1874,9 @@ MESSAGES = {
             F('host', 'string', (0, 32767)),
             F('port', 'uint16', (0, 32767)),
         )),
+        F('ack_when_committed', 'bool', (1, 32767), default=True),
     )),
-    (80, 'response'): M('AddRaftVoterResponse', 80, 'response', (0, 0), (0, 32767), (
+    (80, 'response'): M('AddRaftVoterResponse', 80, 'response', (0, 1), (0, 32767), (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), ignorable=True),
@@ -2088,7 +1965,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (85, 'request'): M('WriteShareGroupStateRequest', 85, 'request', (0, 0), (0, 32767), (
+    (85, 'request'): M('WriteShareGroupStateRequest', 85, 'request', (0, 1), (0, 32767), (
         F('group_id', 'string', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic_id', 'uuid', (0, 32767)),
@@ -2097,6 +1974,7 @@ MESSAGES = {
                 F('state_epoch', 'int32', (0, 32767)),
                 F('leader_epoch', 'int32', (0, 32767)),
                 F('start_offset', 'int64', (0, 32767)),
+                F('delivery_complete_count', 'int32', (1, 32767), default=-1, ignorable=True),
                 F('state_batches', '[]struct', (0, 32767), fields=(
                     F('first_offset', 'int64', (0, 32767)),
                     F('last_offset', 'int64', (0, 32767)),
@@ -2106,7 +1984,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (85, 'response'): M('WriteShareGroupStateResponse', 85, 'response', (0, 0), (0, 32767), (
+    (85, 'response'): M('WriteShareGroupStateResponse', 85, 'response', (0, 1), (0, 32767), (
         F('results', '[]struct', (0, 32767), fields=(
             F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]struct', (0, 32767), fields=(
@@ -2135,7 +2013,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (87, 'request'): M('ReadShareGroupStateSummaryRequest', 87, 'request', (0, 0), (0, 32767), (
+    (87, 'request'): M('ReadShareGroupStateSummaryRequest', 87, 'request', (0, 1), (0, 32767), (
         F('group_id', 'string', (0, 32767)),
         F('topics', '[]struct', (0, 32767), fields=(
             F('topic_id', 'uuid', (0, 32767)),
@@ -2145,7 +2023,7 @@ MESSAGES = {
             )),
         )),
     )),
-    (87, 'response'): M('ReadShareGroupStateSummaryResponse', 87, 'response', (0, 0), (0, 32767), (
+    (87, 'response'): M('ReadShareGroupStateSummaryResponse', 87, 'response', (0, 1), (0, 32767), (
         F('results', '[]struct', (0, 32767), fields=(
             F('topic_id', 'uuid', (0, 32767)),
             F('partitions', '[]struct', (0, 32767), fields=(
@@ -2153,8 +2031,293 @@ MESSAGES = {
                 F('error_code', 'int16', (0, 32767)),
                 F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
                 F('state_epoch', 'int32', (0, 32767)),
+                F('leader_epoch', 'int32', (0, 32767)),
+                F('start_offset', 'int64', (0, 32767)),
+                F('delivery_complete_count', 'int32', (1, 32767), default=-1, ignorable=True),
+            )),
+        )),
+    )),
+    (88, 'request'): M('StreamsGroupHeartbeatRequest', 88, 'request', (0, 0), (0, 32767), (
+        F('group_id', 'string', (0, 32767), entity_type='groupId'),
+        F('member_id', 'string', (0, 32767)),
+        F('member_epoch', 'int32', (0, 32767)),
+        F('endpoint_information_epoch', 'int32', (0, 32767)),
+        F('instance_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('rack_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('rebalance_timeout_ms', 'int32', (0, 32767), default=-1),
+        F('topology', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('epoch', 'int32', (0, 32767)),
+            F('subtopologies', '[]struct', (0, 32767), fields=(
+                F('subtopology_id', 'string', (0, 32767)),
+                F('source_topics', '[]string', (0, 32767), entity_type='topicName'),
+                F('source_topic_regex', '[]string', (0, 32767)),
+                F('state_changelog_topics', '[]struct', (0, 32767), fields=(
+                    F('name', 'string', (0, 32767), entity_type='topicName'),
+                    F('partitions', 'int32', (0, 32767)),
+                    F('replication_factor', 'int16', (0, 32767)),
+                    F('topic_configs', '[]struct', (0, 32767), fields=(
+                        F('key', 'string', (0, 32767)),
+                        F('value', 'string', (0, 32767)),
+                    )),
+                )),
+                F('repartition_sink_topics', '[]string', (0, 32767), entity_type='topicName'),
+                F('repartition_source_topics', '[]struct', (0, 32767), fields=(
+                    F('name', 'string', (0, 32767), entity_type='topicName'),
+                    F('partitions', 'int32', (0, 32767)),
+                    F('replication_factor', 'int16', (0, 32767)),
+                    F('topic_configs', '[]struct', (0, 32767), fields=(
+                        F('key', 'string', (0, 32767)),
+                        F('value', 'string', (0, 32767)),
+                    )),
+                )),
+                F('copartition_groups', '[]struct', (0, 32767), fields=(
+                    F('source_topics', '[]int16', (0, 32767)),
+                    F('source_topic_regex', '[]int16', (0, 32767)),
+                    F('repartition_source_topics', '[]int16', (0, 32767)),
+                )),
+            )),
+        )),
+        F('active_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('standby_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('warmup_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('process_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('user_endpoint', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('host', 'string', (0, 32767)),
+            F('port', 'uint16', (0, 32767)),
+        )),
+        F('client_tags', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('key', 'string', (0, 32767)),
+            F('value', 'string', (0, 32767)),
+        )),
+        F('task_offsets', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partition', 'int32', (0, 32767)),
+            F('offset', 'int64', (0, 32767)),
+        )),
+        F('task_end_offsets', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partition', 'int32', (0, 32767)),
+            F('offset', 'int64', (0, 32767)),
+        )),
+        F('shutdown_application', 'bool', (0, 32767), default=False),
+    )),
+    (88, 'response'): M('StreamsGroupHeartbeatResponse', 88, 'response', (0, 0), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('error_code', 'int16', (0, 32767)),
+        F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('member_id', 'string', (0, 32767)),
+        F('member_epoch', 'int32', (0, 32767)),
+        F('heartbeat_interval_ms', 'int32', (0, 32767)),
+        F('acceptable_recovery_lag', 'int32', (0, 32767)),
+        F('task_offset_interval_ms', 'int32', (0, 32767)),
+        F('status', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
+            F('status_code', 'int8', (0, 32767)),
+            F('status_detail', 'string', (0, 32767)),
+        )),
+        F('active_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('standby_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('warmup_tasks', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('subtopology_id', 'string', (0, 32767)),
+            F('partitions', '[]int32', (0, 32767)),
+        )),
+        F('endpoint_information_epoch', 'int32', (0, 32767)),
+        F('partitions_by_user_endpoint', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+            F('user_endpoint', 'struct', (0, 32767), fields=(
+                F('host', 'string', (0, 32767)),
+                F('port', 'uint16', (0, 32767)),
+            )),
+            F('active_partitions', '[]struct', (0, 32767), fields=(
+                F('topic', 'string', (0, 32767), entity_type='topicName'),
+                F('partitions', '[]int32', (0, 32767)),
+            )),
+            F('standby_partitions', '[]struct', (0, 32767), fields=(
+                F('topic', 'string', (0, 32767), entity_type='topicName'),
+                F('partitions', '[]int32', (0, 32767)),
+            )),
+        )),
+    )),
+    (89, 'request'): M('StreamsGroupDescribeRequest', 89, 'request', (0, 0), (0, 32767), (
+        F('group_ids', '[]string', (0, 32767), entity_type='groupId'),
+        F('include_authorized_operations', 'bool', (0, 32767)),
+    )),
+    (89, 'response'): M('StreamsGroupDescribeResponse', 89, 'response', (0, 0), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('groups', '[]struct', (0, 32767), fields=(
+            F('error_code', 'int16', (0, 32767)),
+            F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+            F('group_id', 'string', (0, 32767), entity_type='groupId'),
+            F('group_state', 'string', (0, 32767)),
+            F('group_epoch', 'int32', (0, 32767)),
+            F('assignment_epoch', 'int32', (0, 32767)),
+            F('topology', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+                F('epoch', 'int32', (0, 32767)),
+                F('subtopologies', '[]struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+                    F('subtopology_id', 'string', (0, 32767)),
+                    F('source_topics', '[]string', (0, 32767), entity_type='topicName'),
+                    F('repartition_sink_topics', '[]string', (0, 32767), entity_type='topicName'),
+                    F('state_changelog_topics', '[]struct', (0, 32767), fields=(
+                        F('name', 'string', (0, 32767), entity_type='topicName'),
+                        F('partitions', 'int32', (0, 32767)),
+                        F('replication_factor', 'int16', (0, 32767)),
+                        F('topic_configs', '[]struct', (0, 32767), fields=(
+                            F('key', 'string', (0, 32767)),
+                            F('value', 'string', (0, 32767)),
+                        )),
+                    )),
+                    F('repartition_source_topics', '[]struct', (0, 32767), fields=(
+                        F('name', 'string', (0, 32767), entity_type='topicName'),
+                        F('partitions', 'int32', (0, 32767)),
+                        F('replication_factor', 'int16', (0, 32767)),
+                        F('topic_configs', '[]struct', (0, 32767), fields=(
+                            F('key', 'string', (0, 32767)),
+                            F('value', 'string', (0, 32767)),
+                        )),
+                    )),
+                )),
+            )),
+            F('members', '[]struct', (0, 32767), fields=(
+                F('member_id', 'string', (0, 32767)),
+                F('member_epoch', 'int32', (0, 32767)),
+                F('instance_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
+                F('rack_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
+                F('client_id', 'string', (0, 32767)),
+                F('client_host', 'string', (0, 32767)),
+                F('topology_epoch', 'int32', (0, 32767)),
+                F('process_id', 'string', (0, 32767)),
+                F('user_endpoint', 'struct', (0, 32767), nullable=(0, 32767), default=None, fields=(
+                    F('host', 'string', (0, 32767)),
+                    F('port', 'uint16', (0, 32767)),
+                )),
+                F('client_tags', '[]struct', (0, 32767), fields=(
+                    F('key', 'string', (0, 32767)),
+                    F('value', 'string', (0, 32767)),
+                )),
+                F('task_offsets', '[]struct', (0, 32767), fields=(
+                    F('subtopology_id', 'string', (0, 32767)),
+                    F('partition', 'int32', (0, 32767)),
+                    F('offset', 'int64', (0, 32767)),
+                )),
+                F('task_end_offsets', '[]struct', (0, 32767), fields=(
+                    F('subtopology_id', 'string', (0, 32767)),
+                    F('partition', 'int32', (0, 32767)),
+                    F('offset', 'int64', (0, 32767)),
+                )),
+                F('assignment', 'struct', (0, 32767), fields=(
+                    F('active_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                    F('standby_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                    F('warmup_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                )),
+                F('target_assignment', 'struct', (0, 32767), fields=(
+                    F('active_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                    F('standby_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                    F('warmup_tasks', '[]struct', (0, 32767), fields=(
+                        F('subtopology_id', 'string', (0, 32767)),
+                        F('partitions', '[]int32', (0, 32767)),
+                    )),
+                )),
+                F('is_classic', 'bool', (0, 32767)),
+            )),
+            F('authorized_operations', 'int32', (0, 32767), default=-2147483648),
+        )),
+    )),
+    (90, 'request'): M('DescribeShareGroupOffsetsRequest', 90, 'request', (0, 1), (0, 32767), (
+        F('groups', '[]struct', (0, 32767), fields=(
+            F('group_id', 'string', (0, 32767), entity_type='groupId'),
+            F('topics', '[]struct', (0, 32767), nullable=(0, 32767), fields=(
+                F('topic_name', 'string', (0, 32767), entity_type='topicName'),
+                F('partitions', '[]int32', (0, 32767)),
+            )),
+        )),
+    )),
+    (90, 'response'): M('DescribeShareGroupOffsetsResponse', 90, 'response', (0, 1), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('groups', '[]struct', (0, 32767), fields=(
+            F('group_id', 'string', (0, 32767), entity_type='groupId'),
+            F('topics', '[]struct', (0, 32767), fields=(
+                F('topic_name', 'string', (0, 32767), entity_type='topicName'),
+                F('topic_id', 'uuid', (0, 32767)),
+                F('partitions', '[]struct', (0, 32767), fields=(
+                    F('partition_index', 'int32', (0, 32767)),
+                    F('start_offset', 'int64', (0, 32767)),
+                    F('leader_epoch', 'int32', (0, 32767)),
+                    F('lag', 'int64', (1, 32767), default=-1, ignorable=True),
+                    F('error_code', 'int16', (0, 32767)),
+                    F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+                )),
+            )),
+            F('error_code', 'int16', (0, 32767)),
+            F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        )),
+    )),
+    (91, 'request'): M('AlterShareGroupOffsetsRequest', 91, 'request', (0, 0), (0, 32767), (
+        F('group_id', 'string', (0, 32767), entity_type='groupId'),
+        F('topics', '[]struct', (0, 32767), fields=(
+            F('topic_name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
+            F('partitions', '[]struct', (0, 32767), fields=(
+                F('partition_index', 'int32', (0, 32767)),
                 F('start_offset', 'int64', (0, 32767)),
             )),
+        )),
+    )),
+    (91, 'response'): M('AlterShareGroupOffsetsResponse', 91, 'response', (0, 0), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('error_code', 'int16', (0, 32767)),
+        F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('responses', '[]struct', (0, 32767), fields=(
+            F('topic_name', 'string', (0, 32767), map_key=True, entity_type='topicName'),
+            F('topic_id', 'uuid', (0, 32767)),
+            F('partitions', '[]struct', (0, 32767), fields=(
+                F('partition_index', 'int32', (0, 32767)),
+                F('error_code', 'int16', (0, 32767)),
+                F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+            )),
+        )),
+    )),
+    (92, 'request'): M('DeleteShareGroupOffsetsRequest', 92, 'request', (0, 0), (0, 32767), (
+        F('group_id', 'string', (0, 32767), entity_type='groupId'),
+        F('topics', '[]struct', (0, 32767), fields=(
+            F('topic_name', 'string', (0, 32767), entity_type='topicName'),
+        )),
+    )),
+    (92, 'response'): M('DeleteShareGroupOffsetsResponse', 92, 'response', (0, 0), (0, 32767), (
+        F('throttle_time_ms', 'int32', (0, 32767)),
+        F('error_code', 'int16', (0, 32767)),
+        F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('responses', '[]struct', (0, 32767), fields=(
+            F('topic_name', 'string', (0, 32767), entity_type='topicName'),
+            F('topic_id', 'uuid', (0, 32767)),
+            F('error_code', 'int16', (0, 32767)),
+            F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
         )),
     )),
 }

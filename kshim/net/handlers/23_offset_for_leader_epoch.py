@@ -11,7 +11,6 @@
 - Only the leader answers; other brokers say NOT_LEADER_OR_FOLLOWER, and an unknown topic or
   partition is UNKNOWN_TOPIC_OR_PARTITION. current_leader_epoch (v2+) newer than ours is
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH (checked after leadership, as in Fetch).
-- v0 responses carry no leader epoch (the codec leaves it out).
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 23
-VERSIONS = (0, 4)
+VERSIONS = (2, 4)  # Kafka 4 removed v0-v1 (KIP-896)
 
 
 def _answer(ctx: RequestContext, topic_name: str, p: Container) -> dict:

@@ -16,7 +16,7 @@ from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
 from kshim.net.handlers import RequestContext, Response
 
 API_KEY = 27
-VERSIONS = (0, 1)
+VERSIONS = (1, 1)  # Kafka 4 removed v0 (KIP-896)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
