@@ -67,6 +67,7 @@ class Broker:
                                                   config.log_cleaner_backoff_ms))
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
+        self._install_lock: anyio.Lock | None = None  # made on first use, inside the event loop
         self.close_hooks: list[Callable[[], None]] = []  # run after the replicas close (a standalone controller)
         # called after each image is applied (the coordinators follow their partitions' leadership):
         # the coordinators know the broker, not the reverse
@@ -81,14 +82,27 @@ class Broker:
     def cluster_size(self) -> int:
         return len(self.image.alive_brokers())
 
-    def apply_image(self, image: MetadataImage) -> None:
-        """Bring local replicas in line with the controller's decisions."""
+    async def install_image(self, image: MetadataImage) -> None:
+        """apply_image, with the replicas the image adds opened off the event loop first; images
+        are installed one at a time, in order."""
+        if self._install_lock is None:
+            self._install_lock = anyio.Lock()
+        async with self._install_lock:
+            if image.version <= self.image.version:
+                return
+            await self.replica_manager.prepare_image(image)
+            self.apply_image(image, defer_removal=True)
+            await self.replica_manager.finish_removals()
+
+    def apply_image(self, image: MetadataImage, *, defer_removal: bool = False) -> None:
+        """Bring local replicas in line with the controller's decisions (defer_removal: see
+        ReplicaManager.apply_image)."""
         if image.version <= self.image.version:
             return
         self.image = image
         self.topics = dict(image.topics)
         self.topics_by_id = {t.topic_id: t for t in image.topics.values()}
-        self.replica_manager.apply_image(image)
+        self.replica_manager.apply_image(image, defer_removal=defer_removal)
         for listener in self.image_listeners:
             listener()
         self._image_applied.fire()

@@ -22,7 +22,7 @@ def open_standalone(config: BrokerConfig) -> Broker:
         topic_defaults=config.topic_defaults, max_partitions_per_broker=config.max_partitions_per_broker))
     client = LocalControllerClient(controller, config.node_id)
     broker = Broker(config, client)
-    controller.listeners.append(broker.apply_image)
+    client.attach(broker.apply_image, broker.install_image)
     broker.close_hooks.append(controller.close)
     client.register(config.advertised, config.port, os.getpid())
     return broker

@@ -41,7 +41,7 @@ class ImageSink(Protocol):
     @property
     def image(self) -> MetadataImage: ...
 
-    def apply_image(self, image: MetadataImage) -> None: ...
+    async def install_image(self, image: MetadataImage) -> None: ...
 
     def replicas(self) -> list[Partition]: ...
 
@@ -128,7 +128,7 @@ class RemoteControllerClient(ControllerClient):
                 raise
             return False
         if image is not None and self.broker is not None:
-            self.broker.apply_image(image)
+            await self.broker.install_image(image)
         return True
 
     async def _register(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
@@ -136,7 +136,7 @@ class RemoteControllerClient(ControllerClient):
         self.broker_epoch = result.broker_epoch
         self.registrations += 1
         if self.broker is not None:
-            self.broker.apply_image(result.image)
+            await self.broker.install_image(result.image)
 
     async def _heartbeats(self, connection: rpc.RpcConnection, host: str, port: int, pid: int) -> None:
         while True:
@@ -152,7 +152,7 @@ class RemoteControllerClient(ControllerClient):
                 log.info("registered again (epoch %d)", self.broker_epoch)
                 continue
             if image is not None and self.broker is not None:
-                self.broker.apply_image(image)
+                await self.broker.install_image(image)
 
     async def heartbeat(self, connection: rpc.RpcConnection) -> MetadataImage | None:
         """One heartbeat long-poll: a newer image, or None (tests override this to stop heartbeats)."""

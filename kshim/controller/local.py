@@ -1,14 +1,16 @@
 """The controller in the broker's own process: a single-broker kshim calls it directly.
 
-The broker is registered as a listener, so every image the controller publishes is applied
-before the call that caused it returns.
+Every image the controller publishes is applied before the call that caused it returns. Within
+a call the broker installs it asynchronously (the replicas it adds are opened off the event
+loop); an image published outside any call (registration at start) is applied at once.
 """
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from kshim.controller import messages as m
 from kshim.controller.client import ControllerClient
+from kshim.cluster.image import MetadataImage
 from kshim.controller.controller import Controller
 
 R = TypeVar("R")
@@ -19,9 +21,33 @@ class LocalControllerClient(ControllerClient):
         self.controller = controller
         self.node_id = node_id
         self.broker_epoch = 0
+        self._apply: Callable[[MetadataImage], None] | None = None
+        self._install: Callable[[MetadataImage], Awaitable[None]] | None = None
+        self._calls = 0  # calls under way: the images they publish are installed when they return
+
+    def attach(self, apply: Callable[[MetadataImage], None],
+               install: Callable[[MetadataImage], Awaitable[None]]) -> None:
+        """The broker's image sink: `apply` now (sync), or `install` (async, off-loop opening)."""
+        self._apply, self._install = apply, install
+        self.controller.listeners.append(self._published)
+
+    def _published(self, image: MetadataImage) -> None:
+        if self._calls == 0 and self._apply is not None:
+            self._apply(image)
 
     def register(self, host: str, port: int, pid: int) -> None:
         self.broker_epoch = self.controller.register_broker(self.node_id, host, port, pid)
 
     async def call(self, request: m.Operation[R]) -> R:
-        return await m.invoke({m.Server.CONTROLLER: self.controller}, request)
+        self._calls += 1
+        try:
+            result = await m.invoke({m.Server.CONTROLLER: self.controller}, request)
+        except BaseException:
+            self._calls -= 1
+            if self._apply is not None:
+                self._apply(self.controller.image)  # whatever it published before failing
+            raise
+        self._calls -= 1
+        if self._install is not None:
+            await self._install(self.controller.image)  # a no-op unless the call published
+        return result

@@ -371,6 +371,8 @@ class Log:
         larger, KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
         watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end]."""
         with self._lock:
+            if self._closed:  # a replica removed under a fetch in flight: its files are closed
+                return b""
             leo = self.log_end_offset
             if offset < self.log_start_offset or offset > leo:
                 raise OffsetOutOfRange(offset, self.log_start_offset, leo)
@@ -684,6 +686,16 @@ class Log:
                 pass
             self._dir_dirty = True
             self._flush(self._clock())
+            self._closed = True
+
+    def discard(self) -> None:
+        """Close the files of a log that is being deleted: nothing is flushed or marked clean."""
+        with self._lock:
+            if self._closed:
+                return
+            for seg in self._segments:
+                seg.close()
+            self._close_retired()
             self._closed = True
 
     # ================================================================== cleaning (kshim.log.cleaner)
