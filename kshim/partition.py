@@ -387,9 +387,7 @@ class Partition:
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}"
                 self._storage_failed(e)
                 break
-            if self._storage_error is not None:
-                log.warning("%s-%d: appends work again (after: %s)", self.topic, self.index, self._storage_error)
-                self._storage_error = None
+            self._storage_works()
             if header.producer_id >= 0:
                 self.producers.update(header, base, last)
             if result.base_offset < 0:
@@ -402,6 +400,11 @@ class Partition:
             self._advance_hw()
             self.wake_all()
         return result
+
+    def _storage_works(self) -> None:
+        if self._storage_error is not None:
+            log.warning("%s-%d: appends work again (after: %s)", self.topic, self.index, self._storage_error)
+            self._storage_error = None
 
     def _storage_failed(self, e: OSError) -> None:
         """Log a storage failure once per occurrence: when it starts, and (above) when it ends."""
@@ -455,7 +458,13 @@ class Partition:
         buf = bytearray(records.encode_marker(producer_id, producer_epoch, committed, coordinator_epoch,
                                               SYSTEM.wall_ms()))
         records.set_leader_epoch(buf, 0, self.leader_epoch)
-        base, last = self.log.append(buf)
+        try:
+            base, last = self.log.append(buf)
+        except OSError as e:  # the coordinator retries a retriable error until the marker is written
+            result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}"
+            self._storage_failed(e)
+            return result
+        self._storage_works()
         header = records.read_header(buf)
         self._track(self.producers, header, buf)
         result.base_offset, result.last_offset, result.appended_batches = base, last, 1
@@ -465,9 +474,19 @@ class Partition:
 
     # ------------------------------------------------------------------ follower: appends
     def append_as_follower(self, data: bytes | memoryview, leader_high_watermark: int) -> None:
-        """Batches fetched from the leader, offsets as the leader assigned them."""
+        """Batches fetched from the leader, offsets as the leader assigned them. An OSError (a
+        full disk) leaves the log as it was (a write split over segments is cut back) and is
+        raised for the fetcher to try again later; it is logged once, as a leader's is."""
         if data:
-            self.log.append_with_offsets(data)
+            before = self.log.log_end_offset
+            try:
+                self.log.append_with_offsets(data)
+            except OSError as e:
+                self._storage_failed(e)
+                if self.log.log_end_offset > before:
+                    self.log.truncate_to(before)
+                raise
+            self._storage_works()
             for pos, header in records.iter_batches(data):
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
                 if header.producer_id >= 0:

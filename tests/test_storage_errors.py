@@ -79,3 +79,49 @@ def test_a_failed_index_write_keeps_the_append_and_the_index_is_rebuilt(tmp_path
         assert os.path.exists(log._segments[-1].stem + segment_module.INDEX_SUFFIX)  # rebuilt
     finally:
         log.close()
+
+
+@pytest.mark.anyio
+async def test_a_full_disk_fails_a_transaction_marker_with_a_retriable_error(tmp_path, monkeypatch, caplog):
+    from kshim.replica import TxnMarker
+
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        await broker.create_topic("t", 1)
+        rm = broker.replica_manager
+        partition = rm.partition("t", 0)
+        txn = encode_batch([(None, b"in-txn")], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
+        assert rm.append(1, 5, [("t", 0, txn)])[0].error == ErrorCode.NONE
+        end = partition.log.log_end_offset
+        full_disk_on(monkeypatch, {partition.log._segments[-1].fd})
+        marker = TxnMarker(7, 0, True, 0)
+        result = await rm.append_and_wait("t", 0, marker, 5)
+        assert result.error == ErrorCode.KAFKA_STORAGE_ERROR and not result.appended
+        assert partition.log.log_end_offset == end and partition.last_stable_offset == 0  # still open
+        assert caplog.text.count("appends fail with KAFKA_STORAGE_ERROR") == 1
+        monkeypatch.setattr(segment_module.os, "write", REAL_WRITE)
+        result = await rm.append_and_wait("t", 0, marker, 5)  # the coordinator's retry
+        assert result.error == ErrorCode.NONE and partition.last_stable_offset == end + 1
+    finally:
+        broker.close()
+
+
+def test_a_full_disk_on_a_follower_leaves_its_log_as_it_was(tmp_path, monkeypatch, caplog):
+    from kshim.configs import resolve
+    from kshim.partition import Partition
+
+    follower = Partition("t", 0, tmp_path / "t-0", resolve({}).log_config(), node_id=1, leader_id=0)
+    follower.append_as_follower(encode_batch([(None, b"a")]), 1)
+    second = bytearray(encode_batch([(None, b"b"), (None, b"c")]))
+    second[0:8] = (1).to_bytes(8, "big")  # the leader's offsets: base offset 1 (outside the CRC)
+    full_disk_on(monkeypatch, {follower.log._segments[-1].fd})
+    for _ in range(2):
+        with pytest.raises(OSError):
+            follower.append_as_follower(bytes(second), 3)
+    assert follower.log_end_offset == 1 and values(follower.log) == [b"a"]
+    assert caplog.text.count("appends fail with KAFKA_STORAGE_ERROR") == 1
+    monkeypatch.setattr(segment_module.os, "write", REAL_WRITE)
+    follower.append_as_follower(bytes(second), 3)  # the fetcher's next try
+    assert follower.log_end_offset == 3 and values(follower.log) == [b"a", b"b", b"c"]
+    assert "appends work again" in caplog.text
+    follower.close()

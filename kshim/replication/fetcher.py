@@ -211,7 +211,11 @@ class Fetcher:
         if code == ErrorCode.NONE:
             records = r.records
             if records:
-                p.append_as_follower(records, r.high_watermark)
+                try:
+                    p.append_as_follower(records, r.high_watermark)
+                except OSError:  # a full disk: logged by the partition; this one waits, the others go on
+                    self._park(p)
+                    return
             else:
                 p.update_follower_hw(r.high_watermark)
             if r.log_start_offset > p.log_start_offset:
