@@ -34,7 +34,7 @@ from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.cleaner import has_keyless_record
 from kshim.log.epochs import LeaderEpochCache
-from kshim.log.files import write_atomic
+from kshim.log.files import save_checkpoint
 from kshim.log.txnindex import AbortedTxn
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
@@ -176,8 +176,8 @@ class Partition:
     def _write_hw_checkpoint(self) -> None:
         if self._high_watermark == self._hw_checkpointed:
             return
-        self._hw_checkpointed = self._high_watermark
-        write_atomic(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n")
+        if save_checkpoint(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n", "high watermark"):
+            self._hw_checkpointed = self._high_watermark  # else tried again at the next housekeeping
 
     # ------------------------------------------------------------------ configuration and role
     def configure(self, config: TopicConfig) -> None:
@@ -559,7 +559,11 @@ class Partition:
     def close(self) -> None:
         self._write_hw_checkpoint()
         self.log.close()
-        (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
+        try:
+            (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
+        except OSError as e:  # a full disk: the next start replays producer state from the log
+            (self.directory / SNAPSHOT_NAME).unlink(missing_ok=True)
+            log.warning("%s-%d: no producer-state snapshot (%s); the next start rebuilds it", self.topic, self.index, e)
 
 
 def _keyless(buf, pos: int, header: records.BatchHeader) -> bool:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sqlite3
 import re
 import typing
 import uuid
@@ -103,8 +104,13 @@ async def invoke(servers: Mapping[Server, object], request: Operation[R]) -> R:
     if server is None:
         raise BrokerError(ErrorCode.INVALID_REQUEST, f"{type(request).__name__} needs the "
                                                      f"{request.SERVED_BY.value}, which is not running here")
-    result = getattr(server, request.METHOD)(**request.arguments())
-    return await result if inspect.isawaitable(result) else result
+    try:
+        result = getattr(server, request.METHOD)(**request.arguments())
+        return await result if inspect.isawaitable(result) else result
+    except (sqlite3.Error, OSError) as e:
+        # the metadata store could not be written (a full disk): the operation did not happen,
+        # since the controller changes its memory only after the store
+        raise BrokerError(ErrorCode.KAFKA_STORAGE_ERROR, f"the controller cannot write its metadata: {e}") from e
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import logging
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Iterable, Protocol
-from kshim.log.files import write_atomic
+from kshim.log.files import save_checkpoint
 
 log = logging.getLogger("kshim.log.epochs")
 
@@ -274,7 +274,9 @@ class LeaderEpochCache:
             return  # the partition was deleted under us (Kafka's writeIfDirExists)
         lines = [str(CHECKPOINT_VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
-        write_atomic(self.path, "\n".join(lines) + "\n", fsync=self.fsync)
+        # on a full disk the cache stays in memory: the next change writes it whole, and a start
+        # after a crash recovers the epochs of the batches in the log
+        save_checkpoint(self.path, "\n".join(lines) + "\n", "leader-epoch checkpoint", fsync=self.fsync)
 
 
 __all__ = ["LeaderEpochCache", "CorruptCheckpoint", "read_checkpoint", "CHECKPOINT_NAME",

@@ -1,9 +1,13 @@
 """Small file helpers shared by the log's checkpoints: atomic replacement and directory fsync."""
 from __future__ import annotations
 
+import logging
 import os
 
+log = logging.getLogger("kshim.log")
+
 TMP_SUFFIX = ".tmp"
+_failing: set[str] = set()  # checkpoints whose last write failed: logged once until one works
 
 
 def fsync_dir(directory: str | os.PathLike) -> None:
@@ -27,3 +31,26 @@ def write_atomic(path: str | os.PathLike, text: str, *, fsync: bool = False) -> 
     os.replace(tmp, path)
     if fsync:
         fsync_dir(os.path.dirname(os.fspath(path)) or ".")
+
+
+def save_checkpoint(path: str | os.PathLike, text: str, what: str, *, fsync: bool = False) -> bool:
+    """write_atomic for state the log can rebuild or that a later write repeats (high watermark,
+    log start offset, leader epochs): on a full disk it is kept in memory and saved again later,
+    instead of failing the request or the housekeeping that wrote it. Logged once per file while
+    it fails, and once when it works again. Returns whether it was written."""
+    key = os.fspath(path)
+    try:
+        write_atomic(path, text, fsync=fsync)
+    except OSError as e:
+        try:
+            os.unlink(f"{key}{TMP_SUFFIX}")
+        except OSError:
+            pass
+        if key not in _failing:
+            _failing.add(key)
+            log.warning("cannot save the %s (%s): kept in memory, saved again later: %s", what, key, e)
+        return False
+    if key in _failing:
+        _failing.discard(key)
+        log.warning("saved the %s again (%s)", what, key)
+    return True

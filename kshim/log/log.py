@@ -19,6 +19,7 @@ All public methods take the log's lock, so a Log may be shared with worker threa
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -41,8 +42,10 @@ from .segment import (
     IDX_ENTRY, INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIDX_ENTRY, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
 )
 from kshim.clock import SYSTEM, Clock
-from kshim.log.files import fsync_dir, write_atomic
+from kshim.log.files import fsync_dir, save_checkpoint
 from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn
+
+log = logging.getLogger("kshim.log")
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
 START_OFFSET_FILE = "log-start-offset"
@@ -129,6 +132,7 @@ class Log:
         self._unflushed_records = 0
         self._dir_dirty = False          # segment files created/deleted since the last flush
         self._closed = False
+        self._start_offset_unsaved = False
         self.truncations = 0             # bumped by truncate_to / reset: a clean planned before is void
         self._retired: list[tuple[float, Segment]] = []  # replaced by cleaned ones: (when, segment)
         self._roll_jitter_ms = _draw_jitter(config)  # the active segment's, drawn when it starts (Kafka's rollJitterMs)
@@ -230,7 +234,9 @@ class Log:
             return None
 
     def _write_start_offset(self) -> None:
-        write_atomic(os.path.join(self._dir, START_OFFSET_FILE), f"{self.log_start_offset}\n")
+        # on a full disk the offset stays in memory and is saved at the next flush check
+        self._start_offset_unsaved = not save_checkpoint(
+            os.path.join(self._dir, START_OFFSET_FILE), f"{self.log_start_offset}\n", "log start offset")
         self._dir_dirty = True
 
     # ================================================================== appends
@@ -565,8 +571,9 @@ class Log:
             if offset <= self.log_start_offset:
                 return
             self.log_start_offset = offset
-            self._write_start_offset()
+            # segments first: on a full disk, deleting them is what makes room for the checkpoint
             self._delete_front(self._count_below(offset))
+            self._write_start_offset()
 
     def _count_below(self, offset: int) -> int:
         n = 0
@@ -651,6 +658,8 @@ class Log:
         at least flush.ms old. Returns whether it flushed."""
         with self._lock:
             cfg = self.config
+            if self._start_offset_unsaved and not self._closed:
+                self._write_start_offset()
             if self._closed or cfg.flush_ms is None:
                 return False
             now = self._clock() if now_ms is None else now_ms
@@ -682,11 +691,19 @@ class Log:
             for seg in self._segments:
                 seg.close()
             self._close_retired()
-            with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
-                pass
+            self._closed = True
+            if self._start_offset_unsaved:
+                self._write_start_offset()
+                if self._start_offset_unsaved:
+                    return  # no clean-shutdown marker: the next start recovers instead
+            try:
+                with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
+                    pass
+            except OSError as e:  # a full disk: the next start recovers the log instead
+                log.warning("%s: no clean-shutdown marker (%s); the next start recovers the log", self._dir, e)
+                return
             self._dir_dirty = True
             self._flush(self._clock())
-            self._closed = True
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""
