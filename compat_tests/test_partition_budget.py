@@ -7,11 +7,12 @@ import resource
 import time
 
 import pytest
+from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 from kafka.errors import PolicyViolationError
 
 from compat_tests.kshim_process import KshimProcess
-from compat_tests.raw_kafka import produce_and_consume
+from compat_tests.raw_kafka import consume_all, produce_and_consume
 
 
 def admin(broker: KshimProcess) -> KafkaAdminClient:
@@ -63,5 +64,38 @@ def test_the_default_budget_follows_the_open_file_limit(tmp_path):
         assert broker.terminate() == 0
         broker.start()  # opens every log again within its descriptors
         produce_and_consume(broker.bootstrap, "some", b"after restart")
+    finally:
+        broker.kill()
+
+
+def test_many_segments_fit_a_small_open_file_limit(tmp_path):
+    # 20 partitions of 40 one-batch segments each: 800 segment files under a hard limit of 256
+    # descriptors. Older segments open on use and at most 64 stay open (an eighth of the limit,
+    # at least 64), so producing, a restart and reading everything back all fit.
+    broker = KshimProcess(tmp_path / "data")
+    broker.preexec_fn = _fd_limit_256
+    broker.start()
+    try:
+        a = admin(broker)
+        try:
+            a.create_topics([NewTopic("segmented", 20, 1, topic_configs={"segment.bytes": "1024"})])
+        finally:
+            a.close()
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, linger_ms=0,
+                                 max_in_flight_requests_per_connection=1)
+        try:
+            for i in range(40):
+                for p in range(20):
+                    producer.send("segmented", value=b"%04d" % i + b"." * 1500, partition=p).get(timeout=15)
+        finally:
+            producer.close()
+        segments = sum(1 for _ in (tmp_path / "data").glob("segmented-*/*.log"))
+        assert segments >= 800, segments
+        assert broker.terminate() == 0
+        broker.start()
+        for p in (0, 7, 19):
+            got = [r.value[:4] for r in consume_all(broker.bootstrap, "segmented", p)]
+            assert got == [b"%04d" % i for i in range(40)], (p, got[:3])
+        produce_and_consume(broker.bootstrap, "segmented")
     finally:
         broker.kill()

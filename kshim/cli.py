@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
                             "to its hard limit: 3/4 of it over 6 descriptors per partition, at most 10000)")
+    serve.add_argument("--max-open-segment-files", type=positive, default=None,
+                       help="older log segments whose file may be open at once per broker: they open on use "
+                            "and the least recently used close past this (default: an eighth of the open-file "
+                            "limit, at least 64; each partition's active segment always keeps its 3 files)")
     cluster = serve.add_argument_group(
         "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
                    "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
@@ -73,7 +77,9 @@ _CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag
 def _partition_budget(args: argparse.Namespace) -> int:
     fd_limit = tuning.raise_fd_limit()
     budget = args.max_partitions_per_broker or tuning.default_partition_budget(fd_limit)
-    log.info("open-file limit %d: up to %d partition replicas per broker", fd_limit, budget)
+    segments = tuning.configure_open_segments(args.max_open_segment_files)
+    log.info("open-file limit %d: up to %d partition replicas per broker, %d older segment files open",
+             fd_limit, budget, segments)
     return budget
 
 
@@ -96,7 +102,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         uncommitted_read_limit=args.uncommitted_read_limit or "log-end",
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
-        connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args))
+        connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
+        max_open_segment_files=args.max_open_segment_files)
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ import ctypes
 import ctypes.util
 import logging
 
+from kshim.log.open_files import OPEN_SEGMENTS
+
 log = logging.getLogger("kshim.tuning")
 
 M_TRIM_THRESHOLD = -1
@@ -37,7 +39,8 @@ def keep_freed_buffers() -> bool:
 
 
 # ------------------------------------------------------------------ file descriptors
-FDS_PER_PARTITION = 6  # a segment holds 3 descriptors (log, index, time index); count two segments
+FDS_PER_PARTITION = 6  # the active segment holds 3 descriptors (log, index, time index); 3 more of slack
+OPEN_SEGMENTS_SHARE = 8  # older segments' descriptors (opened on use, LRU-bounded): an eighth of the limit
 FD_RESERVE_SHARE = 4  # a quarter of the limit stays for connections, the metadata store, sockets
 MAX_DEFAULT_PARTITIONS = 10_000
 FD_TARGET = 1 << 20
@@ -62,3 +65,19 @@ def default_partition_budget(fd_limit: int) -> int:
     """Partition replicas a broker may host so that it can always open them all again at start-up."""
     usable = fd_limit - fd_limit // FD_RESERVE_SHARE
     return max(16, min(MAX_DEFAULT_PARTITIONS, usable // FDS_PER_PARTITION))
+
+
+def default_open_segments(fd_limit: int) -> int:
+    """Older segments whose `.log` may be open at once (kshim.log.open_files): an eighth of the
+    limit, which with the partition budget's 3 descriptors per active segment and the quarter kept
+    for connections stays within it."""
+    return max(64, fd_limit // OPEN_SEGMENTS_SHARE)
+
+
+def configure_open_segments(requested: int | None) -> int:
+    """Size the process's bound on open older segments: `requested`, or from the open-file limit."""
+    import resource
+
+    capacity = requested or default_open_segments(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    OPEN_SEGMENTS.configure(capacity)
+    return capacity

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import anyio
 
+from kshim import tuning
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
@@ -54,6 +55,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="broker default of kshim.uncommitted.read.limit (default log-end)")
     p.add_argument("--replica-lag-time-max-ms", type=positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                    help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
+    p.add_argument("--max-open-segment-files", type=positive, default=None,
+                   help="older log segments whose file may be open at once (default: from the open-file limit)")
     p.add_argument("--supervisor-pid", type=int, default=None,
                    help="exit when this process (the supervisor, our parent) dies")
     p.add_argument("--supervisor-fd", type=int, default=None,
@@ -119,6 +122,7 @@ def main(args: argparse.Namespace) -> int:
     if args.supervisor_pid is not None:
         lifeline.die_with_parent(args.supervisor_pid)
     config = config_from_args(args)
+    tuning.configure_open_segments(args.max_open_segment_files)
     try:
         lock_data_dir(config.data_dir, f"kshim broker {args.node_id} on {args.host}:{args.port}")
     except (DataDirInUse, OSError) as e:

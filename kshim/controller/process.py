@@ -81,6 +81,7 @@ class ClusterSettings:
     log_level: str = "info"
     connection: ConnectionSettings | None = None  # the brokers' connection budgets
     max_partitions_per_broker: int = 10_000
+    max_open_segment_files: int | None = None  # the brokers' default: from their open-file limit
 
     @property
     def rf(self) -> int:
@@ -108,6 +109,8 @@ class ClusterSettings:
                "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level]
         if not self.auto_create_topics:
             cmd.append("--no-auto-create-topics")
+        if self.max_open_segment_files is not None:
+            cmd += ["--max-open-segment-files", str(self.max_open_segment_files)]
         if self.replica_lag_time_max_ms is not None:
             cmd += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
         return cmd + connection_argv(self.connection)

@@ -212,12 +212,13 @@ def _rebuild(h: BatchHeader, kept: list[tuple[int, memoryview, memoryview]], hor
 
 
 def _batches(seg: Segment, throttler: Throttler | None, result: CleanResult) -> Iterator[tuple[BatchHeader, memoryview]]:
-    for _, h, body in scan(seg.fd, 0, seg.size, bodies=True, chunk=_READ_CHUNK):
-        assert body is not None
-        result.bytes_read += h.size
-        if throttler is not None:
-            throttler.throttle(h.size)
-        yield h, body
+    with seg.pinned() as fd:
+        for _, h, body in scan(fd, 0, seg.size, bodies=True, chunk=_READ_CHUNK):
+            assert body is not None
+            result.bytes_read += h.size
+            if throttler is not None:
+                throttler.throttle(h.size)
+            yield h, body
 
 
 def _untouched(h: BatchHeader) -> bool:
@@ -493,5 +494,6 @@ def cleanable_offsets(log_: Log, checkpoint: int | None, last_stable_offset: int
 def _first_batch_timestamp(seg: Segment) -> int:
     if seg.size < HEADER_SIZE:
         return -1
-    h = read_header(os.pread(seg.fd, HEADER_SIZE, 0), 0)
+    with seg.reading() as fd:
+        h = read_header(os.pread(fd, HEADER_SIZE, 0), 0)
     return h.max_timestamp if h.has_delete_horizon else h.base_timestamp

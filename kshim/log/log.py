@@ -392,34 +392,35 @@ class Log:
             while i < len(segs):
                 seg = segs[i]
                 i += 1
-                pos = 0 if out else seg.position_of(offset)
-                if pos is None:
-                    continue
-                more = bound >= seg.next_offset  # the bound lies beyond this segment
-                stop = seg.size if more else seg.position_of(bound)
-                if stop is None:
-                    stop, more = seg.size, False
-                if stop <= pos:
-                    break
-                if stop - pos <= budget:
-                    out.append(os.pread(seg.fd, stop - pos, pos))
-                    budget -= stop - pos
-                    if more and budget > 0:
+                with seg.reading() as fd:  # an older segment stays open meanwhile
+                    pos = 0 if out else seg.position_of(offset)
+                    if pos is None:
                         continue
+                    more = bound >= seg.next_offset  # the bound lies beyond this segment
+                    stop = seg.size if more else seg.position_of(bound)
+                    if stop is None:
+                        stop, more = seg.size, False
+                    if stop <= pos:
+                        break
+                    if stop - pos <= budget:
+                        out.append(os.pread(fd, stop - pos, pos))
+                        budget -= stop - pos
+                        if more and budget > 0:
+                            continue
+                        break
+                    if 0 < budget <= _SMALL_READ:  # one pread, find the cut in memory, slice
+                        data = os.pread(fd, budget, pos)
+                        cut = seg.last_boundary(pos, pos + budget, data)
+                        if cut > pos:
+                            out.append(data[:cut - pos])
+                    else:  # find the cut with small header preads, then read exactly that
+                        cut = seg.last_boundary(pos, pos + max(budget, 0))
+                        if cut > pos:
+                            out.append(os.pread(fd, cut - pos, pos))
+                    if cut == pos and not out and min_one:  # KIP-74: the first batch whole, so consumers progress
+                        h = read_header(os.pread(fd, HEADER_SIZE, pos), 0)
+                        out.append(os.pread(fd, h[1] + LOG_OVERHEAD, pos))
                     break
-                if 0 < budget <= _SMALL_READ:  # one pread, find the cut in memory, slice
-                    data = os.pread(seg.fd, budget, pos)
-                    cut = seg.last_boundary(pos, pos + budget, data)
-                    if cut > pos:
-                        out.append(data[:cut - pos])
-                else:  # find the cut with small header preads, then read exactly that
-                    cut = seg.last_boundary(pos, pos + max(budget, 0))
-                    if cut > pos:
-                        out.append(os.pread(seg.fd, cut - pos, pos))
-                if cut == pos and not out and min_one:  # KIP-74: the first batch whole, so consumers progress
-                    h = read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)
-                    out.append(os.pread(seg.fd, h[1] + LOG_OVERHEAD, pos))
-                break
             if len(out) == 1:
                 return out[0]
             return b"".join(out)
@@ -451,9 +452,10 @@ class Log:
             pos = seg.position_of(max(seg.time_scan_start(ts), from_offset))
             if pos is None:
                 continue
-            for p, h, _ in scan(seg.fd, pos, seg.size):
-                if h[8] >= ts and h[0] + h[6] >= from_offset:
-                    return os.pread(seg.fd, h[1] + LOG_OVERHEAD, p), h[0] + h[6]
+            with seg.pinned() as fd:
+                for p, h, _ in scan(fd, pos, seg.size):
+                    if h[8] >= ts and h[0] + h[6] >= from_offset:
+                        return os.pread(fd, h[1] + LOG_OVERHEAD, p), h[0] + h[6]
         return None
 
     def max_timestamp(self) -> tuple[int, int] | None:
@@ -489,8 +491,9 @@ class Log:
                 starts.append((seg, pos))
         for seg, pos in starts:
             if pos is not None:
-                for _, h, _ in scan(seg.fd, pos, seg.size, chunk=1 << 16):
-                    yield h
+                with seg.pinned() as fd:
+                    for _, h, _ in scan(fd, pos, seg.size, chunk=1 << 16):
+                        yield h
 
     # ================================================================== aborted transactions
     def add_aborted(self, entry: AbortedTxn) -> None:
@@ -532,7 +535,8 @@ class Log:
             if pos is None:
                 pos, new_next = seg.size, seg.next_offset
             else:  # the batch holding `offset`, or (a gap left by cleaning) the first after it
-                new_next = min(offset, read_header(os.pread(seg.fd, HEADER_SIZE, pos), 0)[0])
+                with seg.reading() as fd:
+                    new_next = min(offset, read_header(os.pread(fd, HEADER_SIZE, pos), 0)[0])
             self.truncations += 1
             seg.truncate(pos, new_next)
             if seg.size and seg.first_append_ms is None:
@@ -772,7 +776,7 @@ class Log:
         keep = []
         for when, seg in self._retired:
             if when < before:
-                if seg.fd >= 0:
+                if seg.is_open:
                     seg.close()
             else:
                 keep.append((when, seg))

@@ -24,11 +24,13 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
+from contextlib import AbstractContextManager, nullcontext
 from typing import Iterator
 
 from crc32c import crc32c
 
 from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
+from kshim.log.open_files import OPEN_SEGMENTS
 from kshim.log.txnindex import TXNINDEX_SUFFIX, TxnIndex
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MIN_BATCH_LENGTH, BatchHeader, CorruptRecordError,
@@ -115,7 +117,7 @@ def _file_size(path: str) -> int | None:
 
 
 class Segment:
-    __slots__ = ("base_offset", "stem", "fd", "size", "next_offset", "idx_off", "idx_pos",
+    __slots__ = ("base_offset", "stem", "_fd", "_pins", "size", "next_offset", "idx_off", "idx_pos",
                  "ts_ts", "ts_off", "loaded", "idx_fd", "tidx_fd", "bytes_since_index",
                  "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent", "_txn",
                  "index_lost")
@@ -123,7 +125,8 @@ class Segment:
     def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
         self.base_offset = base_offset
         self.stem = stem
-        self.fd = fd
+        self._fd = fd      # -1: not open (an older segment opens it on use), -2: closed for good
+        self._pins = 0     # scans under way (kshim.log.open_files): never evicted meanwhile
         self.size = size
         self.next_offset = base_offset       # one past the last offset stored here
         self.idx_off = array("i")            # relative last offsets of indexed batches
@@ -158,20 +161,47 @@ class Segment:
 
     @classmethod
     def open(cls, directory: str, base_offset: int, interval: int) -> Segment:
+        """An existing segment, its `.log` not opened yet (older segments open it on use)."""
         stem = stem_for(directory, base_offset)
-        fd = os.open(stem + LOG_SUFFIX, _OPEN_FLAGS, 0o644)
-        return cls(stem, base_offset, fd, os.fstat(fd).st_size, interval)
+        return cls(stem, base_offset, -1, os.stat(stem + LOG_SUFFIX).st_size, interval)
+
+    @property
+    def fd(self) -> int:
+        """The `.log` descriptor: the active segment's is always open; an older segment's is
+        opened on use and may be closed by the open-files bound (kshim.log.open_files)."""
+        fd = self._fd
+        if fd >= 0:
+            if self.idx_fd is None:
+                OPEN_SEGMENTS.touch(self)
+            return fd
+        return OPEN_SEGMENTS.descriptor(self)
+
+    def pinned(self) -> AbstractContextManager[int]:
+        """The `.log` descriptor, kept open until the block ends (never evicted meanwhile)."""
+        return OPEN_SEGMENTS.pinned(self)
+
+    def reading(self) -> AbstractContextManager[int]:
+        """The `.log` descriptor for a read: the active segment's as it is (it is never evicted,
+        and it becomes inactive only by a roll under the Log's lock, which readers hold); an
+        older segment's pinned for the duration."""
+        if self.idx_fd is not None and self._fd >= 0:
+            return nullcontext(self._fd)
+        return OPEN_SEGMENTS.pinned(self)
 
     def open_index_files(self) -> None:
         if self.idx_fd is None:
             self.idx_fd = os.open(self.stem + INDEX_SUFFIX, _OPEN_FLAGS, 0o644)
             self.tidx_fd = os.open(self.stem + TIMEINDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+            OPEN_SEGMENTS.activated(self)
 
     def close_index_files(self) -> None:
+        was_active = self.idx_fd is not None
         for fd in (self.idx_fd, self.tidx_fd):
             if fd is not None:
                 os.close(fd)
         self.idx_fd = self.tidx_fd = None
+        if was_active and self._fd >= 0:
+            OPEN_SEGMENTS.deactivated(self)
 
     def finish(self) -> None:
         """Becoming inactive (roll) or closing: append the final time index entry, as Kafka does,
@@ -183,9 +213,18 @@ class Segment:
         self._recent.clear()
 
     def close(self) -> None:
-        self.close_index_files()
-        os.close(self.fd)
-        self.fd = -1
+        OPEN_SEGMENTS.forget(self)
+        for fd in (self.idx_fd, self.tidx_fd):
+            if fd is not None:
+                os.close(fd)
+        self.idx_fd = self.tidx_fd = None
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -2
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd != -2
 
     @property
     def txn_index(self) -> TxnIndex:
@@ -202,7 +241,8 @@ class Segment:
                 pass
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        with self.reading() as log_fd:
+            os.fsync(log_fd)
         for fd, suffix in ((self.idx_fd, INDEX_SUFFIX), (self.tidx_fd, TIMEINDEX_SUFFIX)):
             if fd is not None:
                 os.fsync(fd)
@@ -222,7 +262,8 @@ class Segment:
         none (Kafka's LogSegment.largestTimestamp)."""
         if self.max_ts >= 0:
             return self.max_ts
-        return os.fstat(self.fd).st_mtime_ns // 1_000_000
+        with self.reading() as fd:
+            return os.fstat(fd).st_mtime_ns // 1_000_000
 
     # ------------------------------------------------------------------ appends
     def append(self, data: bytes | bytearray | memoryview, metas: list[tuple[int, int, int, int]], rel0: int,
@@ -326,22 +367,23 @@ class Segment:
             pos = 0
         # walk the headers between index entries (a few KiB): only base offset, length and
         # lastOffsetDelta are needed, so no full header parse
-        fd, end = self.fd, self.size
+        end = self.size
         buf = b""
         bpos = pos
-        while end - pos >= HEADER_SIZE:
-            off = pos - bpos
-            if off + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, min(SCAN_CHUNK, end - pos), pos)
-                bpos, off = pos, 0
-                if len(buf) < HEADER_SIZE:
-                    break
-            base, length = _BASE_LEN(buf, off)
-            if base + _INT(buf, off + LAST_OFFSET_DELTA_OFFSET)[0] >= offset:
-                return pos
-            if length < MIN_BATCH_LENGTH:
-                raise CorruptRecordError(f"batch length {length} too small at {pos} in {self.stem}")
-            pos += length + LOG_OVERHEAD
+        with self.reading() as fd:
+            while end - pos >= HEADER_SIZE:
+                off = pos - bpos
+                if off + HEADER_SIZE > len(buf):
+                    buf = os.pread(fd, min(SCAN_CHUNK, end - pos), pos)
+                    bpos, off = pos, 0
+                    if len(buf) < HEADER_SIZE:
+                        break
+                base, length = _BASE_LEN(buf, off)
+                if base + _INT(buf, off + LAST_OFFSET_DELTA_OFFSET)[0] >= offset:
+                    return pos
+                if length < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(f"batch length {length} too small at {pos} in {self.stem}")
+                pos += length + LOG_OVERHEAD
         return None
 
     def last_boundary(self, start: int, limit: int, data: bytes | None = None) -> int:
@@ -361,8 +403,9 @@ class Segment:
                     break
                 p += length + LOG_OVERHEAD
             return start + p
-        for p, h, _ in scan(self.fd, cut, limit, chunk=min(SCAN_CHUNK, max(limit - cut, 1))):
-            cut = p + h[1] + LOG_OVERHEAD
+        with self.pinned() as fd:
+            for p, h, _ in scan(fd, cut, limit, chunk=min(SCAN_CHUNK, max(limit - cut, 1))):
+                cut = p + h[1] + LOG_OVERHEAD
         return cut
 
     def time_scan_start(self, ts: int) -> int:
@@ -374,9 +417,10 @@ class Segment:
         return self.base_offset + self.ts_off[j] if j >= 0 else self.base_offset
 
     def batch_at(self, pos: int) -> tuple[BatchHeader, bytes]:
-        head = os.pread(self.fd, HEADER_SIZE, pos)
-        h = read_header(head, 0)
-        return h, os.pread(self.fd, h[1] + LOG_OVERHEAD, pos)
+        with self.reading() as fd:
+            head = os.pread(fd, HEADER_SIZE, pos)
+            h = read_header(head, 0)
+            return h, os.pread(fd, h[1] + LOG_OVERHEAD, pos)
 
     # ------------------------------------------------------------------ indexes on open
     def index_sizes_sane(self) -> bool:
@@ -457,18 +501,19 @@ class Segment:
         end = from_pos
         interval = self.interval
         try:
-            for pos, h, body in scan(self.fd, from_pos, self.size, bodies=validate,
-                                     chunk=RECOVERY_CHUNK if validate else SCAN_CHUNK):
-                last = h[0] + h[6]
-                if h[6] < 0 or (expected is not None and h[0] < expected):
-                    break  # offsets go back: not ours (gaps are fine: compaction removes whole batches)
-                if expected is None and last - self.base_offset != self.idx_off[-1]:
-                    break  # the last index entry does not name this batch: index is stale
-                if validate and body is not None and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
-                    break
-                self._track(pos, h[1] + LOG_OVERHEAD, last, h[8], interval, write)
-                expected = last + 1
-                end = pos + h[1] + LOG_OVERHEAD
+            with self.pinned() as fd:
+                for pos, h, body in scan(fd, from_pos, self.size, bodies=validate,
+                                         chunk=RECOVERY_CHUNK if validate else SCAN_CHUNK):
+                    last = h[0] + h[6]
+                    if h[6] < 0 or (expected is not None and h[0] < expected):
+                        break  # offsets go back: not ours (gaps are fine: compaction removes whole batches)
+                    if expected is None and last - self.base_offset != self.idx_off[-1]:
+                        break  # the last index entry does not name this batch: index is stale
+                    if validate and body is not None and crc32c(body[ATTRIBUTES_OFFSET:]) != h[4]:
+                        break
+                    self._track(pos, h[1] + LOG_OVERHEAD, last, h[8], interval, write)
+                    expected = last + 1
+                    end = pos + h[1] + LOG_OVERHEAD
         except CorruptRecordError:
             pass
         if expected is not None:
@@ -519,6 +564,10 @@ class Segment:
         """Open the last segment. After a clean shutdown load its indexes and replay only the tail
         after the last index entry (CRC-checked, cheap); otherwise, or if anything is off, scan the
         whole segment, truncate at the first bad batch and rebuild the indexes."""
+        with self.pinned():  # not active until its index files are open: keep the bound off it
+            self._open_active(clean)
+
+    def _open_active(self, clean: bool) -> None:
         if clean and self.index_sizes_sane() and self._load_indexes(complete=False):
             self._reset_tail_state()
             from_pos = self.idx_pos[-1] if self.idx_pos else 0

@@ -1,0 +1,113 @@
+"""Older segments open their file on use and an LRU bound closes them (kshim/log/open_files.py):
+a log with many segments keeps at most the bound open, reads stay right across evictions, a scan
+in progress keeps its segment, and an evicted descriptor is closed only after a grace period."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kshim.log import open_files
+from kshim.log.log import Log, LogConfig
+from kshim.log.open_files import OpenSegments
+from wire.records import decode_all, encode_batch
+
+SEGMENTS = 30
+
+
+@pytest.fixture
+def bound(monkeypatch):
+    """A fresh process-wide bound of 4 older segments."""
+    fresh = OpenSegments(4)
+    monkeypatch.setattr(open_files, "OPEN_SEGMENTS", fresh)
+    from kshim.log import segment
+
+    monkeypatch.setattr(segment, "OPEN_SEGMENTS", fresh)
+    return fresh
+
+
+def fill(path, n: int = SEGMENTS) -> Log:
+    log = Log(path, LogConfig(segment_bytes=200))
+    for i in range(n):
+        log.append(bytearray(encode_batch([(None, b"value-%03d" % i + b"x" * 100)])))
+    return log
+
+
+def values(log: Log, start: int = 0) -> list[bytes]:
+    return [r.value[:9] for r in decode_all(log.read(start, 1 << 20))]
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_reads_across_many_segments_keep_at_most_the_bound_open(tmp_path, bound):
+    log = fill(tmp_path / "t-0")
+    try:
+        assert len(log.segment_base_offsets) == SEGMENTS
+        assert bound.open_count() <= 4
+        for start in range(SEGMENTS):  # each read opens a segment far back, evicting another
+            assert values(log, start)[0] == b"value-%03d" % start
+            assert bound.open_count() <= 4
+        assert values(log) == [b"value-%03d" % i for i in range(SEGMENTS)]
+        assert bound.evicted >= SEGMENTS - 4
+    finally:
+        log.close()
+    assert bound.open_count() == 0
+
+
+def test_a_reopened_log_opens_no_older_segment_until_it_is_read(tmp_path, bound):
+    fill(tmp_path / "t-0").close()  # (its close reopened evicted segments to fsync them)
+    before, opened = open_fds(), bound.opened
+    log = Log(tmp_path / "t-0", LogConfig(segment_bytes=200))
+    try:
+        assert bound.opened - opened <= 1 and bound.open_count() == 0  # only the active segment's files
+        assert open_fds() - before <= 3 + 1  # log, index, time index (+ a transient)
+        assert [r.value[:9] for r in decode_all(log.read(3, 150))] == [b"value-003"]  # one batch
+        assert bound.open_count() == 1
+    finally:
+        log.close()
+
+
+def test_a_scan_keeps_its_segment_open_while_others_are_evicted(tmp_path, bound):
+    log = fill(tmp_path / "t-0")
+    try:
+        headers = log.batch_headers(0)
+        first = [next(headers).base_offset for _ in range(3)]
+        for start in range(5, SEGMENTS):  # evict everything that is not pinned
+            values(log, start)
+        rest = [h.base_offset for h in headers]
+        assert first + rest == list(range(SEGMENTS))
+    finally:
+        log.close()
+
+
+def test_an_evicted_descriptor_is_closed_at_once(tmp_path, bound):
+    log = fill(tmp_path / "t-0")
+    try:
+        values(log, 0)
+        before = open_fds()
+        for start in range(SEGMENTS):
+            values(log, start)
+        assert open_fds() <= before + 1  # the bound holds; nothing waits to be closed
+        assert values(log) == [b"value-%03d" % i for i in range(SEGMENTS)]
+    finally:
+        log.close()
+
+
+def test_a_truncation_into_an_older_segment_makes_it_active_again(tmp_path, bound):
+    log = fill(tmp_path / "t-0")
+    try:
+        for start in range(10, SEGMENTS):
+            values(log, start)  # segment 2 is evicted by now
+        log.truncate_to(3)
+        assert log.log_end_offset == 3 and values(log) == [b"value-000", b"value-001", b"value-002"]
+        log.append(bytearray(encode_batch([(None, b"after-003")])))
+        assert values(log, 3) == [b"after-003"]
+    finally:
+        log.close()
+    log = Log(tmp_path / "t-0", LogConfig(segment_bytes=200))
+    try:
+        assert values(log) == [b"value-000", b"value-001", b"value-002", b"after-003"]
+    finally:
+        log.close()
