@@ -54,6 +54,8 @@ def test_a_topic_deleted_while_a_broker_is_down_is_deleted_there_when_it_returns
             assert (away / "doomed-0").is_dir() and (away / "doomed-1").is_dir()
             assert run_ctl(cluster.data_dir, "kill", "2").returncode == 0
             wait_until(lambda: not cluster.broker(2)["alive"], DEADLINE_S, message="broker 2 fenced")
+            admin.close()  # it may have picked broker 2 as its controller: ask broker 0 from now on
+            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{cluster.base_port}", request_timeout_ms=30_000)
             admin.delete_topics(["doomed"])
             for node in (0, 1):
                 here = tmp_path / "data" / f"broker-{node}"
