@@ -267,8 +267,8 @@ async def test_dynamic_broker_configs_apply_persist_and_refuse_bad_ones(tmp_path
 def test_segment_index_bytes_rolls_a_segment_whose_index_is_full(tmp_path):
     from wire.records import encode_batch
     log = Log(tmp_path / "p", LogConfig(index_interval_bytes=0, segment_index_bytes=8 * 3))
-    for i in range(7):
-        log.append(bytearray(encode_batch([(None, b"x" * 20)])))
+    for i in range(7):  # one timestamp for all: the time index gets no entry, only the offset index
+        log.append(bytearray(encode_batch([(None, b"x" * 20, [], 1_700_000_000_000)])))
     # an index entry per batch after the first; 3 entries fill it, so each segment holds 4 batches
     assert log.segment_base_offsets == [0, 4]
     log.close()
@@ -285,3 +285,21 @@ def test_segment_jitter_shortens_segment_ms(tmp_path):
     log.append(bytearray(encode_batch([(None, b"b")])))
     assert log.segment_base_offsets == [0, 1]
     log.close()
+
+
+def test_min_compaction_lag_above_max_is_refused_as_kafka_does(tmp_path):
+    controller = Controller(MetadataStore(tmp_path / "metadata.sqlite"),
+                            ControllerConfig(topic_defaults={"log.cleaner.max.compaction.lag.ms": "60000"}))
+    try:
+        controller.register_broker(0, "127.0.0.1", 9092)
+        with pytest.raises(InvalidConfig, match=r"conflict topic config setting min.compaction.lag.ms \(90000\) > "
+                                                r"max.compaction.lag.ms \(60000\)") as refused:
+            controller.create_topic("t", 1, 1, {"min.compaction.lag.ms": "90000"})  # against the broker's max
+        assert refused.value.code == ErrorCode.INVALID_CONFIG
+        controller.create_topic("t", 1, 1, {"min.compaction.lag.ms": "30000"})
+        with pytest.raises(InvalidConfig, match="conflict topic config setting"):
+            controller.set_topic_configs("t", {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "4000"})
+        controller.set_topic_configs("t", {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "5000"})
+        assert controller.image.topics["t"].configs == {"min.compaction.lag.ms": "5000", "max.compaction.lag.ms": "5000"}
+    finally:
+        controller.close()

@@ -16,8 +16,8 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, broker_definition,
-                                       topic_definition)
+from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, InvalidConfig,
+                                       broker_definition, topic_definition)
 from kshim.configs.broker import BrokerConfig
 from kshim.log import LogConfig
 
@@ -114,6 +114,14 @@ def _checked(configs: Mapping[str, str | None], definition_of: Callable[[str], C
 def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Topic overrides checked by name and value (InvalidConfig); None values (deletions) dropped."""
     return _checked(configs, topic_definition)
+
+
+def check_values(config: TopicConfig) -> None:
+    """Rules across configs, on the effective values (Kafka's LogConfig.validateValues)."""
+    lo, hi = config["min.compaction.lag.ms"], config["max.compaction.lag.ms"]
+    if lo > hi:  # Kafka's words
+        raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({lo}) > "
+                            f"max.compaction.lag.ms ({hi})")
 
 
 def resolve(overrides: Mapping[str, str], broker: Mapping[str, str] | BrokerLevel | None = None) -> TopicConfig:

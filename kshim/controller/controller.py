@@ -28,7 +28,7 @@ import anyio
 
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from kshim.configs import BrokerLevel, TopicConfig, resolve, validate, validate_broker
+from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -236,7 +236,10 @@ class Controller:
 
     def _effective(self, topic: _Topic) -> TopicConfig:
         # the cluster-wide dynamic defaults, not one broker's: an election is the cluster's decision
-        return resolve(topic.configs, BrokerLevel.of(self.config.topic_defaults, self._broker_configs))
+        return resolve(topic.configs, self._broker_level())
+
+    def _broker_level(self) -> BrokerLevel:
+        return BrokerLevel.of(self.config.topic_defaults, self._broker_configs)
 
     def _elect_offline(self) -> None:
         alive = self._alive()
@@ -291,6 +294,7 @@ class Controller:
             raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         # configs before the upper bounds below: CreateTopics has always answered INVALID_CONFIG first
         clean = validate(configs or {})
+        check_values(resolve(clean, self._broker_level()))
         count = self.config.default_partitions if partitions in (None, -1) else partitions
         if not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
@@ -352,6 +356,7 @@ class Controller:
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         clean = validate(configs)
+        check_values(resolve(clean, self._broker_level()))
         if validate_only:
             return
         self.store.replace_configs(name, clean)
