@@ -32,7 +32,6 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
-from kshim.log.cleaner import has_keyless_record
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint
 from kshim.log.txnindex import AbortedTxn
@@ -360,10 +359,6 @@ class Partition:
             if error or header is None:  # a header comes with NONE only
                 result.error, result.message = error, message
                 break
-            if self.log_config.compact and not from_coordinator and _keyless(buf, pos, header):
-                result.error = ErrorCode.INVALID_RECORD
-                result.message = "Compacted topic cannot accept message without key."  # Kafka's words
-                break
             if header.producer_id >= 0:
                 if from_coordinator:
                     check = self.producers.check_fence(header.producer_id, header.producer_epoch)
@@ -564,14 +559,6 @@ class Partition:
         except OSError as e:  # a full disk: the next start replays producer state from the log
             (self.directory / SNAPSHOT_NAME).unlink(missing_ok=True)
             log.warning("%s-%d: no producer-state snapshot (%s); the next start rebuilds it", self.topic, self.index, e)
-
-
-def _keyless(buf, pos: int, header: records.BatchHeader) -> bool:
-    """A record without a key in the batch at ``pos`` (compacted topics refuse it)."""
-    try:
-        return has_keyless_record(memoryview(buf)[pos:pos + header.size], 1 << 28)
-    except (records.CorruptRecordError, IndexError, ValueError):
-        return True  # unreadable records cannot be checked: refused the same way
 
 
 __all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange"]

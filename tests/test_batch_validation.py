@@ -77,3 +77,28 @@ def test_the_validator_keeps_the_good_batches_before_a_bad_one():
     assert set(rejected) == {0, 2}
     assert (rejected[0].error, rejected[0].valid_bytes) == (ErrorCode.CORRUPT_MESSAGE, len(good))
     assert (rejected[2].error, rejected[2].valid_bytes) == (ErrorCode.INVALID_RECORD, len(plain))
+
+
+def test_a_compacted_topic_needs_a_key_in_every_record_checked_off_the_loop(monkeypatch):
+    keyed = encode_batch([(b"k1", b"a"), (b"k2", b"b")])
+    keyless_plain = encode_batch([(b"k", b"a"), (None, b"b")])
+    keyless_zstd = encode_batch([(None, b"a")], compression=ZSTD)
+    threads = []
+    real = anyio.to_thread.run_sync
+
+    async def spy(func, *args, **kwargs):
+        threads.append(func.__name__)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", spy)
+
+    async def check():
+        return await BatchValidator(MiB).check([keyed + keyless_plain, keyless_zstd, keyless_plain],
+                                               [True, True, False])
+
+    rejected = anyio.run(check)
+    assert set(rejected) == {0, 1}  # a topic that is not compacted takes keyless records
+    assert (rejected[0].error, rejected[0].valid_bytes) == (ErrorCode.INVALID_RECORD, len(keyed))
+    assert rejected[0].message == "Compacted topic cannot accept message without key."  # Kafka's words
+    assert rejected[1].error == ErrorCode.INVALID_RECORD and rejected[1].valid_bytes == 0
+    assert threads == ["_check_compressed", "_check_compressed"]  # the uncompressed keyed ones too

@@ -33,20 +33,29 @@ def plausible_count(header: BatchHeader) -> Problem | None:
     return None
 
 
-def check_compressed(batch: bytes | memoryview, header: BatchHeader, max_size: int) -> Problem | None:
-    """Decompress (output capped at `max_size`) and walk every record of a compressed batch."""
+# Kafka's words when a compacted topic gets a record without a key
+KEYLESS = "Compacted topic cannot accept message without key."
+
+
+def check_compressed(batch: bytes | memoryview, header: BatchHeader, max_size: int,
+                     keys_required: bool = False) -> Problem | None:
+    """Decompress (output capped at `max_size`) and walk every record of a compressed batch (an
+    uncompressed one too, with keys_required: a compacted topic's records must all have keys)."""
     problem = unknown_codec(header)
     if problem:
         return problem
+    codec = header.attributes & COMPRESSION_MASK
+    body = memoryview(batch)[HEADER_SIZE:header.size]
     try:
-        data = decompress(header.attributes & COMPRESSION_MASK, memoryview(batch)[HEADER_SIZE:header.size], max_size)
+        data = bytes(body) if codec == 0 else decompress(codec, body, max_size)
     except CorruptRecordError as e:
         return Problem("corrupt", str(e))
-    return check_records(data, header.records_count)
+    return check_records(data, header.records_count, keys_required)
 
 
-def check_records(data: bytes, count: int) -> Problem | None:
-    """`data` holds exactly `count` well-formed records whose offset deltas are 0..count-1."""
+def check_records(data: bytes, count: int, keys_required: bool = False) -> Problem | None:
+    """`data` holds exactly `count` well-formed records whose offset deltas are 0..count-1 (and,
+    with keys_required, a key each)."""
     if count <= 0 or count * MIN_RECORD_BYTES > len(data):
         return Problem("record", f"{count} records cannot fit in {len(data)} bytes")
     rv = _read_varint
@@ -63,10 +72,14 @@ def check_records(data: bytes, count: int) -> Problem | None:
             delta, pos = rv(data, pos)
             if delta != expected:
                 return Problem("record", f"record {expected} has offset delta {delta}")
-            for _ in range(2):  # key, value
-                n, pos = rv(data, pos)
-                if n > 0:
-                    pos += n
+            n, pos = rv(data, pos)  # key
+            if n > 0:
+                pos += n
+            elif n < 0 and keys_required:
+                return Problem("record", KEYLESS)
+            n, pos = rv(data, pos)  # value
+            if n > 0:
+                pos += n
             headers, pos = rv(data, pos)
             if headers < 0 or pos > rec_end:
                 return Problem("corrupt", f"record {expected} has a bad header count {headers}")

@@ -144,29 +144,6 @@ def _raw_records(h: BatchHeader, batch: memoryview) -> Iterator[tuple[int, int, 
         pos = end
 
 
-def has_keyless_record(batch: bytes | bytearray | memoryview, max_size: int = 1 << 31) -> bool:
-    """Whether a data batch (whole, at the start of ``batch``) holds a record without a key: a
-    compacted topic refuses it (Kafka's LogValidator: INVALID_RECORD). Decompression capped."""
-    h = read_header(batch, 0)
-    if h.attributes & CONTROL_MASK:
-        return False
-    view = memoryview(batch)
-    codec = h.attributes & COMPRESSION_MASK
-    body = view[HEADER_SIZE:h.size]
-    data = bytes(body) if codec == NONE else decompress(codec, body, max_size)
-    pos = 0
-    for _ in range(h.records_count):
-        length, start = _read_varint(data, pos)
-        p = start + 1
-        _, p = _read_varint(data, p)  # timestamp delta
-        _, p = _read_varint(data, p)  # offset delta
-        klen, _ = _read_varint(data, p)
-        if klen < 0:
-            return True
-        pos = start + length
-    return False
-
-
 def _rebuild(h: BatchHeader, kept: list[tuple[int, memoryview, memoryview]], horizon: int | None) -> bytes:
     """A batch holding ``kept`` records ((absolute timestamp, bytes after the timestamp delta, whole
     record)), the header's offsets and producer fields kept; ``horizon``: stamp a delete horizon."""

@@ -240,6 +240,11 @@ class ReplicaManager:
     def replicas(self) -> list[Partition]:
         return list(self._replicas.values())
 
+    def requires_keys(self, topic: str, index: int) -> bool:
+        """Whether records appended to this replica must all have keys (a compacted topic)."""
+        replica = self._replicas.get((topic, index))
+        return replica is not None and replica.log_config.compact
+
     def get_partition_or_error(self, topic: str | uuid.UUID, index: int,
                                current_leader_epoch: int = -1) -> Partition | ErrorCode:
         """The replica of topic-index if this broker leads it, else why not: UNKNOWN_TOPIC_ID for a

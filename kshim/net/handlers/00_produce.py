@@ -54,8 +54,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
             except BrokerError as e:
                 topic_errors[name] = e.code
         entries.extend((name, pd.index, pd.records) for pd in topic_data.partition_data)
-    rejected = await broker.replica_manager.validator.check([data for _, _, data in entries])
-    results = broker.replica_manager.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
+    replicas = broker.replica_manager
+    rejected = await replicas.validator.check([data for _, _, data in entries],
+                                              [replicas.requires_keys(name, index) for name, index, _ in entries])
+    results = replicas.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
     if req.acks == 0:
         if not isinstance(results, list):  # compression.type recompression ran in a worker thread
             results = await results
