@@ -57,18 +57,21 @@ class Report:
     duplicated: int = 0
     reordered: int = 0
     unhealed: int = 0
+    no_offset: int = 0  # acknowledged, but the delivery report carried no offset
     faults: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # first few delivery errors and unhealed faults
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.reordered or self.unhealed) and self.acked > 0
+        return not (self.lost or self.duplicated or self.reordered or self.unhealed or self.no_offset) \
+            and self.acked > 0
 
     def summary(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
         return (f"nemesis seed {self.seed}, {self.seconds:.0f} s: {self.acked:,} acked of {self.sent:,} sent "
                 f"({self.failed} failed), faults: {faults or 'none'}; lost {self.lost}, duplicated "
-                f"{self.duplicated}, reordered {self.reordered}, unhealed {self.unhealed}: "
+                f"{self.duplicated}, reordered {self.reordered}, unhealed {self.unhealed}, acked without offset "
+                f"{self.no_offset}: "
                 f"{'OK' if self.ok else 'FAILED'}")
 
 
@@ -231,6 +234,9 @@ def check(report: Report, acked: list[tuple[int, int, int]], consumed: dict[int,
             read_at.setdefault(seq, offset)  # a duplicate counts as one, not as a reordering too
         last = -1
         for _, offset, seq in (a for a in acked if a[0] == p):
+            if offset is None or offset < 0:  # acknowledged without an offset (the broker gave none)
+                report.no_offset += 1
+                continue
             # acknowledged in order at increasing offsets, and read back at the offset acknowledged
             if offset <= last or (seq in read_at and read_at[seq] != offset):
                 report.reordered += 1
