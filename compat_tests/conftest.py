@@ -1,12 +1,22 @@
 """Fixtures: a real kshim process per test module (or per test, for restart tests)."""
 from __future__ import annotations
 
+import gc
 import re
 import uuid
 
 import pytest
 
 from compat_tests.kshim_process import KshimProcess
+
+
+@pytest.fixture(autouse=True)
+def _collect_clients():
+    """confluent-kafka clients caught in reference cycles (a delivery callback that closes over its
+    producer, a traceback's frames) live on until the collector runs, retrying brokers that are gone
+    and logging every second; collect them as each test ends."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="module")
