@@ -1,5 +1,6 @@
-"""Compacted topics (docs/compaction.md) as clients see them: confluent-kafka produces, kafka-python
-reads back; `kshim ctl compact` cleans now so the outcome is deterministic."""
+"""Compacted topics (docs/compaction.md) as clients see them: confluent-kafka produces (plain and
+transactional), kafka-python and confluent-kafka read back under both isolation levels; `kshim ctl
+compact` cleans now so the outcome is deterministic."""
 from __future__ import annotations
 
 import subprocess
@@ -8,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
 
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection, consume_all
-from wire.records import encode_batch
+from wire.records import CONTROL_ABORT, encode_batch, iter_batches, read_marker
 
 pytestmark = pytest.mark.process
 INVALID_RECORD = 87
@@ -181,3 +182,95 @@ def test_broker_killed_mid_clean_restarts_consistent(tmp_path):
         assert time.monotonic() - started < 300
     finally:
         broker.kill()
+
+
+def read_confluent(broker: KshimProcess, topic: str, isolation: str, timeout: float = 30.0) -> list[tuple]:
+    """(offset, key, value) of every record a confluent-kafka consumer with this isolation level
+    reads from the start up to the end it sees (the last stable offset for read_committed)."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "isolation.level": isolation, "enable.auto.commit": False, "log_level": 3})
+    try:
+        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)  # the high watermark
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple] = []
+        deadline = time.monotonic() + timeout
+        while c.position([TopicPartition(topic, 0)])[0].offset < end:
+            assert time.monotonic() < deadline, f"read {len(out)} records of {topic}, end {end}"
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append((m.offset(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def markers_on_disk(broker: KshimProcess, topic: str) -> list[tuple[int, bool]]:
+    """(offset, committed) of the transaction markers that hold a record, read from the segment
+    files (clients never see markers)."""
+    found = []
+    for seg in sorted((Path(broker.data_dir) / f"{topic}-0").glob("*.log")):
+        data = seg.read_bytes()
+        for pos, h in iter_batches(data, strict=False):
+            if h.is_control and h.records_count:
+                found.append((h.base_offset, read_marker(data[pos:pos + h.size]).committed))
+    return found
+
+
+def test_transactions_on_a_compacted_topic_read_right_under_both_isolation_levels(broker):
+    """Aborted records go (read_uncommitted no longer sees them), committed transactional records
+    compact like any other, markers go once their transaction is empty and delete.retention.ms
+    passed, and the producer goes on after the cleaning (its state survived)."""
+    topic = "compacted-txns"
+    create(broker, topic, {"segment.bytes": "2048", "delete.retention.ms": "2000"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "compacted-txn", "linger.ms": 0,
+                  "log_level": 3})
+    p.init_transactions(30)
+    written: list[tuple[bytes, bytes, bool]] = []
+
+    def txn(records: list[tuple[bytes, bytes]], commit: bool) -> None:
+        p.begin_transaction()
+        for key, value in records:
+            p.produce(topic, key=key, value=value, partition=0)
+        assert p.flush(30) == 0
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+        written.extend((k, v, commit) for k, v in records)
+
+    txn([(b"a", b"a1"), (b"b", b"b1")], commit=True)
+    txn([(b"a", b"a-aborted"), (b"c", b"c-aborted")], commit=False)
+    txn([(b"a", b"a2")], commit=True)
+    txn([(b"d", b"d-aborted")], commit=False)
+    for i in range(24):  # committed filler rolls the segments past all of the above
+        txn([(b"f", f"f{i}".encode() + b"." * 200)], commit=True)
+    aborted = {v for _, v, c in written if not c}
+    before = read_confluent(broker, topic, "read_uncommitted")
+    assert aborted <= {v for _, _, v in before}  # read_uncommitted sees aborted records until cleaned
+    assert len([m for m in markers_on_disk(broker, topic) if not m[1]]) == 2
+
+    assert ctl_compact(broker, topic).returncode == 0
+    base = active_base(broker, topic)
+    assert base > 12  # the four transactions above are in cleaned segments
+    committed = read_confluent(broker, topic, "read_committed")
+    uncommitted = read_confluent(broker, topic, "read_uncommitted")
+    assert uncommitted == committed  # the aborted records are gone from the log itself
+    assert not aborted & {v for _, _, v in committed}
+    below = {k: v for _, k, v in committed if _ < base}
+    assert below[b"a"] == b"a2" and below[b"b"] == b"b1" and b"c" not in below and b"d" not in below
+    assert len([k for o, k, _ in committed if o < base]) == len(below)  # one record per key below
+    offsets = [o for o, _, _ in committed]
+    assert offsets == sorted(set(offsets)) and [v for _, _, v in committed][-1].startswith(b"f23")
+
+    # markers whose transaction is now empty get a delete horizon at the next clean and go after it
+    def abort_markers_gone() -> bool:
+        assert ctl_compact(broker, topic).returncode == 0
+        return not [m for m in markers_on_disk(broker, topic) if not m[1]]
+
+    wait_until(abort_markers_gone, timeout=30, interval=0.5, message="the abort markers removed")
+    assert read_confluent(broker, topic, "read_uncommitted") == committed
+
+    # the same producer goes on: its epoch and sequence survived in what the cleaner kept
+    txn([(b"a", b"a3")], commit=True)
+    txn([(b"e", b"e-aborted")], commit=False)
+    p.flush(10)
+    after = read_confluent(broker, topic, "read_committed")
+    assert after[:len(committed)] == committed and after[-1][1:] == (b"a", b"a3")
+    assert b"e-aborted" in {v for _, _, v in read_confluent(broker, topic, "read_uncommitted")}

@@ -11,8 +11,9 @@ from kshim.log import Log, LogConfig
 from kshim.log.cleaner import CleanAborted, Throttler, clean_log, cleanable_offsets
 from kshim.log.log import CLEANED_SUFFIX, SWAP_SUFFIX
 from wire.compression import GZIP
+from kshim.log.txnindex import AbortedTxn
 from wire.records import (
-    NO_SEQUENCE, decode_all, encode_batch, iter_batches, read_header, crc_ok,
+    NO_SEQUENCE, decode_all, decode_records, encode_batch, encode_marker, iter_batches, read_header, read_marker, crc_ok,
 )
 
 pytestmark = pytest.mark.unit
@@ -37,7 +38,7 @@ def everything(log: Log) -> list:
 
 def clean_all(log: Log, now: int = NOW, last: dict | None = None, first_dirty: int | None = None):
     return clean_log(log, log.log_start_offset if first_dirty is None else first_dirty, log.log_end_offset, now,
-                     last_data_offsets=last or {}, dedupe_budget_bytes=BIG, force=first_dirty is not None)
+                     last_records=last or {}, dedupe_budget_bytes=BIG, force=first_dirty is not None)
 
 
 def latest_per_key(n_keys: int, n_updates: int) -> dict[bytes, tuple[int, bytes]]:
@@ -97,7 +98,7 @@ def test_an_emptied_batch_stays_empty_only_if_it_is_its_producers_last(tmp_path:
     put(log, b"k", b"new")
     put(log, b"z", b"end")
     log._roll()
-    clean_all(log, last={11: 0, 12: 99})  # producer 11's last data batch is offset 0; 12 moved on
+    clean_all(log, last={11: (0, 0), 12: (99, 0)})  # producer 11's last data batch is offset 0; 12 moved on
     batches = [read_header(log.read(o, 1 << 20)) for o in (0, 1)]
     assert (batches[0].base_offset, batches[0].records_count, batches[0].producer_id,
             batches[0].base_sequence) == (0, 0, 11, 0)
@@ -118,21 +119,119 @@ def test_tombstones_go_delete_retention_ms_after_their_first_clean(tmp_path: Pat
     assert decode_all(log.read(2, 1 << 20))[0].timestamp == NOW  # the record keeps its timestamp
     clean_all(log, now=NOW + 999, first_dirty=log.log_end_offset)
     assert [r.key for r in everything(log)] == [b"b", b"a"]
-    assert clean_log(log, log.log_end_offset, log.log_end_offset, NOW + 5000, last_data_offsets={},
+    assert clean_log(log, log.log_end_offset, log.log_end_offset, NOW + 5000, last_records={},
                      dedupe_budget_bytes=BIG).groups == 0  # unforced: nothing dirty, nothing done (Kafka)
     clean_all(log, now=NOW + 1000, first_dirty=log.log_end_offset)
     assert [(r.key, r.value) for r in everything(log)] == [(b"b", b"1")]
 
 
-def test_transactional_batches_and_markers_are_kept_untouched(tmp_path: Path):
-    log = Log(tmp_path, cfg(segment_bytes=100_000))
-    txn = bytearray(encode_batch([(b"k", b"txn", [], NOW)], producer_id=5, producer_epoch=0, base_sequence=0,
-                                 transactional=True))
-    log.append(txn)
-    put(log, b"k", b"later")
+def txn_put(log: Log, pid: int, seq: int, *records: tuple[bytes, bytes | None], ts: int = NOW) -> int:
+    data = bytearray(encode_batch([(k, v, [], ts) for k, v in records], producer_id=pid, producer_epoch=0,
+                                  base_sequence=seq, transactional=True))
+    return log.append(data)[0]
+
+
+def end_txn(log: Log, pid: int, first: int, committed: bool, ts: int = NOW) -> int:
+    """A marker as the partition writes it: an ABORT is indexed (first offset .. marker offset)."""
+    offset = log.append(bytearray(encode_marker(pid, 0, committed, 0, ts)))[0]
+    if not committed:
+        log.add_aborted(AbortedTxn(pid, first, offset, log.log_end_offset))
+    return offset
+
+
+def data_records(log: Log) -> list:
+    data = log.read(log.log_start_offset, 1 << 30)
+    return [r for pos, h in iter_batches(data) if not h.is_control
+            for r in decode_records(data[pos:pos + h.size])]
+
+
+def markers(log: Log) -> list[tuple[int, int, bool]]:
+    """(offset, producer id, committed) of every marker batch that still holds its record."""
+    out = []
+    data = log.read(log.log_start_offset, 1 << 30)
+    for pos, h in iter_batches(data):
+        if h.is_control and h.records_count:
+            out.append((h.base_offset, h.producer_id, read_marker(data[pos:pos + h.size]).committed))
+    return out
+
+
+def test_committed_transactional_records_compact_like_others_and_aborted_ones_go(tmp_path: Path):
+    log = Log(tmp_path, cfg(segment_bytes=100_000, delete_retention_ms=1000))
+    first = txn_put(log, 7, 0, (b"a", b"committed-1"), (b"b", b"committed-1"))   # 0-1
+    end_txn(log, 7, first, committed=True)                                       # 2
+    first = txn_put(log, 8, 0, (b"a", b"aborted"), (b"c", b"aborted"))           # 3-4
+    end_txn(log, 8, first, committed=False)                                      # 5
+    put(log, b"b", b"plain")                                                      # 6
+    first = txn_put(log, 7, 1, (b"a", b"committed-2"))                           # 7
+    end_txn(log, 7, first, committed=True)                                       # 8
+    put(log, b"z", b"end")                                                        # 9
     log._roll()
     clean_all(log)
-    assert [r.value for r in everything(log)] == [b"txn", b"later"]
+    # the aborted value of "a" neither stays nor shadows the committed one before it; "c" existed
+    # only in the aborted transaction, so it is gone
+    assert [(r.offset, r.key, r.value) for r in data_records(log)] == [
+        (6, b"b", b"plain"), (7, b"a", b"committed-2"), (9, b"z", b"end")]
+    # a marker stays while its transaction's batches were still there when this clean began
+    # (Kafka's rule: the clean that empties them does not also judge the marker)
+    assert markers(log) == [(2, 7, True), (5, 8, False), (8, 7, True)]
+    assert not any(read_header(log.read(o, 1 << 20)).has_delete_horizon for o in (2, 5, 8))
+    assert [(e.producer_id, e.first_offset, e.last_offset) for e in log.aborted_between(0, 10)] == [(8, 3, 5)]
+    # the next clean finds nothing left of the first two: their markers get a delete horizon and
+    # the abort's index entry goes; the commit of the transaction still holding "a" stays as it was
+    clean_all(log, first_dirty=log.log_end_offset)
+    assert markers(log) == [(2, 7, True), (5, 8, False), (8, 7, True)]
+    stamped = {o: read_header(log.read(o, 1 << 20)) for o in (2, 5, 8)}
+    assert stamped[2].has_delete_horizon and stamped[2].base_timestamp == NOW + 1000
+    assert stamped[5].has_delete_horizon and not stamped[8].has_delete_horizon
+    assert log.aborted_between(0, 10) == []
+    # before the horizon a clean keeps them; after it they go
+    clean_all(log, now=NOW + 999, first_dirty=log.log_end_offset)
+    assert [m[0] for m in markers(log)] == [2, 5, 8]
+    clean_all(log, now=NOW + 1000, first_dirty=log.log_end_offset)
+    assert markers(log) == [(8, 7, True)]
+    assert [r.offset for r in data_records(log)] == [6, 7, 9]
+    assert [(r.offset, r.value) for r in everything(log)][-1] == (9, b"end")
+
+
+def test_an_abort_marker_stays_indexed_while_its_transaction_has_batches(tmp_path: Path):
+    """Only the batches of an aborted transaction that the cleaner has seen are dropped; while any
+    is left (kept empty as its producer's last), the marker and its index entry stay."""
+    log = Log(tmp_path, cfg(segment_bytes=100_000))
+    first = txn_put(log, 9, 0, (b"k", b"aborted"))                               # 0
+    end_txn(log, 9, first, committed=False)                                      # 1
+    put(log, b"z", b"end")                                                        # 2
+    log._roll()
+    clean_all(log, last={9: (0, 0)})  # producer 9 is active: its last data batch stays, empty
+    assert read_header(log.read(0, 1 << 20)).records_count == 0
+    assert markers(log) == [(1, 9, False)]
+    assert log.aborted_between(0, log.log_end_offset) == [AbortedTxn(9, 0, 1, 2)]
+    assert [r.value for r in data_records(log)] == [b"end"]
+    log.close()  # the cleaned transaction index is what a restart reads
+    reopened = Log(tmp_path, cfg(segment_bytes=100_000))
+    assert reopened.aborted_between(0, reopened.log_end_offset) == [AbortedTxn(9, 0, 1, 2)]
+
+
+def test_a_later_committed_transaction_of_a_producer_is_not_taken_for_its_aborted_one(tmp_path: Path):
+    log = Log(tmp_path, cfg(segment_bytes=100_000))
+    first = txn_put(log, 4, 0, (b"k", b"aborted"))                               # 0
+    end_txn(log, 4, first, committed=False)                                      # 1
+    first = txn_put(log, 4, 1, (b"k", b"committed"))                             # 2
+    end_txn(log, 4, first, committed=True)                                       # 3
+    put(log, b"z", b"end")                                                        # 4
+    log._roll()
+    clean_all(log)
+    assert [(r.offset, r.value) for r in data_records(log)] == [(2, b"committed"), (4, b"end")]
+
+
+def test_an_open_transaction_is_not_cleaned(tmp_path: Path):
+    """The last stable offset bounds the clean: batches of a transaction still open stay whole."""
+    log = Log(tmp_path, cfg(segment_bytes=100_000))
+    put(log, b"k", b"plain")                                                      # 0
+    open_first = txn_put(log, 3, 0, (b"k", b"open"))                             # 1
+    put(log, b"k", b"later")                                                      # 2
+    log._roll()
+    clean_log(log, 0, open_first, NOW, last_records={}, dedupe_budget_bytes=BIG)
+    assert [(r.offset, r.value) for r in everything(log)] == [(0, b"plain"), (1, b"open"), (2, b"later")]
 
 
 def test_cleaned_segments_have_valid_indexes_and_timestamp_lookups(tmp_path: Path):

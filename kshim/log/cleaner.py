@@ -23,16 +23,20 @@ than min.compaction.lag.ms):
 4. **Swap**: the group's files are swapped in by :meth:`Log.replace_segments` (``.cleaned`` ->
    ``.swap`` -> live names, completed or discarded at the next open).
 
-Not done (conservative, documented in docs/compaction.md): transactional batches and transaction
-markers are copied untouched and their records do not enter the offset map, so records of aborted
-transactions are not removed and markers stay; compaction still keeps at least the last record of
-every key. Keyless records in a compacted log are dropped (Kafka's rule; produce refuses them).
+Transactions (Kafka's CleanedTransactionMetadata): the aborted transactions of the range (the
+transaction index) are tracked as the batches go by. Batches of an aborted transaction neither
+enter the offset map nor stay (kept empty only under the rules above); committed transactional
+records are compacted like any other. A marker stays while batches of its transaction are still
+in the log; once none are, its first clean stamps a delete horizon and a clean after the horizon
+removes it (the ABORT markers that stay keep their transaction-index entry in the cleaned
+segment). Keyless records in a compacted log are dropped (Kafka's rule; produce refuses them).
 
 CPU and I/O bound: runs in a worker thread (kshim.replica.cleaning), throttled by a
 :class:`Throttler` shared by all cleans (log.cleaner.io.max.bytes.per.second).
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import struct
@@ -44,12 +48,13 @@ from typing import Callable, Iterator, Mapping
 from kshim.log.log import CLEANED_SUFFIX, Log
 from kshim.log.segment import INT32_MAX, LOG_SUFFIX, Segment, scan
 from kshim.log.files import write_atomic
-from kshim.log.txnindex import TXNINDEX_SUFFIX, encode_entries
+from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn, encode_entries
 from wire.compression import compress, decompress
 from wire.records import (
     COMPRESSION_MASK, CONTROL_MASK, CRC_OFFSET, DELETE_HORIZON_MASK, HEADER_SIZE, LOG_OVERHEAD, NONE,
     TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader, _read_varint, _write_varint, compute_crc, read_header,
 )
+from wire.records import CONTROL_ABORT, CONTROL_COMMIT
 log = logging.getLogger("kshim.log.cleaner")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -198,16 +203,78 @@ def _batches(seg: Segment, throttler: Throttler | None, result: CleanResult) -> 
             yield h, body
 
 
-def _untouched(h: BatchHeader) -> bool:
-    """Transactional batches and markers are kept as they are (see the module docstring)."""
-    return bool(h.attributes & (TRANSACTIONAL_MASK | CONTROL_MASK))
+class TxnTracker:
+    """Kafka's CleanedTransactionMetadata: which transactions are open as the cleaner walks the log
+    in offset order, so that it knows which batches are aborted and which markers may go."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[int, int, AbortedTxn]] = []  # heap by first offset
+        self._known: set[AbortedTxn] = set()
+        self._aborted: dict[int, list] = {}   # producer id -> [its aborted txn, last batch seen or -1]
+        self._committed: set[int] = set()      # producers with a (committed) transaction's batch seen
+        self.cleaned_index: list[AbortedTxn] = []  # entries the cleaned segment's txn index keeps
+
+    def add(self, entries: list[AbortedTxn]) -> None:
+        for e in entries:
+            if e not in self._known:
+                self._known.add(e)
+                heapq.heappush(self._pending, (e.first_offset, e.last_offset, e))
+
+    def _reach(self, offset: int) -> None:
+        while self._pending and self._pending[0][0] <= offset:
+            e = heapq.heappop(self._pending)[2]
+            self._aborted.setdefault(e.producer_id, [e, -1])
+
+    def on_batch(self, h: BatchHeader) -> bool:
+        """A data batch: True if it belongs to an aborted transaction (it may go)."""
+        last = h.base_offset + h.last_offset_delta
+        self._reach(last)
+        if not h.attributes & TRANSACTIONAL_MASK:
+            return False
+        ongoing = self._aborted.get(h.producer_id)
+        if ongoing is not None:
+            ongoing[1] = last
+            return True
+        self._committed.add(h.producer_id)
+        return False
+
+    def on_marker(self, h: BatchHeader, kind: int | None) -> bool:
+        """A control batch (``kind``: its control type, None if it holds no record): True if no
+        batch of its transaction is left, so that it may go once its delete horizon passes."""
+        self._reach(h.base_offset + h.last_offset_delta)
+        if kind is None:
+            return True  # emptied by an earlier clean
+        if kind == CONTROL_ABORT:
+            ongoing = self._aborted.pop(h.producer_id, None)
+            if ongoing is not None and ongoing[1] >= 0:
+                self.cleaned_index.append(ongoing[0])  # data of it is still here: marker and entry stay
+                return False
+            return True
+        if kind == CONTROL_COMMIT:
+            if h.producer_id in self._committed:
+                self._committed.discard(h.producer_id)
+                return False
+            return True
+        return False
+
+
+def _control_kind(h: BatchHeader, body: memoryview) -> int | None:
+    for _, _, key, _, _, _ in _raw_records(h, body):
+        if key is not None and len(key) >= 4:
+            return struct.unpack_from(">h", key, 2)[0]
+        return -1  # a control record of no type we know: it stays
+    return None
 
 
 # ------------------------------------------------------------------ the clean
 def build_offset_map(segments: list[Segment], first_dirty: int, upper: int, offset_map: OffsetMap,
-                     throttler: Throttler | None, result: CleanResult) -> None:
-    """Kafka's buildOffsetMap: keys of the dirty records [first_dirty, upper); stops after the batch
-    that fills the map (latest_offset says how far it got)."""
+                     throttler: Throttler | None, result: CleanResult,
+                     aborted: list[AbortedTxn] | None = None) -> None:
+    """Kafka's buildOffsetMap: keys of the dirty records [first_dirty, upper), records of aborted
+    transactions (``aborted``: the transaction index over that range) and markers left out; stops
+    after the batch that fills the map (latest_offset says how far it got)."""
+    txns = TxnTracker()
+    txns.add(aborted or [])
     for seg in segments:
         if seg.next_offset <= first_dirty or seg.base_offset >= upper:
             continue
@@ -217,7 +284,9 @@ def build_offset_map(segments: list[Segment], first_dirty: int, upper: int, offs
                 continue
             if h.base_offset >= upper:
                 return
-            if not _untouched(h):
+            if h.attributes & CONTROL_MASK:
+                txns.on_marker(h, _control_kind(h, body))
+            elif not txns.on_batch(h):
                 for off_delta, _, key, _, _, _ in _raw_records(h, body):
                     offset = h.base_offset + off_delta
                     if key is not None and first_dirty <= offset < upper:
@@ -244,15 +313,20 @@ def group_segments(segments: list[Segment], max_bytes: int, max_index_bytes: int
     return groups
 
 
+LastRecords = Mapping[int, tuple[int, int]]  # producer id -> (its last data offset or -1, its epoch)
+
+
 def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, *,
-              last_data_offsets: Mapping[int, int], dedupe_budget_bytes: int,
+              last_records: LastRecords, dedupe_budget_bytes: int,
               throttler: Throttler | None = None, force: bool = False) -> CleanResult:
     """Clean ``log_`` (see the module docstring). ``first_uncleanable`` already accounts for the
-    active segment, the last stable offset and min.compaction.lag.ms; ``last_data_offsets``: each
-    producer's last data batch's last offset (its batch stays, maybe empty). Raises CleanAborted
-    if the log changed meanwhile (what was swapped in before stays: it is consistent). ``force``
-    (`kshim ctl compact`): clean the already clean segments even if nothing is dirty, so that
-    tombstones past their delete horizon go now (Kafka waits for new dirty data)."""
+    active segment, the last stable offset and min.compaction.lag.ms; ``last_records``: each
+    active producer's last data offset (-1 if none) and epoch (Kafka's lastRecordsOfActiveProducers:
+    the batch holding that offset stays, maybe empty; with no data offset, the producer's marker
+    of that epoch does). Raises CleanAborted if the log changed meanwhile (what was swapped in
+    before stays: it is consistent). ``force`` (`kshim ctl compact`): clean the already clean
+    segments even if nothing is dirty, so that tombstones and markers past their delete horizon
+    go now (Kafka waits for new dirty data)."""
     segments, active_base, truncations = log_.cleanable_segments()
     upper = min(first_uncleanable, active_base)
     result = CleanResult(first_dirty, first_dirty)
@@ -260,7 +334,8 @@ def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, 
         return result
     offset_map = OffsetMap(dedupe_budget_bytes)
     if upper > first_dirty:
-        build_offset_map(segments, first_dirty, upper, offset_map, throttler, result)
+        build_offset_map(segments, first_dirty, upper, offset_map, throttler, result,
+                         log_.aborted_between(first_dirty, upper))
     result.map_entries = len(offset_map.entries)
     if offset_map.latest_offset < first_dirty:
         if not force:
@@ -269,10 +344,11 @@ def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, 
     end = offset_map.latest_offset + 1
     cfg = log_.config
     to_clean = [s for s in segments if s.base_offset < end]
+    txns = TxnTracker()  # carried from group to group, as Kafka's is
     for group in group_segments(to_clean, min(cfg.segment_bytes, INT32_MAX), cfg.segment_index_bytes):
         next_offset = (segments[segments.index(group[-1]) + 1].base_offset
                        if group[-1] is not segments[-1] else active_base)
-        _clean_group(log_, group, next_offset, offset_map, upper, now_ms, last_data_offsets, throttler, result)
+        _clean_group(log_, group, next_offset, offset_map, upper, now_ms, last_records, txns, throttler, result)
         if not log_.replace_segments(group, group[0].stem, truncations):
             _discard(group[0].stem)
             raise CleanAborted(f"{log_.directory}: the log changed during the clean")
@@ -290,7 +366,7 @@ def _discard(stem: str) -> None:
 
 
 def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: OffsetMap, upper: int,
-                 now_ms: int, last_data_offsets: Mapping[int, int], throttler: Throttler | None,
+                 now_ms: int, last_records: LastRecords, txns: TxnTracker, throttler: Throttler | None,
                  result: CleanResult) -> None:
     """Write ``<base>.log.cleaned`` (and its index files) for ``group``."""
     stem = group[0].stem
@@ -303,10 +379,14 @@ def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: 
         out = bytearray()
         last_kept: tuple[int, int] | None = None  # a group keeps at least one batch (never an empty file)
         pending_empty: BatchHeader | None = None
-        for seg in group:
+        txns.cleaned_index = []
+        for k, seg in enumerate(group):
+            # the aborted transactions overlapping this segment (whole: its cleaned index is rebuilt)
+            txns.add(log_.aborted_between(seg.base_offset,
+                                          group[k + 1].base_offset if k + 1 < len(group) else next_offset))
             for h, body in _batches(seg, throttler, result):
                 kept_bytes = _filter_batch(h, body, offset_map, upper, now_ms, cfg.delete_retention_ms,
-                                           last_data_offsets, result)
+                                           last_records, txns, result)
                 if kept_bytes is None:
                     pending_empty = h
                     continue
@@ -323,10 +403,9 @@ def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: 
         if index.max_ts > (index.ts_ts[-1] if index.ts_ts else -1):
             index._add_time_entry(write=False)  # the final entry a roll writes
         index._write_index_files(CLEANED_SUFFIX)
-        entries = [e for seg in group for e in seg.txn_index.entries]
-        if entries:  # markers are kept, so their aborted-transaction entries are too
+        if txns.cleaned_index:  # the ABORT markers that stay keep their entries
             with open(stem + TXNINDEX_SUFFIX + CLEANED_SUFFIX, "wb") as f:
-                f.write(encode_entries(entries))
+                f.write(encode_entries(txns.cleaned_index))
                 f.flush()
                 os.fsync(f.fileno())
     except BaseException:
@@ -359,12 +438,37 @@ def _flush(fd: int, out: bytearray, throttler: Throttler | None, result: CleanRe
 
 
 def _filter_batch(h: BatchHeader, body: memoryview, offset_map: OffsetMap, upper: int, now_ms: int,
-                  delete_retention_ms: int, last_data_offsets: Mapping[int, int],
+                  delete_retention_ms: int, last_records: LastRecords, txns: TxnTracker,
                   result: CleanResult) -> bytes | memoryview | None:
-    """The batch as it stays (its bytes, rebuilt or not), or None if it goes."""
-    if _untouched(h):
-        return body
+    """The batch as it stays (its bytes, rebuilt or not), or None if it goes (Kafka's
+    checkBatchRetention and shouldRetainRecord)."""
     last = h.base_offset + h.last_offset_delta
+    control = bool(h.attributes & CONTROL_MASK)
+    if control:
+        discardable = txns.on_marker(h, _control_kind(h, body))
+        # a marker with nothing left of its transaction goes once its delete horizon has passed
+        discard_records = discardable and h.has_delete_horizon and h.base_timestamp <= now_ms
+    else:
+        discardable = discard_records = txns.on_batch(h)  # a batch of an aborted transaction
+    # Kafka keeps these, emptied if need be: a producer's batch holding its last sequence (or,
+    # with no data left, its marker of the current epoch, for fencing), and the round's last batch
+    keep_empty = last + 1 == upper
+    if h.producer_id >= 0 and h.producer_id in last_records:
+        last_data, epoch = last_records[h.producer_id]
+        keep_empty = keep_empty or (last == last_data if last_data >= 0 else control and h.producer_epoch == epoch)
+    if discard_records:
+        result.records_read += h.records_count
+        return _rebuild(h, [], None) if keep_empty else None
+    if control:
+        result.records_read += h.records_count
+        result.records_kept += h.records_count
+        if h.records_count == 0:
+            return body if keep_empty else None
+        if discardable and not h.has_delete_horizon:  # its first clean with nothing left: the horizon
+            marker = [(h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else h.base_timestamp + ts_delta,
+                       rest, whole) for _, ts_delta, _, _, rest, whole in _raw_records(h, body)]
+            return _rebuild(h, marker, now_ms + delete_retention_ms)
+        return body
     retain_deletes = not h.has_delete_horizon or now_ms < h.base_timestamp
     kept: list[tuple[int, memoryview, memoryview]] = []
     all_kept = True
@@ -389,10 +493,7 @@ def _filter_batch(h: BatchHeader, body: memoryview, offset_map: OffsetMap, upper
         if all_kept and not needs_horizon:
             return body
         return _rebuild(h, kept, now_ms + delete_retention_ms if needs_horizon else None)
-    # emptied: Kafka keeps the producer's last data batch, and the batch that ends the round
-    if (h.producer_id >= 0 and last_data_offsets.get(h.producer_id) == last) or last + 1 == upper:
-        return _rebuild(h, [], None)
-    return None
+    return _rebuild(h, [], None) if keep_empty else None
 
 
 # ------------------------------------------------------------------ when to clean (LogCleanerManager)

@@ -3,7 +3,7 @@ partitions this broker hosts, leaders and followers alike, each its own log.
 
 Every ``--log-cleaner-backoff-ms`` it looks at the replicas whose topic has cleanup.policy
 compact: on the event loop it takes what only the loop may read (the last stable offset, each
-producer's last data offset); in one worker thread it works out which logs are due
+producer's last data offset and epoch); in one worker thread it works out which logs are due
 (min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms) and cleans them, the
 dirtiest first, through one shared Throttler (``--log-cleaner-io-max-bytes-per-second``). One
 clean runs at a time (Kafka's log.cleaner.threads=1); `kshim ctl compact` asks for one now
@@ -38,13 +38,13 @@ class CleanerSettings:
 class _Candidate:
     partition: Partition
     last_stable_offset: int
-    last_data_offsets: dict[int, int]
+    last_records: dict[int, tuple[int, int]]  # producer id -> (last data offset or -1, epoch)
 
 
 def _candidate(p: Partition) -> _Candidate:
     """What the worker thread needs of a partition, read on the event loop."""
     return _Candidate(p, p.last_stable_offset,
-                      {pid: e.last_data_offset for pid, e in p.producers.producers.items()})
+                      {pid: (e.last_data_offset, e.epoch) for pid, e in p.producers.producers.items()})
 
 
 class ReplicaSource(Protocol):
@@ -101,7 +101,7 @@ class LogCleaner:
         try:
             cleanable = cleanable_offsets(p.log, read_checkpoint(p.directory), c.last_stable_offset, now)
             result = clean_log(p.log, cleanable.first_dirty, cleanable.first_uncleanable, now,
-                               last_data_offsets=c.last_data_offsets,
+                               last_records=c.last_records,
                                dedupe_budget_bytes=self.settings.dedupe_buffer_size,
                                throttler=self.throttler, force=force)
             if result.end_offset != read_checkpoint(p.directory):
