@@ -13,7 +13,8 @@ def test_faults_of_every_kind_lose_duplicate_and_reorder_nothing_acknowledged():
     assert set(report.faults) == set(nemesis.KINDS), report.faults
     assert report.unhealed == 0, report.failures
     assert report.acked > 45 * 500 // 4, report.summary()
-    assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0), (report.summary(), report.failures)
+    assert (report.lost, report.duplicated, report.reordered, report.no_offset) == (0, 0, 0, 0), \
+        (report.summary(), report.failures)
 
 
 def test_the_check_counts_lost_duplicated_and_reordered_records():

@@ -56,7 +56,8 @@ class BrokerAdmin:
             if isinstance(result, CleanResult):
                 entry.update(cleaned_to=result.end_offset, records_read=result.records_read,
                              records_kept=result.records_kept, bytes_read=result.bytes_read,
-                             bytes_written=result.bytes_written, segments_written=result.groups)
+                             bytes_written=result.bytes_written, segments_written=result.groups,
+                             map_bytes_read=result.map_bytes_read, seconds=round(result.seconds, 3))
             else:
                 entry["error"] = result
             out.append(entry)

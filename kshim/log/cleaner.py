@@ -104,6 +104,8 @@ class CleanResult:
     records_kept: int = 0
     groups: int = 0
     map_entries: int = 0
+    map_bytes_read: int = 0  # of bytes_read, what building the offset map read (the rest: the copy)
+    seconds: float = 0.0
 
 
 @dataclass
@@ -327,19 +329,31 @@ def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, 
     before stays: it is consistent). ``force`` (`kshim ctl compact`): clean the already clean
     segments even if nothing is dirty, so that tombstones and markers past their delete horizon
     go now (Kafka waits for new dirty data)."""
+    started = time.monotonic()
+    result = CleanResult(first_dirty, first_dirty)
+    try:
+        _clean(log_, first_dirty, first_uncleanable, now_ms, last_records, dedupe_budget_bytes, throttler,
+               force, result)
+    finally:
+        result.seconds = time.monotonic() - started
+    return result
+
+
+def _clean(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, last_records: LastRecords,
+           dedupe_budget_bytes: int, throttler: Throttler | None, force: bool, result: CleanResult) -> None:
     segments, active_base, truncations = log_.cleanable_segments()
     upper = min(first_uncleanable, active_base)
-    result = CleanResult(first_dirty, first_dirty)
     if not segments:
-        return result
+        return
     offset_map = OffsetMap(dedupe_budget_bytes)
     if upper > first_dirty:
         build_offset_map(segments, first_dirty, upper, offset_map, throttler, result,
                          log_.aborted_between(first_dirty, upper))
     result.map_entries = len(offset_map.entries)
+    result.map_bytes_read = result.bytes_read
     if offset_map.latest_offset < first_dirty:
         if not force:
-            return result
+            return
         offset_map.latest_offset = min(first_dirty, upper) - 1  # nothing dirty: only tombstones can go
     end = offset_map.latest_offset + 1
     cfg = log_.config
@@ -354,7 +368,6 @@ def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, 
             raise CleanAborted(f"{log_.directory}: the log changed during the clean")
         result.groups += 1
     result.end_offset = end
-    return result
 
 
 def _discard(stem: str) -> None:
