@@ -31,7 +31,8 @@ in the log; once none are, its first clean stamps a delete horizon and a clean a
 removes it (the ABORT markers that stay keep their transaction-index entry in the cleaned
 segment). Keyless records in a compacted log are dropped (Kafka's rule; produce refuses them).
 
-CPU and I/O bound: runs in a worker thread (kshim.replica.cleaning), throttled by a
+CPU and I/O bound: the broker plans and swaps in a worker thread and writes in a process of its
+own (kshim.replica.cleaning), throttled by a
 :class:`Throttler` shared by all cleans (log.cleaner.io.max.bytes.per.second).
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ import os
 import struct
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -195,7 +197,7 @@ def _rebuild(h: BatchHeader, kept: list[tuple[int, memoryview, memoryview]], hor
     return bytes(out)
 
 
-def _batches(seg: Segment, throttler: Throttler | None, result: CleanResult) -> Iterator[tuple[BatchHeader, memoryview]]:
+def _batches(seg: SegmentFile, throttler: Throttler | None, result: CleanResult) -> Iterator[tuple[BatchHeader, memoryview]]:
     with seg.pinned() as fd:
         for _, h, body in scan(fd, 0, seg.size, bodies=True, chunk=_READ_CHUNK):
             assert body is not None
@@ -269,7 +271,7 @@ def _control_kind(h: BatchHeader, body: memoryview) -> int | None:
 
 
 # ------------------------------------------------------------------ the clean
-def build_offset_map(segments: list[Segment], first_dirty: int, upper: int, offset_map: OffsetMap,
+def build_offset_map(segments: list[SegmentFile], first_dirty: int, upper: int, offset_map: OffsetMap,
                      throttler: Throttler | None, result: CleanResult,
                      aborted: list[AbortedTxn] | None = None) -> None:
     """Kafka's buildOffsetMap: keys of the dirty records [first_dirty, upper), records of aborted
@@ -298,10 +300,10 @@ def build_offset_map(segments: list[Segment], first_dirty: int, upper: int, offs
                 return
 
 
-def group_segments(segments: list[Segment], max_bytes: int, max_index_bytes: int) -> list[list[Segment]]:
+def group_segments(segments: list[SegmentFile], max_bytes: int, max_index_bytes: int) -> list[list[SegmentFile]]:
     """Kafka's groupSegmentsBySize: consecutive segments whose sum fits one segment (bytes, index
     entries) and whose offsets stay within int32 of the group's base."""
-    groups: list[list[Segment]] = []
+    groups: list[list[SegmentFile]] = []
     for seg in segments:
         if groups:
             g = groups[-1]
@@ -318,56 +320,142 @@ def group_segments(segments: list[Segment], max_bytes: int, max_index_bytes: int
 LastRecords = Mapping[int, tuple[int, int]]  # producer id -> (its last data offset or -1, its epoch)
 
 
+@dataclass(frozen=True)
+class SegmentFile:
+    """What a clean reads of a segment below the active one (picklable: the copy may run in
+    another process, which opens the file itself)."""
+    stem: str
+    base_offset: int
+    next_offset: int
+    size: int
+    interval: int
+
+    @contextmanager
+    def pinned(self) -> Iterator[int]:
+        try:
+            fd = os.open(self.stem + LOG_SUFFIX, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError as e:  # deleted by retention since the plan: the log changed
+            raise CleanAborted(f"{self.stem}: segment gone") from e
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class CleanPlan:
+    """Everything a clean of one log needs, taken from the log at its start (:func:`plan_clean`);
+    :func:`write_cleaned` turns it into ``.cleaned`` files anywhere, :func:`swap_cleaned` swaps
+    them in under the log's lock."""
+    directory: str
+    segments: list[SegmentFile]
+    aborted: list[list[AbortedTxn]]  # per segment: the aborted transactions overlapping it
+    map_aborted: list[AbortedTxn]    # those overlapping the dirty range
+    active_base: int
+    first_dirty: int
+    upper: int
+    now_ms: int
+    last_records: dict[int, tuple[int, int]]
+    dedupe_budget_bytes: int
+    force: bool
+    segment_bytes: int
+    segment_index_bytes: int
+    index_interval_bytes: int
+    delete_retention_ms: int
+
+
+@dataclass
+class Written:
+    result: CleanResult
+    groups: list[tuple[int, int]] = field(default_factory=list)  # [start, end) into plan.segments
+
+
 def clean_log(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, *,
               last_records: LastRecords, dedupe_budget_bytes: int,
               throttler: Throttler | None = None, force: bool = False) -> CleanResult:
-    """Clean ``log_`` (see the module docstring). ``first_uncleanable`` already accounts for the
-    active segment, the last stable offset and min.compaction.lag.ms; ``last_records``: each
-    active producer's last data offset (-1 if none) and epoch (Kafka's lastRecordsOfActiveProducers:
-    the batch holding that offset stays, maybe empty; with no data offset, the producer's marker
-    of that epoch does). Raises CleanAborted if the log changed meanwhile (what was swapped in
-    before stays: it is consistent). ``force`` (`kshim ctl compact`): clean the already clean
-    segments even if nothing is dirty, so that tombstones and markers past their delete horizon
-    go now (Kafka waits for new dirty data)."""
+    """Clean ``log_`` in this thread (see the module docstring; the broker's cleaner runs the
+    middle step, :func:`write_cleaned`, in a process of its own). ``first_uncleanable`` already
+    accounts for the active segment, the last stable offset and min.compaction.lag.ms;
+    ``last_records``: each active producer's last data offset (-1 if none) and epoch (Kafka's
+    lastRecordsOfActiveProducers: the batch holding that offset stays, maybe empty; with no data
+    offset, the producer's marker of that epoch does). Raises CleanAborted if the log changed
+    meanwhile (what was swapped in before stays: it is consistent). ``force`` (`kshim ctl
+    compact`): clean the already clean segments even if nothing is dirty, so that tombstones and
+    markers past their delete horizon go now (Kafka waits for new dirty data)."""
     started = time.monotonic()
-    result = CleanResult(first_dirty, first_dirty)
-    try:
-        _clean(log_, first_dirty, first_uncleanable, now_ms, last_records, dedupe_budget_bytes, throttler,
-               force, result)
-    finally:
-        result.seconds = time.monotonic() - started
-    return result
+    plan, live, truncations = plan_clean(log_, first_dirty, first_uncleanable, now_ms, last_records=last_records,
+                                         dedupe_budget_bytes=dedupe_budget_bytes, force=force)
+    written = write_cleaned(plan, throttler)
+    swap_cleaned(log_, plan, written, live, truncations)
+    written.result.seconds = time.monotonic() - started
+    return written.result
 
 
-def _clean(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, last_records: LastRecords,
-           dedupe_budget_bytes: int, throttler: Throttler | None, force: bool, result: CleanResult) -> None:
+def plan_clean(log_: Log, first_dirty: int, first_uncleanable: int, now_ms: int, *, last_records: LastRecords,
+               dedupe_budget_bytes: int, force: bool = False) -> tuple[CleanPlan, list[Segment], int]:
+    """The plan, the live segments it names (for the swap) and the log's truncation count."""
     segments, active_base, truncations = log_.cleanable_segments()
     upper = min(first_uncleanable, active_base)
-    if not segments:
-        return
-    offset_map = OffsetMap(dedupe_budget_bytes)
-    if upper > first_dirty:
-        build_offset_map(segments, first_dirty, upper, offset_map, throttler, result,
-                         log_.aborted_between(first_dirty, upper))
-    result.map_entries = len(offset_map.entries)
-    result.map_bytes_read = result.bytes_read
-    if offset_map.latest_offset < first_dirty:
-        if not force:
-            return
-        offset_map.latest_offset = min(first_dirty, upper) - 1  # nothing dirty: only tombstones can go
-    end = offset_map.latest_offset + 1
+    files = [SegmentFile(s.stem, s.base_offset, s.next_offset, s.size, s.interval) for s in segments]
+    bounds = [s.base_offset for s in segments[1:]] + [active_base]
     cfg = log_.config
-    to_clean = [s for s in segments if s.base_offset < end]
-    txns = TxnTracker()  # carried from group to group, as Kafka's is
-    for group in group_segments(to_clean, min(cfg.segment_bytes, INT32_MAX), cfg.segment_index_bytes):
-        next_offset = (segments[segments.index(group[-1]) + 1].base_offset
-                       if group[-1] is not segments[-1] else active_base)
-        _clean_group(log_, group, next_offset, offset_map, upper, now_ms, last_records, txns, throttler, result)
-        if not log_.replace_segments(group, group[0].stem, truncations):
-            _discard(group[0].stem)
+    plan = CleanPlan(
+        str(log_.directory), files, [log_.aborted_between(s.base_offset, nxt) for s, nxt in zip(segments, bounds)],
+        log_.aborted_between(first_dirty, upper) if upper > first_dirty else [], active_base, first_dirty, upper,
+        now_ms, dict(last_records), dedupe_budget_bytes, force, cfg.segment_bytes, cfg.segment_index_bytes,
+        cfg.index_interval_bytes, cfg.delete_retention_ms)
+    return plan, segments, truncations
+
+
+def write_cleaned(plan: CleanPlan, throttler: Throttler | None) -> Written:
+    """Build the offset map and write each group's ``.cleaned`` files (no swap). Pure file work on
+    the plan: safe in another process."""
+    started = time.monotonic()
+    written = Written(CleanResult(plan.first_dirty, plan.first_dirty))
+    result = written.result
+    segments = plan.segments
+    try:
+        if not segments:
+            return written
+        offset_map = OffsetMap(plan.dedupe_budget_bytes)
+        if plan.upper > plan.first_dirty:
+            build_offset_map(segments, plan.first_dirty, plan.upper, offset_map, throttler, result, plan.map_aborted)
+        result.map_entries = len(offset_map.entries)
+        result.map_bytes_read = result.bytes_read
+        if offset_map.latest_offset < plan.first_dirty:
+            if not plan.force:
+                return written
+            offset_map.latest_offset = min(plan.first_dirty, plan.upper) - 1  # nothing dirty: horizons only
+        end = offset_map.latest_offset + 1
+        to_clean = [s for s in segments if s.base_offset < end]
+        txns = TxnTracker()  # carried from group to group, as Kafka's is
+        start = 0
+        try:
+            for group in group_segments(to_clean, min(plan.segment_bytes, INT32_MAX), plan.segment_index_bytes):
+                stop = start + len(group)
+                next_offset = segments[stop].base_offset if stop < len(segments) else plan.active_base
+                _clean_group(plan, start, stop, next_offset, offset_map, txns, throttler, result)
+                written.groups.append((start, stop))
+                start = stop
+        except BaseException:
+            for a, _ in written.groups:
+                _discard(segments[a].stem)
+            raise
+        result.end_offset = end
+        return written
+    finally:
+        result.seconds = time.monotonic() - started
+
+
+def swap_cleaned(log_: Log, plan: CleanPlan, written: Written, live: list[Segment], truncations: int) -> None:
+    """Swap the written groups in, in order (:meth:`Log.replace_segments`); CleanAborted, the
+    rest discarded, as soon as one cannot be (the log changed: truncated, segments deleted)."""
+    for k, (a, b) in enumerate(written.groups):
+        if not log_.replace_segments(live[a:b], plan.segments[a].stem, truncations):
+            for a2, _ in written.groups[k:]:
+                _discard(plan.segments[a2].stem)
             raise CleanAborted(f"{log_.directory}: the log changed during the clean")
-        result.groups += 1
-    result.end_offset = end
+        written.result.groups += 1
 
 
 def _discard(stem: str) -> None:
@@ -378,16 +466,15 @@ def _discard(stem: str) -> None:
             pass
 
 
-def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: OffsetMap, upper: int,
-                 now_ms: int, last_records: LastRecords, txns: TxnTracker, throttler: Throttler | None,
-                 result: CleanResult) -> None:
-    """Write ``<base>.log.cleaned`` (and its index files) for ``group``."""
+def _clean_group(plan: CleanPlan, start: int, stop: int, next_offset: int, offset_map: OffsetMap,
+                 txns: TxnTracker, throttler: Throttler | None, result: CleanResult) -> None:
+    """Write ``<base>.log.cleaned`` (and its index files) for ``plan.segments[start:stop]``."""
+    group = plan.segments[start:stop]
     stem = group[0].stem
-    cfg = log_.config
     fd = os.open(stem + LOG_SUFFIX + CLEANED_SUFFIX,
                  os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
     # an index builder: a Segment over the cleaned file, fed as appends would feed it
-    index = Segment(stem, group[0].base_offset, fd, 0, cfg.index_interval_bytes)
+    index = Segment(stem, group[0].base_offset, fd, 0, plan.index_interval_bytes)
     try:
         out = bytearray()
         last_kept: tuple[int, int] | None = None  # a group keeps at least one batch (never an empty file)
@@ -395,11 +482,10 @@ def _clean_group(log_: Log, group: list[Segment], next_offset: int, offset_map: 
         txns.cleaned_index = []
         for k, seg in enumerate(group):
             # the aborted transactions overlapping this segment (whole: its cleaned index is rebuilt)
-            txns.add(log_.aborted_between(seg.base_offset,
-                                          group[k + 1].base_offset if k + 1 < len(group) else next_offset))
+            txns.add(plan.aborted[start + k])
             for h, body in _batches(seg, throttler, result):
-                kept_bytes = _filter_batch(h, body, offset_map, upper, now_ms, cfg.delete_retention_ms,
-                                           last_records, txns, result)
+                kept_bytes = _filter_batch(h, body, offset_map, plan.upper, plan.now_ms, plan.delete_retention_ms,
+                                           plan.last_records, txns, result)
                 if kept_bytes is None:
                     pending_empty = h
                     continue

@@ -5,14 +5,27 @@ Every ``--log-cleaner-backoff-ms`` it looks at the replicas whose topic has clea
 compact: on the event loop it takes what only the loop may read (the last stable offset, each
 producer's last data offset and epoch); in one worker thread it works out which logs are due
 (min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms) and cleans them, the
-dirtiest first, through one shared Throttler (``--log-cleaner-io-max-bytes-per-second``). One
+dirtiest first, through one Throttler (``--log-cleaner-io-max-bytes-per-second``). One
 clean runs at a time (Kafka's log.cleaner.threads=1); `kshim ctl compact` asks for one now
 through the same lane. The first dirty offset is checkpointed per partition
 (``cleaner-offset-checkpoint``).
+
+The heavy part of a clean, reading the segments and writing the cleaned ones
+(:func:`kshim.log.cleaner.write_cleaned`), runs in a process of its own (one, started on the first
+clean, spawned: no fork of a threaded broker): in a thread it held the GIL for most of its run,
+and every socket read and write of the event loop then waited for it (produce p99 went from 9 ms
+to 0.8 s while a 100 MB log was cleaned). The worker thread only plans the clean (a snapshot of
+the segments and transaction index, under the log's lock) and swaps the result in.
 """
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -20,7 +33,8 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.log.cleaner import (
-    CleanAborted, CleanResult, Throttler, clean_log, cleanable_offsets, read_checkpoint, write_checkpoint,
+    CleanAborted, CleanPlan, CleanResult, Throttler, Written, cleanable_offsets, plan_clean, read_checkpoint,
+    swap_cleaned, write_checkpoint, write_cleaned,
 )
 from kshim.partition import Partition
 
@@ -53,20 +67,78 @@ class ReplicaSource(Protocol):
     def replicas(self) -> list[Partition]: ...
 
 
+_child_throttler: Throttler | None = None
+_parent = -1
+
+
+class _WatchedThrottler(Throttler):
+    """The cleaner process's throttler, told of every batch read and every write: it also stops
+    the process at once if the broker is gone, so no clean outlives it by more than a batch."""
+
+    def throttle(self, nbytes: int) -> None:
+        if os.getppid() != _parent:
+            os._exit(0)
+        super().throttle(nbytes)
+
+
+def _child_init(parent: int) -> None:
+    """In the cleaner process: exit as soon as the broker is gone (its pipes to us would not tell:
+    the pool's queue keeps a write end here too), checked every 0.2 s by a daemon thread, so a
+    SIGKILLed broker leaves no process behind holding its files or its stdout."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+
+    global _parent
+    _parent = parent
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _write_in_child(plan: CleanPlan, bytes_per_second: int) -> Written:
+    """The cleaner process's task: one throttler for all its cleans (one runs at a time)."""
+    global _child_throttler
+    if _child_throttler is None or _child_throttler.rate != bytes_per_second:
+        _child_throttler = _WatchedThrottler(float(bytes_per_second))
+    return write_cleaned(plan, _child_throttler)
+
+
 class LogCleaner:
     def __init__(self, settings: CleanerSettings) -> None:
         self.settings = settings
-        self.throttler = Throttler(float(settings.io_max_bytes_per_second))
         self._lane = anyio.Lock()  # one clean at a time
+        self._pool: ProcessPoolExecutor | None = None
 
     async def run(self, replicas: ReplicaSource) -> None:
         """The periodic cleaner: due logs only."""
-        while True:
-            await anyio.sleep(self.settings.backoff_ms / 1000)
-            candidates = [_candidate(p) for p in replicas.replicas() if p.log.config.compact]
-            if candidates:
-                async with self._lane:
-                    await anyio.to_thread.run_sync(self._clean_due, candidates)
+        try:
+            while True:
+                await anyio.sleep(self.settings.backoff_ms / 1000)
+                candidates = [_candidate(p) for p in replicas.replicas() if p.log.config.compact]
+                if candidates:
+                    async with self._lane:
+                        await anyio.to_thread.run_sync(self._clean_due, candidates)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the cleaner process (a clean under way is abandoned: its ``.cleaned`` files are
+        discarded when the log is next opened)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            for proc in list(getattr(pool, "_processes", {}).values()):  # no wait for a clean to end
+                proc.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _write(self, plan: CleanPlan) -> Written:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_child_init, initargs=(os.getpid(),))
+        try:
+            return self._pool.submit(_write_in_child, plan, self.settings.io_max_bytes_per_second).result()
+        except BrokenProcessPool as e:  # killed (OOM, by hand): a new one next time
+            self._pool = None
+            raise OSError(f"the cleaner process died: {e}") from e
 
     async def clean_now(self, partitions: Iterable[Partition]) -> list[tuple[Partition, CleanResult | str]]:
         """Clean these partitions now, whatever their dirty ratio (`kshim ctl compact`); min.compaction.lag.ms
@@ -98,12 +170,16 @@ class LogCleaner:
     def _clean_one(self, c: _Candidate, force: bool) -> CleanResult | str:
         p = c.partition
         now = SYSTEM.wall_ms()
+        started = time.monotonic()
         try:
             cleanable = cleanable_offsets(p.log, read_checkpoint(p.directory), c.last_stable_offset, now)
-            result = clean_log(p.log, cleanable.first_dirty, cleanable.first_uncleanable, now,
-                               last_records=c.last_records,
-                               dedupe_budget_bytes=self.settings.dedupe_buffer_size,
-                               throttler=self.throttler, force=force)
+            plan, live, truncations = plan_clean(p.log, cleanable.first_dirty, cleanable.first_uncleanable, now,
+                                                 last_records=c.last_records,
+                                                 dedupe_budget_bytes=self.settings.dedupe_buffer_size, force=force)
+            written = self._write(plan)
+            swap_cleaned(p.log, plan, written, live, truncations)
+            result = written.result
+            result.seconds = time.monotonic() - started
             if result.end_offset != read_checkpoint(p.directory):
                 write_checkpoint(p.directory, result.end_offset)
         except CleanAborted as e:
