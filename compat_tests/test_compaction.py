@@ -36,8 +36,10 @@ def ctl_compact(broker: KshimProcess, topic: str) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=300)
 
 
-def produce(broker: KshimProcess, records: list[tuple[bytes, bytes | None]], topic: str, **conf) -> dict[int, tuple]:
-    """confluent-kafka, acks=all: {offset: (key, value)} of every acknowledged record (all must be)."""
+def produce(broker: KshimProcess | str, records: list[tuple[bytes, bytes | None]], topic: str,
+            **conf) -> dict[int, tuple]:
+    """confluent-kafka, acks=all unless ``conf`` says otherwise, to partition 0 of ``topic`` on a
+    broker (or a bootstrap string): {offset: (key, value)} of every acknowledged record (all must be)."""
     acked: dict[int, tuple] = {}
     errors: list = []
 
@@ -47,8 +49,9 @@ def produce(broker: KshimProcess, records: list[tuple[bytes, bytes | None]], top
         else:
             acked[msg.offset()] = (msg.key(), msg.value())
 
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 200,
-                  **conf})
+    bootstrap = broker if isinstance(broker, str) else broker.bootstrap
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.num.messages": 200,
+                  "log_level": 3, **conf})
     for key, value in records:
         while True:
             try:
@@ -57,7 +60,7 @@ def produce(broker: KshimProcess, records: list[tuple[bytes, bytes | None]], top
             except BufferError:
                 p.poll(0.1)
         p.poll(0)
-    assert p.flush(60) == 0
+    assert p.flush(60) == 0, "records not delivered within 60 s"
     assert not errors, errors[:3]
     assert len(acked) == len(records)
     return acked

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import wait_until
+from compat_tests.test_compaction import produce as produce_to
 from compat_tests.test_failover import partitions_of
 from wire.records import decode_records, iter_batches
 
@@ -27,25 +27,9 @@ DEADLINE_S = 60.0
 
 def produce(bootstrap: str, records: list[tuple[bytes, bytes]], acks: str = "all") -> dict[int, tuple]:
     """{offset: (key, value)} of the acknowledged records (all of them must be)."""
-    acked: dict[int, tuple] = {}
-    errors: list = []
-
-    def report(err, msg):
-        if err is not None:
-            errors.append(err)
-        else:
-            acked[msg.offset()] = (msg.key(), msg.value())
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "log_level": 3,
-                  "enable.idempotence": acks == "all", "message.timeout.ms": 30000,
-                  "batch.num.messages": 50})  # small batches: segments of 8 KiB roll
-    for key, value in records:
-        p.produce(TOPIC, key=key, value=value, partition=0, on_delivery=report)
-        p.poll(0)
-    assert p.flush(40) == 0
-    assert not errors, errors[:3]
-    assert len(acked) == len(records)
-    return acked
+    return produce_to(bootstrap, records, TOPIC, acks=acks, **{
+        "enable.idempotence": acks == "all", "message.timeout.ms": 30000,
+        "batch.num.messages": 50})  # small batches: segments of 8 KiB roll
 
 
 def on_disk(cluster: Cluster, node: int) -> list[tuple[int, bytes, bytes]]:
