@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
@@ -187,13 +187,27 @@ def test_broker_killed_mid_clean_restarts_consistent(tmp_path):
         broker.kill()
 
 
+DESTROY_BROKER = -137  # librdkafka's RD_KAFKA_RESP_ERR__DESTROY_BROKER (no name in confluent_kafka)
+
+
+def watermark(c: Consumer, topic: str) -> tuple[int] | None:
+    try:
+        return (c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1],)
+    except KafkaException as e:
+        if e.args[0].code() in (DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+            return None
+        raise
+
+
 def read_confluent(broker: KshimProcess, topic: str, isolation: str, timeout: float = 30.0) -> list[tuple]:
     """(offset, key, value) of every record a confluent-kafka consumer with this isolation level
     reads from the start up to the end it sees (the last stable offset for read_committed)."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{time.monotonic_ns()}",
                   "isolation.level": isolation, "enable.auto.commit": False, "log_level": 3})
     try:
-        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)  # the high watermark
+        # the high watermark; librdkafka may fail a first request with _DESTROY_BROKER as it
+        # retires the bootstrap connection for the broker it learned from Metadata: ask again
+        end, = wait_until(lambda: watermark(c, topic), 20, interval=0.2, message=f"the high watermark of {topic}")
         c.assign([TopicPartition(topic, 0, 0)])
         out: list[tuple] = []
         deadline = time.monotonic() + timeout

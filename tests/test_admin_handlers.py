@@ -537,3 +537,45 @@ async def test_partition_counts_are_capped(broker):
     assert out["huge"].error_code == ErrorCode.INVALID_PARTITIONS and "10000" in out["huge"].error_message
     assert out["ok"].error_code == 0
     assert "huge" not in broker.topics
+
+
+@pytest.mark.anyio
+async def test_concurrent_creates_of_one_topic_open_each_replica_once(broker):
+    """Two coordinators asking for __consumer_offsets at once (two FindCoordinator requests on a
+    new broker): one create wins, the other gets TOPIC_ALREADY_EXISTS while the winner's replicas
+    are still being opened off the loop. The loser must not open them again beside it (it once
+    did, synchronously: two writers of one partition directory, a FileNotFoundError)."""
+    import threading
+    import time
+
+    import anyio
+    from kshim.errors import BrokerError
+
+    outcomes: list[object] = []
+
+    async def create_one() -> None:
+        try:
+            outcomes.append(await broker.create_topic("raced", 64))
+        except BrokerError as e:
+            outcomes.append(e.code)
+
+    opening = anyio.Event()
+    real_open = broker.replica_manager._open_replica
+
+    def slow_open(*args, **kwargs):  # the winner's replicas open slowly, in a worker thread
+        if threading.current_thread() is not threading.main_thread():
+            anyio.from_thread.run_sync(opening.set)
+            time.sleep(0.002)
+        return real_open(*args, **kwargs)
+
+    broker.replica_manager._open_replica = slow_open
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(create_one)
+        await opening.wait()  # the others come while the winner is opening its replicas
+        for _ in range(3):
+            tg.start_soon(create_one)
+    broker.replica_manager._open_replica = real_open
+    assert sorted(o == ErrorCode.TOPIC_ALREADY_EXISTS for o in outcomes) == [False, True, True, True]
+    replicas = [p for p in broker.replicas() if p.topic == "raced"]
+    assert sorted(p.index for p in replicas) == list(range(64))
+    assert len({id(p.log) for p in replicas}) == 64

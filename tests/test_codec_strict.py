@@ -13,6 +13,7 @@ import pytest
 
 from tests.test_admin_handlers import broker, call, create, new_topic  # noqa: F401 (fixture)
 from wire.codec import decode, encode
+from wire.errors import ErrorCode
 from wire.primitives import EncodeError
 from wire.schema.messages import MESSAGES
 from wire.schema.model import in_range
@@ -122,7 +123,7 @@ def test_every_element_key_of_every_message_is_required():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("version", range(1, 10))
+@pytest.mark.parametrize("version", range(1, 12))
 async def test_list_offsets_answers_encode_in_every_version(broker, version):  # noqa: F811
     """v1-3 have no leader_epoch: the handler leaves it out rather than send a non-default one."""
     await create(broker, new_topic("lo", 1))
@@ -131,3 +132,23 @@ async def test_list_offsets_answers_encode_in_every_version(broker, version):  #
     p = resp.topics[0].partitions[0]
     assert (p.error_code, p.offset) == (0, 0)
     assert p.get("leader_epoch", None) == (broker.partition("lo", 0).leader_epoch if version >= 4 else None)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", [8, 9, 10, 11])
+async def test_list_offsets_special_timestamps_by_version(broker, version):  # noqa: F811
+    """-5 (latest tiered, v9+) and -6 (earliest pending upload, v11+): offset, timestamp and epoch -1
+    with no tiered storage; in an older version UNSUPPORTED_VERSION; -7 is no special timestamp."""
+    await create(broker, new_topic("lo-special", 1))
+    body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "lo-special", "partitions": [
+        {"partition_index": 0, "timestamp": -5}, {"partition_index": 0, "timestamp": -6},
+        {"partition_index": 0, "timestamp": -7}, {"partition_index": 0, "timestamp": -4}]}]}
+    if version >= 10:
+        body["timeout_ms"] = 1000
+    parts = (await call(broker, list_offsets, version, body)).topics[0].partitions
+    got = [(p.error_code, p.offset, p.timestamp, p.leader_epoch) for p in parts]
+    none = (0, -1, -1, -1)
+    assert got[0] == (none if version >= 9 else (ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1))
+    assert got[1] == (none if version >= 11 else (ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1))
+    assert got[2] == (ErrorCode.INVALID_REQUEST, -1, -1, -1)
+    assert got[3][:3] == (0, 0, -1)  # -4: the log start offset

@@ -1,12 +1,15 @@
 """The controller in the broker's own process: a single-broker kshim calls it directly.
 
-Every image the controller publishes is applied before the call that caused it returns. Within
-a call the broker installs it asynchronously (the replicas it adds are opened off the event
-loop); an image published outside any call (registration at start) is applied at once.
+Every image the controller publishes is applied before the call that caused it returns (also a
+call that fails): the broker installs it asynchronously (the replicas it adds are opened off the
+event loop, one install at a time); an image published while no call is under way (registration
+at start) is applied at once.
 """
 from __future__ import annotations
 
 from typing import Awaitable, Callable, TypeVar
+
+import anyio
 
 from kshim.controller import messages as m
 from kshim.controller.client import ControllerClient
@@ -41,13 +44,14 @@ class LocalControllerClient(ControllerClient):
     async def call(self, request: m.Operation[R]) -> R:
         self._calls += 1
         try:
-            result = await m.invoke({m.Server.CONTROLLER: self.controller}, request)
-        except BaseException:
+            try:
+                return await m.invoke({m.Server.CONTROLLER: self.controller}, request)
+            finally:
+                # what the call published (a no-op if nothing), also when it failed half-way;
+                # through the one install path, never a synchronous apply beside an install
+                # under way (two of them opened one replica twice at once)
+                if self._install is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._install(self.controller.image)
+        finally:
             self._calls -= 1
-            if self._apply is not None:
-                self._apply(self.controller.image)  # whatever it published before failing
-            raise
-        self._calls -= 1
-        if self._install is not None:
-            await self._install(self.controller.image)  # a no-op unless the call published
-        return result

@@ -1,7 +1,11 @@
 """ListOffsets: offsets by timestamp, and the earliest / latest / max-timestamp specials.
 
-- -2 (earliest) and -4 (earliest local, KIP-405) answer the log start offset; -5 (earliest
-  pending upload) answers -1 as there is no tiered storage.
+- -2 (earliest) and -4 (earliest local, KIP-405, v8+) answer the log start offset; -5 (latest
+  tiered, KIP-1005, v9+) and -6 (earliest pending upload, KIP-1023, v11+) answer offset -1 with
+  timestamp and leader epoch -1, as Kafka does for a topic without tiered storage (kshim has none).
+- A special timestamp in a version older than the one that brought it gets UNSUPPORTED_VERSION
+  for that partition (Kafka's timestampMinSupportedVersion); another negative one INVALID_REQUEST.
+- v10's timeout_ms bounds waiting for remote storage reads (KIP-1075): there are none here.
 - -1 (latest) answers the bound of the request's isolation level, the same as Fetch: the last
   stable offset for read_committed (the first offset of the earliest open transaction, else the
   high watermark), the log end offset for read_uncommitted (or the high watermark where
@@ -28,9 +32,12 @@ from wire.errors import ErrorCode
 log = logging.getLogger("kshim.handlers.list_offsets")
 
 API_KEY = 2
-VERSIONS = (1, 9)
+VERSIONS = (1, 11)
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+# the first version carrying each special timestamp (Kafka's timestampMinSupportedVersion)
+MIN_VERSION = {LATEST: 1, EARLIEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+               EARLIEST_PENDING_UPLOAD: 11}
 
 
 async def _lookup(partition: Partition, timestamp: int, isolation_level: int) -> tuple[int, int]:
@@ -40,7 +47,7 @@ async def _lookup(partition: Partition, timestamp: int, isolation_level: int) ->
         return partition.log_start_offset, -1
     if timestamp == LATEST:
         return partition.read_bound(isolation_level), -1
-    if timestamp == EARLIEST_PENDING_UPLOAD:
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):  # no tiered storage
         return -1, -1
     if timestamp == MAX_TIMESTAMP:
         found = await anyio.to_thread.run_sync(partition.log.max_timestamp)
@@ -63,16 +70,18 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                 t.name, p.partition_index, p.get("current_leader_epoch", -1))
             if isinstance(partition, ErrorCode):
                 entry["error_code"] = partition
-            elif p.timestamp < EARLIEST_PENDING_UPLOAD:
+            elif p.timestamp < 0 and p.timestamp not in MIN_VERSION:
                 entry["error_code"] = ErrorCode.INVALID_REQUEST
+            elif p.timestamp < 0 and ctx.version < MIN_VERSION[p.timestamp]:
+                entry["error_code"] = ErrorCode.UNSUPPORTED_VERSION
             else:
                 try:
                     entry["offset"], entry["timestamp"] = await _lookup(partition, p.timestamp, isolation)
                 except CorruptRecordError as e:  # a stored batch that cannot be read (stored before checks)
                     log.warning("ListOffsets on %s-%d: %s", t.name, p.partition_index, e)
                     entry["error_code"] = ErrorCode.CORRUPT_MESSAGE
-                if ctx.version >= 4:  # v1-3 have no leader_epoch, and the codec refuses a non-default one
-                    entry["leader_epoch"] = partition.leader_epoch
+                if ctx.version >= 4 and p.timestamp not in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                    entry["leader_epoch"] = partition.leader_epoch  # v1-3 have none (the codec refuses one)
             parts.append(entry)
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time_ms": 0, "topics": topics}
