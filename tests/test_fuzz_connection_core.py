@@ -2,8 +2,9 @@
 in whatever chunks, the core yields requests or raises ProtocolError, never anything else, and
 holds memory in proportion to the bytes that arrived, never to a size they claim.
 
-Seeds are real request frames built by hand (tests/test_connection_core.py), mutated: bit flips,
-truncations, overwritten size and length fields, spliced frames. CI runs a bounded number of
+Seeds are request frames built by hand (tests/test_connection_core.py) and the frames real clients
+sent for every API they use (tests/fuzz_seeds.py), mutated: bit flips, truncations, overwritten
+size and length fields, spliced frames. CI runs a bounded number of
 examples; `KSHIM_FUZZ_EXAMPLES=100000 python -m pytest tests/test_fuzz_connection_core.py` runs
 a long search.
 """
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kshim.net.protocol import ConnectionCore, ProtocolError
+from tests.fuzz_seeds import CLIENT_SEEDS
 from tests.test_connection_core import SUPPORTED, api_versions, metadata_v1, produce_v3
 from wire.records import encode_batch
 
@@ -26,6 +28,7 @@ SEEDS = [
     api_versions(0, 1), api_versions(3, 2), metadata_v1(3, ["a", "topic-b"]), metadata_v1(4),
     produce_v3(5, encode_batch([(b"k", b"v"), (None, b"x" * 300)])),
     produce_v3(6, b""),
+    *CLIENT_SEEDS,
 ]
 MAX_REQUEST = 1024 * 1024
 
