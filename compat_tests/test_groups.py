@@ -117,6 +117,34 @@ def test_kafka_python_group_shares_and_rebalances_on_leave(kshim, topic_name):
             m.close()
 
 
+def test_kafka_python_four_consumers_joining_at_once_form_one_generation(kshim, topic_name):
+    """Kafka's group.initial.rebalance.delay.ms (3 s): the first rebalance of an Empty group waits
+    for the members that arrive together, so four consumers started at once get their partitions
+    from one rebalance in a few seconds, instead of a rebalance per arrival."""
+    create_topic(kshim.bootstrap, topic_name, 8)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    members: list[Polling] = []
+    try:
+        makers = [threading.Thread(target=lambda: members.append(Polling(kp_consumer(kshim.bootstrap, topic_name,
+                                                                                      group))))
+                  for _ in range(4)]
+        for t in makers:
+            t.start()
+        for t in makers:
+            t.join(30)
+        assert len(members) == 4
+        wait_until(lambda: shares([m.parts() for m in members], 2, 8), 15,
+                   message="2 partitions each for 4 members joining at once")
+        formed_s = time.monotonic() - started
+        generations = {m.consumer._coordinator._generation.generation_id for m in members}
+        assert generations == {1}, f"the members went through generations {generations}: more than one rebalance"
+        print(f"4 kafka-python members stable after {formed_s:.1f} s in generation 1")
+    finally:
+        for m in members:
+            m.close()
+
+
 def test_kafka_python_commit_survives_restart(fresh_kshim, topic_name):
     bootstrap = fresh_kshim.bootstrap
     create_topic(bootstrap, topic_name, 3)

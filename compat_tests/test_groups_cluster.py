@@ -276,12 +276,12 @@ def test_confluent_group_survives_coordinator_kill(cluster, topic_name):
         after = wait_new_offsets_leader(cluster, group, killed)
         assert after["leader"] != killed and killed not in after["isr"], after
 
-        # the members find the new coordinator, rejoin, get 3 partitions each again and go on from
-        # the committed offsets; commits succeed again
-        def reassigned() -> bool:
-            return (members.shared() and {i for t, i, _ in members.assign_events if t > killed_at} == {0, 1})
+        # the members find the new coordinator, which loaded the group with its members (or, if their
+        # sessions lapsed while it was away, they rejoin); they hold 3 partitions each and commit again
+        def going_on() -> bool:
+            return members.shared() and any(t > killed_at for t in members.commits_ok)
         try:
-            members.run_until(reassigned, GROUP_S, "3 partitions each again after the kill")
+            members.run_until(going_on, GROUP_S, "3 partitions each and a commit after the kill")
             failover_s = time.monotonic() - killed_at
             ends = {p: 2 * per_phase // partitions for p in range(partitions)}
             members.run_until(lambda: members.all_committed(ends), GROUP_S, "the records committed after the kill")
@@ -318,12 +318,56 @@ def test_confluent_group_survives_coordinator_kill(cluster, topic_name):
         print(f"killed coordinator {victim} (offsets partition {index}), new {after['leader']}; "
               f"{len(tail)} uncommitted at the kill, {redelivered} delivered again; "
               f"{len(members.commit_errors)} failed commits {members.commit_errors[:3]}; "
-              f"members reassigned {failover_s:.1f} s after the kill")
+              f"members committing again {failover_s:.1f} s after the kill")
         got = members.members[0].committed([TopicPartition(topic_name, p) for p in range(partitions)], timeout=15)
         assert {tp.partition: tp.offset for tp in got} == ends
     finally:
         members.close()
         if killed >= 0:  # so that the fixture stops a whole cluster
+            run_ctl(cluster.data_dir, "start", str(killed))
+
+
+def test_group_membership_survives_coordinator_failover(cluster, topic_name):
+    """The coordinator writes the group's members and assignment to its offsets partition before
+    it answers SyncGroup (Kafka's storeGroup); the new leader loads them, so after a SIGKILL of
+    the coordinator the members go on under their generation: no rebalance, commits accepted."""
+    partitions = 4
+    create_topic(cluster, topic_name, partitions)
+    produce(cluster.bootstrap, topic_name, partitions, 0, 40)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    members = Group(cluster.bootstrap, group, topic_name, partitions)
+    for c in members.members:  # sessions long enough to outlast the failover on a busy machine
+        c.close()
+    members.members = []
+    for i in range(2):
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "log_level": 3, "session.timeout.ms": 45000,
+                      "heartbeat.interval.ms": 500, "max.poll.interval.ms": 60000})
+        c.subscribe([topic_name], on_assign=members._on_assign(i), on_revoke=members._on_revoke(i),
+                    on_lost=members._on_revoke(i))
+        members.members.append(c)
+    killed = -1
+    try:
+        members.run_until(members.shared, GROUP_S, "2 partitions each")
+        members.run_until(lambda: members.all_committed({p: 10 for p in range(partitions)}), GROUP_S,
+                          "the first records committed")
+        wait_until(lambda: fully_replicated(cluster, OFFSETS_TOPIC, topic_name), 15,
+                   message="every partition replicated on 3 brokers")
+        assignments_before = len(members.assign_events)
+        killed, _, killed_at = kill_coordinator(cluster, group)
+        after = wait_new_offsets_leader(cluster, group, killed)
+        produce(cluster.bootstrap, topic_name, partitions, 40, 40)
+        members.run_until(lambda: members.all_committed({p: 20 for p in range(partitions)}), GROUP_S,
+                          "records produced after the failover committed")
+        assert len(members.assign_events) == assignments_before, (
+            f"the members rebalanced after the failover: {members.assign_events[assignments_before:]}")
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 3})
+        described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+        assert described.coordinator.id == after["leader"] and len(described.members) == 2
+        assert str(described.state).endswith("STABLE"), described.state
+    finally:
+        members.close()
+        if killed >= 0:
             run_ctl(cluster.data_dir, "start", str(killed))
 
 

@@ -177,7 +177,7 @@ def test_java_hashcode_placement():
 
 @pytest.fixture
 def broker(tmp_path):
-    b = open_standalone(BrokerConfig(data_dir=tmp_path))
+    b = open_standalone(BrokerConfig(data_dir=tmp_path, group_initial_rebalance_delay_ms=0))
     yield b
     b.close()
 
@@ -254,7 +254,12 @@ async def test_commit_needs_membership_once_the_group_has_members(broker):
     served(broker).groups.load_pending()
     group = served(broker).groups.get_group("g", create=True)
     member_id, _ = joined(group, served(broker).groups.clock())
-    sync(group, served(broker).groups.clock(), member_id, 1, [(member_id, b"x")])
+    synced = sync(group, served(broker).groups.clock(), member_id, 1, [(member_id, b"x")])
+    assert not synced.done and group.state == COMPLETING  # answered once the group's record is stored
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(served(broker).groups.run)
+        assert (await synced.wait()).assignment == b"x" and group.state == STABLE
+        tg.cancel_scope.cancel()
     body = {"group_id": "g", "generation_id_or_member_epoch": -1, "member_id": "", "group_instance_id": None,
             "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                     "committed_leader_epoch": -1, "committed_metadata": ""}]}]}

@@ -34,6 +34,9 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     log_cleaner_backoff_ms: int = 15_000
+    # a classic group's first rebalance waits this long for more members (Kafka's
+    # group.initial.rebalance.delay.ms), longer while members keep arriving
+    group_initial_rebalance_delay_ms: int = 3000
 
     @property
     def advertised(self) -> str:

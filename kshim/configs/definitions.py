@@ -354,6 +354,10 @@ _STATIC_BROKER_CONFIGS = [
     ConfigDef("log.cleaner.backoff.ms", LONG, "15000",
               "Pause between the log cleaner's looks at the compacted partitions (serve's --log-cleaner-backoff-ms).",
               dynamic=False),
+    ConfigDef("group.initial.rebalance.delay.ms", INT, "3000",
+              "How long a classic consumer group's first rebalance waits for more members, extended by as much "
+              "again (up to the rebalance timeout) while members keep joining "
+              "(serve's --group-initial-rebalance-delay-ms).", dynamic=False),
     ConfigDef("kshim.request.stall.timeout.ms", LONG, "30000",
               "A connection that stops sending halfway through a request is closed after this long.",
               dynamic=False),

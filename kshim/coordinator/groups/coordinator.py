@@ -11,7 +11,11 @@
   log from the start (latest record per key wins, a tombstone deletes; transactional offset
   commits wait for their transaction's marker) and until then requests for its groups get
   COORDINATOR_LOAD_IN_PROGRESS. Losing the leadership drops its groups: waiting members get
-  NOT_COORDINATOR and rejoin elsewhere. Membership is not persisted.
+  NOT_COORDINATOR and rejoin elsewhere.
+- Classic group membership is persisted as Kafka's is (`group_format`): the leader's assignment
+  is written before the SyncGroups are answered, an Empty group's generation when it empties, a
+  tombstone when the group is deleted or forgotten. A new coordinator loads the group Stable with
+  its members, so they go on heartbeating and committing under their generation.
 - A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
   (no members) of one kind becomes the other kind when a member of the other protocol arrives
   (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 from anyio.abc import TaskGroup
 
@@ -32,6 +36,7 @@ from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.coordinator.groups.consumer_group import ConsumerGroup
+from kshim.coordinator.groups import group_format
 from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.coordinator.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
 from kshim.partition import Partition
@@ -51,7 +56,7 @@ TopicPartition = tuple[str, int]
 class GroupCoordinator:
     def __init__(self, broker: CoordinatorHost, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
         self.broker = broker
-        self.config = config or GroupConfig()
+        self.config = config or GroupConfig(initial_rebalance_delay_ms=broker.config.group_initial_rebalance_delay_ms)
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
         self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
         self.groups: dict[str, Group | ConsumerGroup] = {}
@@ -61,6 +66,8 @@ class GroupCoordinator:
                                           self.clock)
         self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
         self._next_expiry = 0
+        # group records to write, in order (the runtime's loop starts their writes)
+        self._stores: list[tuple[str, bytes | None, Callable[[ErrorCode, int], None] | None]] = []
 
     # ------------------------------------------------------------------ placement
     @property
@@ -102,6 +109,7 @@ class GroupCoordinator:
     def load(self, index: int, replica: Partition) -> None:
         count = 0
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
+        stored_groups: dict[str, bytes | None] = {}  # group id -> its latest record (None: a tombstone)
         open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
         for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
@@ -112,7 +120,10 @@ class GroupCoordinator:
                 continue
             for rec in self.runtime.batch_records(index, header, batch):
                 count += 1
-                if header.is_transactional:
+                group_id = group_format.decode_key(bytes(rec.key)) if rec.key else None
+                if group_id is not None:
+                    stored_groups[group_id] = None if rec.value is None else bytes(rec.value)
+                elif header.is_transactional:
                     open_txns.setdefault(header.producer_id, []).append(rec)
                 else:
                     self._apply_record(loaded, rec.key, rec.value, rec.offset)
@@ -124,12 +135,23 @@ class GroupCoordinator:
                     entry.log_offset = rec.offset
                     self.pending_txn.setdefault(producer_id, {}).setdefault(index, []).append(
                         (parsed[0], (parsed[1], parsed[2]), entry))
+        now = self.clock()
+        members = 0
+        for group_id, value in stored_groups.items():
+            stored = group_format.decode_value(value) if value is not None else None
+            if stored is not None:
+                group = Group.restore(group_id, stored, now, self.config, self.runtime.wake.fire)
+                group.on_store = self._store_hook(group_id)
+                self.groups[group_id] = group
+                members += len(group.members)
         for group_id, entries in loaded.items():
             if entries:
                 self.offsets[group_id] = entries
                 if group_id not in self.groups:
                     self.groups[group_id] = self._new_group(group_id)
-        log.info("loaded %s-%d: %d records, %d groups", OFFSETS_TOPIC, index, count, len(loaded))
+        log.info("loaded %s-%d: %d records, %d groups with offsets, %d with members (%d members)", OFFSETS_TOPIC,
+                 index, count, len(loaded), sum(1 for g in stored_groups if g in self.groups and self.groups[g].members),
+                 members)
 
     @staticmethod
     def _apply_record(into: dict, key: bytes | None, value: bytes | None, log_offset: int) -> None:
@@ -151,7 +173,33 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ groups
     def _new_group(self, group_id: str) -> Group:
-        return Group(group_id, self.config, state_since=self.clock(), on_change=self.runtime.wake.fire)
+        return Group(group_id, self.config, state_since=self.clock(), on_change=self.runtime.wake.fire,
+                     on_store=self._store_hook(group_id))
+
+    def _store_hook(self, group_id: str) -> Callable[[group_format.StoredGroup, Callable[[ErrorCode, int], None] | None], None]:
+        def store(stored: group_format.StoredGroup, done: Callable[[ErrorCode, int], None] | None) -> None:
+            self._queue_store(group_id, group_format.encode_value(stored), done)
+        return store
+
+    def _queue_store(self, group_id: str, value: bytes | None, done: Callable[[ErrorCode, int], None] | None) -> None:
+        self._stores.append((group_id, value, done))
+        self.runtime.wake.fire()
+
+    async def _store(self, group_id: str, value: bytes | None, done: Callable[[ErrorCode, int], None] | None) -> None:
+        """Write one group record (None: its tombstone) and tell `done` how it went, once COMMITTED."""
+        index = self.partition_of(group_id)
+        if index not in self.loaded:
+            code = ErrorCode.NOT_COORDINATOR
+        else:
+            batch = records.encode_batch([(group_format.encode_key(group_id), value)])
+            result = await self.runtime.write(index, batch, self.config.offsets_commit_timeout_ms / 1000)
+            code = ErrorCode.NONE if not result.error else self._write_error(group_id, result)
+            if not code and index not in self.loaded:
+                code = ErrorCode.NOT_COORDINATOR
+        if code:
+            log.info("group %s: its record was not stored: %s", group_id, code.name)
+        if done is not None:
+            done(code, self.clock())
 
     def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
@@ -168,6 +216,8 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             return ErrorCode.NONE, group
         if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
+            if isinstance(group, Group) and group.persisted:
+                self._queue_store(group_id, None, None)  # the classic record goes with the classic group
             consumer = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
                                                              on_change=self.runtime.wake.fire)
             return ErrorCode.NONE, consumer
@@ -382,6 +432,13 @@ class GroupCoordinator:
         if code:
             return code
         group = self.groups.get(group_id)
+        if isinstance(group, Group) and group.persisted:
+            result = await self.runtime.write(self.partition_of(group_id), records.encode_batch(
+                [(group_format.encode_key(group_id), None)]), self.config.offsets_commit_timeout_ms / 1000)
+            if result.error:
+                return self._write_error(group_id, result)
+            group.persisted = False
+        group = self.groups.get(group_id)
         if group is not None and not group.members and group.state == EMPTY:
             group.shut_down(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             del self.groups[group_id]
@@ -403,6 +460,8 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             if group.state == EMPTY and not group.members and not group.pending and not self.offsets.get(group_id):
                 del self.groups[group_id]
+                if isinstance(group, Group) and group.persisted and self.partition_of(group_id) in self.loaded:
+                    self._queue_store(group_id, None, None)
 
     # ------------------------------------------------------------------ the timer task
     def tick(self) -> float:
@@ -417,6 +476,9 @@ class GroupCoordinator:
     async def timers(self, tg: TaskGroup) -> float:
         """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
         deadline = self.tick()
+        stores, self._stores = self._stores, []
+        for store in stores:  # started in order, so a group's records are appended in order
+            tg.start_soon(self._store, *store)
         now = self.clock()
         if now >= self._next_expiry:
             self._next_expiry = now + EXPIRY_INTERVAL_MS

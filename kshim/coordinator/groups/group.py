@@ -15,7 +15,12 @@ it by hand; the coordinator calls `tick(now)` at `next_deadline()`:
   Kafka, which keeps static members until their session expires);
 - CompletingRebalance waits for the leader's SyncGroup until the rebalance timeout; then the
   members that did not send SyncGroup are removed and the group rebalances again.
-Responses are built here as dicts shaped like the JoinGroup/SyncGroup response bodies.
+Persistence (Kafka's GroupMetadataManager.storeGroup): with `on_store` set (by the coordinator),
+the leader's assignment is written to `__consumer_offsets` before anyone gets it: the group stays
+CompletingRebalance until the write is COMMITTED, then becomes Stable and answers the SyncGroups;
+a failed write answers them with the error and starts a new rebalance. A group that becomes Empty
+is written too (its generation), and `restore` rebuilds a group from its record after a
+coordinator move: Stable with its members, whose sessions start again from the load.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import Any, Callable
 
 import anyio
 
+from kshim.coordinator.groups.group_format import StoredGroup, StoredMember
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.groups")
@@ -39,7 +45,7 @@ EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "Com
 class GroupConfig:
     min_session_timeout_ms: int = 6000  # Kafka's group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000
-    initial_rebalance_delay_ms: int = 0  # Kafka's dev config (config/server.properties) uses 0 too
+    initial_rebalance_delay_ms: int = 0  # the broker's is 3 s (BrokerConfig); 0 keeps unit tests direct
     max_size: int = 2**31 - 1
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes = 7 days
     offset_metadata_max_bytes: int = 4096
@@ -144,13 +150,55 @@ class Group:
     pending: dict[str, int] = field(default_factory=dict)  # member ids handed out, not joined yet -> deadline
     rebalance_deadline: int | None = None
     initial_delay_until: int = 0  # an Empty group's first rebalance waits for more members until then
+    delay_remaining: int = 0  # how much longer the initial delay may still be extended (Kafka's remainingMs)
+    new_member_added: bool = False  # a member joined during the current initial delay
     state_since: int = 0  # when the group entered its state (offset expiry counts from Empty)
     on_change: Callable[[], None] = lambda: None  # deadlines moved: the coordinator re-arms its timer
+    # writes the group's record; the callback (if any) gets the write's error and the time it ended
+    on_store: Callable[[StoredGroup, Callable[[ErrorCode, int], None] | None], None] | None = None
+    storing: int | None = None  # the generation whose assignment is being written
+    persisted: bool = False  # a record of this group was written or loaded (deleting it needs a tombstone)
 
     # ------------------------------------------------------------------ helpers
     def _set_state(self, state: str, now: int) -> None:
         self.state = state
         self.state_since = now
+
+    def snapshot(self, now: int, assignments: dict[str, bytes] | None = None) -> StoredGroup:
+        """The group's record: members with the metadata of the chosen protocol and their assignment."""
+        given = assignments if assignments is not None else {m.member_id: m.assignment for m in self.members.values()}
+        return StoredGroup(self.protocol_type, self.generation, self.protocol_name, self.leader_id, now, tuple(
+            StoredMember(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                         m.session_timeout_ms, m.metadata(self.protocol_name), given.get(m.member_id, b""))
+            for m in self.members.values()))
+
+    def _store(self, now: int) -> None:
+        """Write the group's current record, answering no one (Empty groups, static replacements)."""
+        if self.on_store is not None:
+            self.persisted = True
+            self.on_store(self.snapshot(now), None)
+
+    @classmethod
+    def restore(cls, group_id: str, stored: StoredGroup, now: int, config: GroupConfig,
+                on_change: Callable[[], None]) -> "Group":
+        """The group as its record left it: Stable with its members (their sessions start now), or Empty."""
+        group = cls(group_id, config, on_change=on_change, generation=stored.generation,
+                    protocol_type=stored.protocol_type, persisted=True)
+        for sm in stored.members:
+            protocols = [(stored.protocol, sm.subscription)] if stored.protocol is not None else []
+            member = Member(sm.member_id, sm.instance_id, sm.client_id, sm.client_host, sm.session_timeout_ms,
+                            sm.rebalance_timeout_ms, stored.protocol_type or "", protocols, sm.assignment,
+                            session_deadline=now + sm.session_timeout_ms)
+            group.members[sm.member_id] = member
+            if sm.instance_id is not None:
+                group.static[sm.instance_id] = sm.member_id
+        if group.members:
+            group.protocol_name = stored.protocol
+            group.leader_id = stored.leader if stored.leader in group.members else next(iter(group.members))
+            group._set_state(STABLE, now)
+        else:
+            group._set_state(EMPTY, now)
+        return group
 
     def _new_member_id(self, client_id: str, instance_id: str | None) -> str:
         return f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
@@ -283,6 +331,7 @@ class Group:
             self.static[instance_id] = member_id
         if self.leader_id is None:
             self.leader_id = member_id
+        self.new_member_added = True
         self._prepare_rebalance(now)
 
     def _replace_static(self, now: int, waiter: Waiter, instance_id: str, version: int, args: dict) -> None:
@@ -310,6 +359,7 @@ class Group:
             # leader (v9+, KIP-814) gets the members with skip_assignment. An older leader has no
             # way to skip the assignment, so it rebalances, as in Kafka.
             waiter.set(dataclasses.replace(self._join_response(old), skip_assignment=was_leader))
+            self._store(now)  # the new member id replaces the old one in the record
             self.on_change()
         else:
             old.join_waiter = waiter
@@ -328,6 +378,7 @@ class Group:
 
     # ------------------------------------------------------------------ rebalances
     def _prepare_rebalance(self, now: int) -> None:
+        self.storing = None  # an assignment being written is dropped: its answer is ignored
         if self.state == COMPLETING:
             for m in self.members.values():  # members waiting for their assignment must rejoin
                 if m.sync_waiter is not None:
@@ -335,7 +386,11 @@ class Group:
                     m.sync_waiter = None
         if self.state != PREPARING:
             timeout = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-            delay = self.config.initial_rebalance_delay_ms if self.state == EMPTY else 0
+            # Kafka's InitialDelayedJoin: an Empty group waits min(delay, rebalance timeout) for more
+            # members, and again (within the rebalance timeout) each time one arrived meanwhile
+            delay = min(self.config.initial_rebalance_delay_ms, timeout) if self.state == EMPTY else 0
+            self.delay_remaining = max(timeout - self.config.initial_rebalance_delay_ms, 0) if delay else 0
+            self.new_member_added = False
             self.rebalance_deadline = now + max(timeout, delay)
             self.initial_delay_until = now + delay
             self._set_state(PREPARING, now)
@@ -350,6 +405,13 @@ class Group:
         if self.state != PREPARING:
             return
         if self._all_joined() and now >= self.initial_delay_until:
+            if self.new_member_added and self.delay_remaining > 0:
+                step = min(self.config.initial_rebalance_delay_ms, self.delay_remaining)
+                self.delay_remaining -= step
+                self.new_member_added = False
+                self.initial_delay_until = now + step
+                self.on_change()
+                return
             self._complete_join(now)
 
     def _complete_join(self, now: int) -> None:
@@ -362,6 +424,7 @@ class Group:
             self.protocol_name = None
             self.leader_id = None
             self._set_state(EMPTY, now)
+            self._store(now)
             self.on_change()
             return
         self.protocol_name = self._select_protocol()
@@ -402,6 +465,7 @@ class Group:
                 self.protocol_name = None
                 self._set_state(EMPTY, now)
                 self.rebalance_deadline = None
+                self._store(now)
         elif self.state == PREPARING:
             if self.members or self.pending:
                 self._maybe_complete_join(now)
@@ -434,18 +498,41 @@ class Group:
             if member.sync_waiter is not None:
                 member.sync_waiter.set(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
             member.sync_waiter = waiter
-            if member_id == self.leader_id:
+            if member_id == self.leader_id and self.storing is None:
                 given = dict(assignments)
-                for m in self.members.values():
-                    m.assignment = given.get(m.member_id, b"")
-                self._set_state(STABLE, now)
-                self.rebalance_deadline = None
-                for m in self.members.values():
-                    if m.sync_waiter is not None:
-                        m.sync_waiter.set(self._sync_response(m))
-                        m.sync_waiter = None
-                self.on_change()
+                if self.on_store is None:
+                    self._assign(given, now)
+                else:  # answered once the record is COMMITTED
+                    self.storing = generation = self.generation
+                    self.persisted = True
+                    self.on_store(self.snapshot(now, given),
+                                  lambda error, at: self._stored(generation, given, error, at))
         return waiter
+
+    def _stored(self, generation: int, given: dict[str, bytes], error: ErrorCode, now: int) -> None:
+        if self.state != COMPLETING or self.generation != generation or self.storing != generation:
+            return  # a new rebalance (or an unload) overtook the write
+        self.storing = None
+        if error == ErrorCode.NONE:
+            self._assign(given, now)
+            return
+        log.info("group %s: storing generation %d failed (%s): rebalancing", self.group_id, generation, error.name)
+        for m in self.members.values():
+            if m.sync_waiter is not None:
+                m.sync_waiter.set(SyncResult(error))
+                m.sync_waiter = None
+        self._prepare_rebalance(now)
+
+    def _assign(self, given: dict[str, bytes], now: int) -> None:
+        for m in self.members.values():
+            m.assignment = given.get(m.member_id, b"")
+        self._set_state(STABLE, now)
+        self.rebalance_deadline = None
+        for m in self.members.values():
+            if m.sync_waiter is not None:
+                m.sync_waiter.set(self._sync_response(m))
+                m.sync_waiter = None
+        self.on_change()
 
     def _sync_response(self, member: Member) -> SyncResult:
         return SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, member.assignment)
@@ -516,6 +603,7 @@ class Group:
             else:
                 self.generation += 1
                 self._set_state(EMPTY, now)
+                self._store(now)
 
     def shut_down(self, code: ErrorCode) -> None:
         """The coordinator moved or the group was deleted: waiting members get `code`."""

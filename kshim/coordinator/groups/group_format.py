@@ -1,0 +1,105 @@
+"""kshim's record format for a classic group's membership in `__consumer_offsets` (Kafka keeps the
+same facts in its GroupMetadata records), beside the offset records of `offsets_format`.
+
+key   = version int16 (2), group string
+value = version int16 (1), protocol type, generation int32, protocol, leader (nullable strings),
+        state timestamp int64, then an int32 count of members, each: member id, group instance id
+        (nullable), client id, client host, rebalance timeout int32, session timeout int32,
+        subscription bytes (the metadata of the group's protocol), assignment bytes
+A tombstone (null value) forgets the group. Offset readers skip this key version (their key is
+version 1), and this reader skips theirs, so both kinds share the partition and its compaction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from construct import (Adapter, Bytes, ConstructError, GreedyBytes, Int16sb, Int16ub, Int32sb, Int64sb, PascalString,
+                       Prefixed, PrefixedArray, StreamError, Struct, Terminated)
+
+GROUP_KEY_VERSION = 2
+GROUP_VALUE_VERSION = 1
+
+_String = PascalString(Int16ub, "utf8")
+
+
+class _Nullable(Adapter):
+    """An int16-length UTF-8 string whose length -1 is None."""
+
+    def _decode(self, obj, context, path):
+        return None if obj.length < 0 else bytes(obj.data).decode()
+
+    def _encode(self, obj, context, path):
+        data = b"" if obj is None else obj.encode()
+        return {"length": -1 if obj is None else len(data), "data": data}
+
+
+_NullableString = _Nullable(Struct("length" / Int16sb, "data" / Bytes(lambda ctx: max(ctx.length, 0))))
+_Bytes = Prefixed(Int32sb, GreedyBytes)
+
+GroupKey = Struct("version" / Int16ub, "group" / _String, Terminated)
+_Member = Struct("member_id" / _String, "instance_id" / _NullableString, "client_id" / _String,
+                 "client_host" / _String, "rebalance_timeout_ms" / Int32sb, "session_timeout_ms" / Int32sb,
+                 "subscription" / _Bytes, "assignment" / _Bytes)
+GroupValue = Struct("version" / Int16ub, "protocol_type" / _NullableString, "generation" / Int32sb,
+                    "protocol" / _NullableString, "leader" / _NullableString, "state_timestamp" / Int64sb,
+                    "members" / PrefixedArray(Int32sb, _Member), Terminated)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMember:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroup:
+    protocol_type: str | None
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[StoredMember, ...]
+
+
+def encode_key(group: str) -> bytes:
+    return GroupKey.build(dict(version=GROUP_KEY_VERSION, group=group))
+
+
+def encode_value(g: StoredGroup) -> bytes:
+    return GroupValue.build(dict(
+        version=GROUP_VALUE_VERSION, protocol_type=g.protocol_type, generation=g.generation,
+        protocol=g.protocol, leader=g.leader, state_timestamp=g.state_timestamp,
+        members=[dict(member_id=m.member_id, instance_id=m.instance_id, client_id=m.client_id,
+                      client_host=m.client_host, rebalance_timeout_ms=m.rebalance_timeout_ms,
+                      session_timeout_ms=m.session_timeout_ms, subscription=m.subscription,
+                      assignment=m.assignment) for m in g.members]))
+
+
+def decode_key(data: bytes) -> str | None:
+    """The group id, or None for a key of another kind or version."""
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != GROUP_KEY_VERSION:
+        return None
+    try:
+        return str(GroupKey.parse(data).group)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+
+
+def decode_value(data: bytes) -> StoredGroup | None:
+    """The stored group, or None for a value this version cannot read (it is then skipped)."""
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != GROUP_VALUE_VERSION:
+        return None
+    try:
+        v = GroupValue.parse(data)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+    return StoredGroup(v.protocol_type, v.generation, v.protocol, v.leader, v.state_timestamp,
+                       tuple(StoredMember(m.member_id, m.instance_id, m.client_id, m.client_host,
+                                          m.rebalance_timeout_ms, m.session_timeout_ms, bytes(m.subscription),
+                                          bytes(m.assignment)) for m in v.members))
