@@ -170,15 +170,18 @@ class Group:
         self.client_errors.append(str(err))
         assert not err.fatal(), f"fatal client error: {err}"
 
+    incremental = False  # KIP-848 members get and give up partitions a few at a time
+
     def _on_assign(self, i: int):
         def cb(consumer, partitions):
-            self.assigned[i] = {tp.partition for tp in partitions}
-            self.assign_events.append((time.monotonic(), i, sorted(self.assigned[i])))
+            given = {tp.partition for tp in partitions}
+            self.assigned[i] = self.assigned[i] | given if self.incremental else given
+            self.assign_events.append((time.monotonic(), i, sorted(given)))
         return cb
 
     def _on_revoke(self, i: int):
         def cb(consumer, partitions):
-            self.assigned[i] = set()
+            self.assigned[i] = self.assigned[i] - {tp.partition for tp in partitions} if self.incremental else set()
         return cb
 
     def step(self, commit: bool = True, batch_size: int = 200) -> None:
@@ -327,10 +330,12 @@ def test_confluent_group_survives_coordinator_kill(cluster, topic_name):
             run_ctl(cluster.data_dir, "start", str(killed))
 
 
-def test_group_membership_survives_coordinator_failover(cluster, topic_name):
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_group_membership_survives_coordinator_failover(cluster, topic_name, protocol):
     """The coordinator writes the group's members and assignment to its offsets partition before
-    it answers SyncGroup (Kafka's storeGroup); the new leader loads them, so after a SIGKILL of
-    the coordinator the members go on under their generation: no rebalance, commits accepted."""
+    it answers SyncGroup (Kafka's storeGroup) or a ConsumerGroupHeartbeat that changed the group
+    (KIP-848); the new leader loads them, so after a SIGKILL of the coordinator the members go on
+    under their generation or epoch: no rebalance, commits accepted."""
     partitions = 4
     create_topic(cluster, topic_name, partitions)
     produce(cluster.bootstrap, topic_name, partitions, 0, 40)
@@ -339,10 +344,12 @@ def test_group_membership_survives_coordinator_failover(cluster, topic_name):
     for c in members.members:  # sessions long enough to outlast the failover on a busy machine
         c.close()
     members.members = []
+    members.incremental = protocol == "consumer"
+    timeouts = ({"session.timeout.ms": 45000, "heartbeat.interval.ms": 500} if protocol == "classic"
+                else {"group.protocol": "consumer"})  # KIP-848: the broker sets both (45 s, 3 s)
     for i in range(2):
         c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                      "enable.auto.commit": False, "log_level": 3, "session.timeout.ms": 45000,
-                      "heartbeat.interval.ms": 500, "max.poll.interval.ms": 60000})
+                      "enable.auto.commit": False, "log_level": 3, "max.poll.interval.ms": 60000, **timeouts})
         c.subscribe([topic_name], on_assign=members._on_assign(i), on_revoke=members._on_revoke(i),
                     on_lost=members._on_revoke(i))
         members.members.append(c)

@@ -3,6 +3,8 @@ initial rebalance delay: the state machine with a hand-driven clock and store, t
 broker whose coordinator writes the group's record and loads it again after a reopen."""
 from __future__ import annotations
 
+import importlib
+
 import anyio
 import pytest
 
@@ -12,7 +14,8 @@ from kshim.coordinator.groups import group_format
 from kshim.coordinator.groups.group import COMPLETING, EMPTY, PREPARING, STABLE
 from kshim.standalone import open_standalone
 from tests.nodes import served
-from tests.test_groups import find, join, joined, sync
+from tests.test_admin_handlers import create, new_topic
+from tests.test_groups import call_awaiting, find, join, joined, sync
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
 
@@ -178,5 +181,48 @@ async def test_membership_survives_a_reopen_of_the_coordinator(tmp_path):
     try:
         served(broker).groups.load_pending()
         assert served(broker).groups.get_group("g") is None
+    finally:
+        broker.close()
+
+
+# ---------------------------------------------------------------- KIP-848 consumer groups
+
+consumer_heartbeat = importlib.import_module("kshim.net.handlers.68_consumer_group_heartbeat")
+
+
+def heartbeat_body(member_id: str, epoch: int, topics=None, owned=None) -> dict:
+    return {"group_id": "cg", "member_id": member_id, "member_epoch": epoch, "instance_id": None, "rack_id": None,
+            "rebalance_timeout_ms": 30_000 if epoch == 0 else -1, "subscribed_topic_names": topics,
+            "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": owned}
+
+
+@pytest.mark.anyio
+async def test_a_consumer_group_survives_a_reopen_of_the_coordinator(tmp_path):
+    config = BrokerConfig(data_dir=tmp_path)
+    broker = open_standalone(config)
+    try:
+        assert (await create(broker, new_topic("events", 4)))["events"].error_code == ErrorCode.NONE
+        await find(broker, "cg")
+        served(broker).groups.load_pending()
+        joined_ = await call_awaiting(broker, consumer_heartbeat, 1, heartbeat_body("m1", 0, ["events"], []))
+        assert joined_.error_code == ErrorCode.NONE and joined_.member_epoch >= 1
+        epoch = joined_.member_epoch
+        assigned = [(t.topic_id, sorted(t.partitions)) for t in joined_.assignment.topic_partitions]
+        assert sum(len(ps) for _, ps in assigned) == 4
+        record = served(broker).groups.groups["cg"].stored
+        assert record is not None and group_format.decode_consumer_value(record).members[0].member_id == "m1"
+    finally:
+        broker.close()
+    broker = open_standalone(config)
+    try:
+        served(broker).groups.load_pending()
+        group = served(broker).groups.groups["cg"]
+        assert group.state == "Stable" and list(group.members) == ["m1"]
+        owned = [{"topic_id": t, "partitions": ps} for t, ps in assigned]
+        again = await call_awaiting(broker, consumer_heartbeat, 1, heartbeat_body("m1", epoch, None, owned))
+        assert again.error_code == ErrorCode.NONE and again.member_epoch == epoch, again
+        left = await call_awaiting(broker, consumer_heartbeat, 1, heartbeat_body("m1", -1))
+        assert left.error_code == ErrorCode.NONE and not group.members
+        assert group_format.decode_consumer_value(group.stored).members == ()
     finally:
         broker.close()

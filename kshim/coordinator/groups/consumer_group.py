@@ -20,6 +20,9 @@ The coordinator does the assignment (`assignors`); members only heartbeat:
   session times out, and a member joining with the same instance id takes its place (and its
   assignment) without a rebalance.
 States (Kafka's names): Empty, Assigning, Reconciling, Stable, and Dead once unloaded.
+The coordinator persists the group (`snapshot`, one record in `group_format`) whenever a heartbeat
+or a timer changed it, before the heartbeat is answered; `restore` rebuilds it after a coordinator
+move, the members' sessions counting from the load.
 Time is a parameter (`now`, ms) as in `group`, so the unit tests drive it by hand.
 """
 from __future__ import annotations
@@ -37,6 +40,7 @@ import re2
 from kshim.cluster.image import INTERNAL_TOPICS
 from kshim.coordinator.groups.assignors import ASSIGNORS, DEFAULT_ASSIGNOR
 from kshim.coordinator.groups.group import GroupConfig, JoinResult, SyncResult, Waiter
+from kshim.coordinator.groups.group_format import StoredConsumerGroup, StoredConsumerMember
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.groups")
@@ -171,6 +175,7 @@ class ConsumerGroup:
     dead: bool = False
     _topics: dict = field(default_factory=dict)
     _signature: Any = None
+    stored: bytes | None = None  # the encoded snapshot last written (or loaded): unchanged state is not written again
 
     group_type = "consumer"
     protocol_type = "consumer"
@@ -201,16 +206,48 @@ class ConsumerGroup:
             return DEFAULT_ASSIGNOR
         return max(sorted(votes), key=lambda name: votes[name])
 
+    # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> StoredConsumerGroup:
+        return StoredConsumerGroup(self.group_epoch, self.assignment_epoch, self.assignor_name, tuple(
+            StoredConsumerMember(m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host,
+                                 tuple(m.subscribed_names), m.subscribed_regex, m.rebalance_timeout_ms,
+                                 m.server_assignor, m.epoch, m.previous_epoch, m.state, frozenset(m.assigned),
+                                 frozenset(m.revoking), frozenset(self.target.get(m.member_id, ())))
+            for m in self.members.values()))
+
+    @classmethod
+    def restore(cls, group_id: str, stored: StoredConsumerGroup, now: int, config: GroupConfig,
+                on_change: Callable[[], None], topics: Topics) -> "ConsumerGroup":
+        """The group as its record left it; the subscription signature is taken from the topics now,
+        so loading it bumps no epoch."""
+        group = cls(group_id, config, state_since=now, on_change=on_change, group_epoch=stored.group_epoch,
+                    assignment_epoch=stored.assignment_epoch, assignor_name=stored.assignor)
+        for sm in stored.members:
+            member = ConsumerMember(sm.member_id, sm.instance_id, sm.rack_id, sm.client_id, sm.client_host,
+                                    list(sm.subscribed_names), sm.subscribed_regex, sm.rebalance_timeout_ms,
+                                    sm.server_assignor, sm.epoch, sm.previous_epoch, sm.state, set(sm.assigned),
+                                    set(sm.revoking), now + config.consumer_session_timeout_ms,
+                                    now + sm.rebalance_timeout_ms if sm.state == M_UNREVOKED else None)
+            group.members[sm.member_id] = member
+            group.target[sm.member_id] = set(sm.target)
+        group._topics = dict(topics)
+        group._signature = group._compute_signature()[0]
+        return group
+
     # ------------------------------------------------------------------ epochs and the target assignment
-    def _refresh(self, topics: Topics | None = None) -> None:
-        if topics is not None:
-            self._topics = dict(topics)
+    def _compute_signature(self) -> tuple[Any, dict, dict, str]:
         subs = {mid: m.topics(self._topics) for mid, m in self.members.items()}
         wanted = set().union(*subs.values())
         metadata = {n: self._topics[n] for n in wanted if n in self._topics}
         assignor = self.preferred_assignor()
         signature = (frozenset((m.instance_id or mid, subs[mid]) for mid, m in self.members.items()),
                      frozenset(metadata.items()), assignor)
+        return signature, subs, metadata, assignor
+
+    def _refresh(self, topics: Topics | None = None) -> None:
+        if topics is not None:
+            self._topics = dict(topics)
+        signature, subs, metadata, assignor = self._compute_signature()
         if signature != self._signature:
             self._signature = signature
             self.group_epoch += 1

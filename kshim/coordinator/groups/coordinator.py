@@ -15,7 +15,9 @@
 - Classic group membership is persisted as Kafka's is (`group_format`): the leader's assignment
   is written before the SyncGroups are answered, an Empty group's generation when it empties, a
   tombstone when the group is deleted or forgotten. A new coordinator loads the group Stable with
-  its members, so they go on heartbeating and committing under their generation.
+  its members, so they go on heartbeating and committing under their generation. Consumer
+  (KIP-848) groups likewise: a heartbeat that changed the group is answered once the group's
+  record (members, epochs, assignments, target) is COMMITTED.
 - A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
   (no members) of one kind becomes the other kind when a member of the other protocol arrives
   (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
@@ -67,7 +69,7 @@ class GroupCoordinator:
         self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
         self._next_expiry = 0
         # group records to write, in order (the runtime's loop starts their writes)
-        self._stores: list[tuple[str, bytes | None, Callable[[ErrorCode, int], None] | None]] = []
+        self._stores: list[tuple[str, bytes, bytes | None, Callable[[ErrorCode, int], None] | None]] = []
 
     # ------------------------------------------------------------------ placement
     @property
@@ -110,6 +112,7 @@ class GroupCoordinator:
         count = 0
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         stored_groups: dict[str, bytes | None] = {}  # group id -> its latest record (None: a tombstone)
+        stored_consumer_groups: dict[str, bytes | None] = {}
         open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
         for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
@@ -120,9 +123,13 @@ class GroupCoordinator:
                 continue
             for rec in self.runtime.batch_records(index, header, batch):
                 count += 1
-                group_id = group_format.decode_key(bytes(rec.key)) if rec.key else None
+                key = bytes(rec.key) if rec.key else b""
+                group_id = group_format.decode_key(key)
+                consumer_group_id = group_format.decode_consumer_key(key)
                 if group_id is not None:
                     stored_groups[group_id] = None if rec.value is None else bytes(rec.value)
+                elif consumer_group_id is not None:
+                    stored_consumer_groups[consumer_group_id] = None if rec.value is None else bytes(rec.value)
                 elif header.is_transactional:
                     open_txns.setdefault(header.producer_id, []).append(rec)
                 else:
@@ -144,13 +151,22 @@ class GroupCoordinator:
                 group.on_store = self._store_hook(group_id)
                 self.groups[group_id] = group
                 members += len(group.members)
+        topics = self.topics_snapshot()
+        for group_id, value in stored_consumer_groups.items():
+            consumer = group_format.decode_consumer_value(value) if value is not None else None
+            if consumer is not None:
+                restored = ConsumerGroup.restore(group_id, consumer, now, self.config, self.runtime.wake.fire, topics)
+                restored.stored = value
+                self.groups[group_id] = restored
+                members += len(restored.members)
         for group_id, entries in loaded.items():
             if entries:
                 self.offsets[group_id] = entries
                 if group_id not in self.groups:
                     self.groups[group_id] = self._new_group(group_id)
         log.info("loaded %s-%d: %d records, %d groups with offsets, %d with members (%d members)", OFFSETS_TOPIC,
-                 index, count, len(loaded), sum(1 for g in stored_groups if g in self.groups and self.groups[g].members),
+                 index, count, len(loaded), sum(1 for g in [*stored_groups, *stored_consumer_groups]
+                                               if g in self.groups and self.groups[g].members),
                  members)
 
     @staticmethod
@@ -178,28 +194,53 @@ class GroupCoordinator:
 
     def _store_hook(self, group_id: str) -> Callable[[group_format.StoredGroup, Callable[[ErrorCode, int], None] | None], None]:
         def store(stored: group_format.StoredGroup, done: Callable[[ErrorCode, int], None] | None) -> None:
-            self._queue_store(group_id, group_format.encode_value(stored), done)
+            self._queue_store(group_id, group_format.encode_key(group_id), group_format.encode_value(stored), done)
         return store
 
-    def _queue_store(self, group_id: str, value: bytes | None, done: Callable[[ErrorCode, int], None] | None) -> None:
-        self._stores.append((group_id, value, done))
+    def _queue_store(self, group_id: str, key: bytes, value: bytes | None,
+                     done: Callable[[ErrorCode, int], None] | None) -> None:
+        self._stores.append((group_id, key, value, done))
         self.runtime.wake.fire()
 
-    async def _store(self, group_id: str, value: bytes | None, done: Callable[[ErrorCode, int], None] | None) -> None:
-        """Write one group record (None: its tombstone) and tell `done` how it went, once COMMITTED."""
+    async def _write_group_record(self, group_id: str, key: bytes, value: bytes | None) -> ErrorCode:
+        """Append one group record (None: its tombstone) and wait until it is COMMITTED."""
         index = self.partition_of(group_id)
         if index not in self.loaded:
+            return ErrorCode.NOT_COORDINATOR
+        result = await self.runtime.write(index, records.encode_batch([(key, value)]),
+                                          self.config.offsets_commit_timeout_ms / 1000)
+        code = ErrorCode.NONE if not result.error else self._write_error(group_id, result)
+        if not code and index not in self.loaded:
             code = ErrorCode.NOT_COORDINATOR
-        else:
-            batch = records.encode_batch([(group_format.encode_key(group_id), value)])
-            result = await self.runtime.write(index, batch, self.config.offsets_commit_timeout_ms / 1000)
-            code = ErrorCode.NONE if not result.error else self._write_error(group_id, result)
-            if not code and index not in self.loaded:
-                code = ErrorCode.NOT_COORDINATOR
         if code:
             log.info("group %s: its record was not stored: %s", group_id, code.name)
+        return code
+
+    async def _store(self, group_id: str, key: bytes, value: bytes | None,
+                     done: Callable[[ErrorCode, int], None] | None) -> None:
+        code = await self._write_group_record(group_id, key, value)
         if done is not None:
             done(code, self.clock())
+
+    async def store_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
+        """Persist a consumer group if a heartbeat changed it (Kafka answers a heartbeat once its
+        records are COMMITTED); NONE at once when nothing changed."""
+        value = group_format.encode_consumer_value(group.snapshot())
+        if value == group.stored:
+            return ErrorCode.NONE
+        code = await self._write_group_record(group.group_id, group_format.encode_consumer_key(group.group_id), value)
+        if not code:
+            group.stored = value
+        return code
+
+    def _store_changed_consumer_groups(self) -> None:
+        """After timers removed members: their groups' records, written in the background."""
+        for group_id, group in self.groups.items():
+            if isinstance(group, ConsumerGroup) and (group.members or group.stored is not None):
+                value = group_format.encode_consumer_value(group.snapshot())
+                if value != group.stored:
+                    group.stored = value
+                    self._queue_store(group_id, group_format.encode_consumer_key(group_id), value, None)
 
     def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
@@ -216,8 +257,8 @@ class GroupCoordinator:
         if isinstance(group, ConsumerGroup):
             return ErrorCode.NONE, group
         if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
-            if isinstance(group, Group) and group.persisted:
-                self._queue_store(group_id, None, None)  # the classic record goes with the classic group
+            if isinstance(group, Group) and group.persisted:  # the classic record goes with the classic group
+                self._queue_store(group_id, group_format.encode_key(group_id), None, None)
             consumer = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
                                                              on_change=self.runtime.wake.fire)
             return ErrorCode.NONE, consumer
@@ -433,11 +474,15 @@ class GroupCoordinator:
             return code
         group = self.groups.get(group_id)
         if isinstance(group, Group) and group.persisted:
-            result = await self.runtime.write(self.partition_of(group_id), records.encode_batch(
-                [(group_format.encode_key(group_id), None)]), self.config.offsets_commit_timeout_ms / 1000)
-            if result.error:
-                return self._write_error(group_id, result)
+            code = await self._write_group_record(group_id, group_format.encode_key(group_id), None)
+            if code:
+                return code
             group.persisted = False
+        elif isinstance(group, ConsumerGroup) and group.stored is not None:
+            code = await self._write_group_record(group_id, group_format.encode_consumer_key(group_id), None)
+            if code:
+                return code
+            group.stored = None
         group = self.groups.get(group_id)
         if group is not None and not group.members and group.state == EMPTY:
             group.shut_down(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -460,8 +505,12 @@ class GroupCoordinator:
         for group_id, group in list(self.groups.items()):
             if group.state == EMPTY and not group.members and not group.pending and not self.offsets.get(group_id):
                 del self.groups[group_id]
-                if isinstance(group, Group) and group.persisted and self.partition_of(group_id) in self.loaded:
-                    self._queue_store(group_id, None, None)
+                if self.partition_of(group_id) not in self.loaded:
+                    continue
+                if isinstance(group, Group) and group.persisted:
+                    self._queue_store(group_id, group_format.encode_key(group_id), None, None)
+                elif isinstance(group, ConsumerGroup) and group.stored is not None:
+                    self._queue_store(group_id, group_format.encode_consumer_key(group_id), None, None)
 
     # ------------------------------------------------------------------ the timer task
     def tick(self) -> float:
@@ -476,6 +525,7 @@ class GroupCoordinator:
     async def timers(self, tg: TaskGroup) -> float:
         """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
         deadline = self.tick()
+        self._store_changed_consumer_groups()
         stores, self._stores = self._stores, []
         for store in stores:  # started in order, so a group's records are appended in order
             tg.start_soon(self._store, *store)

@@ -11,7 +11,9 @@ version 1), and this reader skips theirs, so both kinds share the partition and 
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
+from typing import Hashable
 
 from construct import (Adapter, Bytes, ConstructError, GreedyBytes, Int16sb, Int16ub, Int32sb, Int64sb, PascalString,
                        Prefixed, PrefixedArray, StreamError, Struct, Terminated)
@@ -103,3 +105,105 @@ def decode_value(data: bytes) -> StoredGroup | None:
                        tuple(StoredMember(m.member_id, m.instance_id, m.client_id, m.client_host,
                                           m.rebalance_timeout_ms, m.session_timeout_ms, bytes(m.subscription),
                                           bytes(m.assignment)) for m in v.members))
+
+
+# ---------------------------------------------------------------------------------------- KIP-848
+# A consumer group (the "consumer" protocol) as one record: Kafka spreads the same facts over its
+# ConsumerGroupMetadata, MemberMetadata, TargetAssignment and CurrentMemberAssignment records.
+#
+# key   = version int16 (3), group string
+# value = version int16 (1), group epoch int32, assignment epoch int32, assignor string, then an
+#         int32 count of members, each: member id, instance id, rack id (nullable), client id,
+#         client host, subscribed names (int32 count of strings), subscribed regex (nullable),
+#         rebalance timeout int32, server assignor (nullable), epoch int32, previous epoch int32,
+#         state string, assigned, revoking and target partitions (each an int32 count of
+#         topic id (16 bytes) + partition int32)
+
+CONSUMER_GROUP_KEY_VERSION = 3
+CONSUMER_GROUP_VALUE_VERSION = 1
+
+_Partitions = PrefixedArray(Int32sb, Struct("topic_id" / Bytes(16), "partition" / Int32sb))
+_ConsumerMember = Struct(
+    "member_id" / _String, "instance_id" / _NullableString, "rack_id" / _NullableString, "client_id" / _String,
+    "client_host" / _String, "subscribed_names" / PrefixedArray(Int32sb, _String),
+    "subscribed_regex" / _NullableString, "rebalance_timeout_ms" / Int32sb, "server_assignor" / _NullableString,
+    "epoch" / Int32sb, "previous_epoch" / Int32sb, "state" / _String, "assigned" / _Partitions,
+    "revoking" / _Partitions, "target" / _Partitions)
+ConsumerGroupKey = Struct("version" / Int16ub, "group" / _String, Terminated)
+ConsumerGroupValue = Struct("version" / Int16ub, "group_epoch" / Int32sb, "assignment_epoch" / Int32sb,
+                            "assignor" / _String, "members" / PrefixedArray(Int32sb, _ConsumerMember), Terminated)
+
+TopicPartitions = frozenset[tuple[Hashable, int]]  # topic ids are uuid.UUIDs
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_names: tuple[str, ...]
+    subscribed_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    epoch: int
+    previous_epoch: int
+    state: str
+    assigned: TopicPartitions
+    revoking: TopicPartitions
+    target: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConsumerGroup:
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[StoredConsumerMember, ...]
+
+
+def _partitions(tps: TopicPartitions) -> list[dict]:
+    pairs = sorted((uuid.UUID(str(t)).bytes, p) for t, p in tps)
+    return [{"topic_id": t, "partition": p} for t, p in pairs]
+
+
+def encode_consumer_key(group: str) -> bytes:
+    return ConsumerGroupKey.build(dict(version=CONSUMER_GROUP_KEY_VERSION, group=group))
+
+
+def encode_consumer_value(g: StoredConsumerGroup) -> bytes:
+    return ConsumerGroupValue.build(dict(
+        version=CONSUMER_GROUP_VALUE_VERSION, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
+        assignor=g.assignor, members=[dict(
+            member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id,
+            client_host=m.client_host, subscribed_names=list(m.subscribed_names), subscribed_regex=m.subscribed_regex,
+            rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor, epoch=m.epoch,
+            previous_epoch=m.previous_epoch, state=m.state, assigned=_partitions(m.assigned),
+            revoking=_partitions(m.revoking), target=_partitions(m.target)) for m in g.members]))
+
+
+def decode_consumer_key(data: bytes) -> str | None:
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != CONSUMER_GROUP_KEY_VERSION:
+        return None
+    try:
+        return str(ConsumerGroupKey.parse(data).group)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+
+
+def decode_consumer_value(data: bytes) -> StoredConsumerGroup | None:
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != CONSUMER_GROUP_VALUE_VERSION:
+        return None
+    try:
+        v = ConsumerGroupValue.parse(data)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+
+    def tps(items) -> TopicPartitions:
+        return frozenset((uuid.UUID(bytes=bytes(i.topic_id)), i.partition) for i in items)
+
+    return StoredConsumerGroup(v.group_epoch, v.assignment_epoch, v.assignor, tuple(StoredConsumerMember(
+        m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names),
+        m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state,
+        tps(m.assigned), tps(m.revoking), tps(m.target)) for m in v.members))

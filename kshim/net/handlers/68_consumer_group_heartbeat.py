@@ -13,8 +13,10 @@
   member owns it, and must acknowledge revocations by heartbeating without them (see
   `kshim.coordinator.groups.consumer_group`). The assignment is answered on a full request (joining, or all of
   rebalance timeout, topic names and owned partitions set) or when it changed; null otherwise.
-- Heartbeat interval 3 s, session timeout 45 s (`GroupConfig`). Membership is not persisted: after
-  a coordinator move members get UNKNOWN_MEMBER_ID and rejoin with epoch 0.
+- Heartbeat interval 3 s, session timeout 45 s (`GroupConfig`). A heartbeat that changed the group
+  is answered once the group's record is COMMITTED in `__consumer_offsets` (else with the write's
+  error: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE); a coordinator that takes over loads the
+  group, so members go on under their epochs after a coordinator move.
 - A non-empty classic group: GROUP_ID_NOT_FOUND (no online upgrade). Request checks as Kafka:
   INVALID_REQUEST with a message. NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
   COORDINATOR_NOT_AVAILABLE like the classic group APIs.
@@ -59,4 +61,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     owned = None if req.topic_partitions is None else [(t.topic_id, list(t.partitions)) for t in req.topic_partitions]
     result = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",
                                     client_host=client_host(ctx), topics=coordinator.topics_snapshot(), **fields)
+    if not result.error_code:
+        code = await coordinator.store_consumer_group(group)
+        if code:
+            return _answer(HeartbeatResult(code, "the group's state could not be stored"))
     return _answer(result)
