@@ -34,6 +34,8 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     log_cleaner_backoff_ms: int = 15_000
+    # incremental fetch sessions (KIP-227) the broker keeps at once; 0: none (full fetches only)
+    max_incremental_fetch_session_cache_slots: int = 1000
 
     @property
     def advertised(self) -> str:

@@ -189,6 +189,7 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "log.cleaner.io.max.bytes.per.second": lambda c: str(float(c.log_cleaner_io_max_bytes_per_second)),
     "log.cleaner.dedupe.buffer.size": lambda c: str(c.log_cleaner_dedupe_buffer_size),
     "log.cleaner.backoff.ms": lambda c: str(c.log_cleaner_backoff_ms),
+    "max.incremental.fetch.session.cache.slots": lambda c: str(c.max_incremental_fetch_session_cache_slots),
 }
 
 
