@@ -254,4 +254,6 @@ def new_context(cache: FetchSessionCache, version: int, session_id: int, epoch: 
     cache.touch(session, cache.clock())
     session.epoch = next_epoch(session.epoch)
     session.incremental_fetches += 1
+    log.debug("fetch session %d: incremental fetch at epoch %d (%d partitions named, %d forgotten, %d in session)",
+              session.id, epoch, len(asked), len(forgotten), len(session.partitions))
     return FetchContext(session.requests(), session=session)
