@@ -49,6 +49,7 @@ def sessions_since(kshim, mark: int) -> dict[int, tuple[int, list[int]]]:
 
 def test_java_consumer_reads_everything_through_an_incremental_session(kshim, java, topic_name):
     n = 300
+    start = len(kshim.output)
     sent = java.run("produce", kshim.bootstrap, topic_name, n).of("sent")
     assert len(sent) == n
     mark = len(kshim.output)
@@ -63,6 +64,32 @@ def test_java_consumer_reads_everything_through_an_incremental_session(kshim, ja
     assert any(parts == 3 for parts, _ in sessions.values()), f"no session of the topic's 3 partitions: {sessions}"
     epochs = max((e for _, e in sessions.values()), key=len)
     assert len(epochs) >= 3 and epochs == list(range(1, len(epochs) + 1)), f"incremental fetches: {sessions}"
+    # the client sent Kafka 4.3's newest versions, topic ids and all (the broker logs each request at debug)
+    assert_sent(kshim, start, [("produce", 13), ("fetch", 18), ("metadata", 13)])
+
+
+def assert_sent(kshim, mark: int, expected: list[tuple[str, int]]) -> None:
+    sent = {(api, int(v)) for api, v in re.findall(r"request (\w+) v(\d+) from", "\n".join(kshim.output[mark:]))}
+    for api, version in expected:
+        assert (api, version) in sent, f"{api} v{version} not sent: {sorted(sent)}"
+
+
+def test_java_kip848_consumer_commits_and_fetches_offsets_by_topic_id(kshim, java, topic_name):
+    """The consumer protocol's commits are OffsetCommit v10 / OffsetFetch v10 (topic ids): a second
+    consumer of the group resumes after the first one's commits."""
+    n, first = 40, 15
+    group = f"kip848-{topic_name}"
+    props = {"group.protocol": "consumer"}
+    sent = java.run("produce", kshim.bootstrap, topic_name, n).of("sent")
+    mark = len(kshim.output)
+    one = java.run("consume", kshim.bootstrap, topic_name, group, first, props=props)
+    two = java.run("consume", kshim.bootstrap, topic_name, group, n - first, "--extra-ms", 500, props=props)
+    assert two.of("extra") == []
+    got = sorted((r["partition"], r["offset"]) for r in one.of("record") + two.of("record"))
+    assert got == sorted((s["partition"], s["offset"]) for s in sent)
+    assert_sent(kshim, mark, [("offset_commit", 10), ("offset_fetch", 10), ("consumer_group_heartbeat", 1)])
+    described = java.run("admin", kshim.bootstrap, "describe-group", group)
+    assert described.one("group")["group_type"] == "Consumer"
 
 
 def test_kafka_python_consumer_through_sessions(kshim, topic_name):

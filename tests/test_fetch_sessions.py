@@ -227,3 +227,24 @@ async def test_the_slots_option_bounds_the_sessions(tmp_path):
         assert second.responses[0].partitions[0].error_code == 0  # served all the same
     finally:
         b.close()
+
+
+@pytest.mark.anyio
+async def test_an_incremental_fetch_long_polls_and_answers_the_partition_that_got_records(broker):
+    import anyio
+
+    await broker.create_topic("a", 3)
+    a = broker.topics["a"].topic_id
+    resp = await call_awaiting(broker, fetch, 18, request(0, 0, [(a, [(0, 0), (1, 0), (2, 0)])]))
+    sid = resp.session_id
+    body = {**request(sid, 1, []), "max_wait_ms": 10_000, "min_bytes": 1}
+    async with anyio.create_task_group() as tg:
+        async def later() -> None:
+            await anyio.sleep(0.2)
+            append(broker, "a", 2, b"late")
+        tg.start_soon(later)
+        with anyio.fail_after(5):  # woken by the append, long before max_wait_ms
+            resp = await call_awaiting(broker, fetch, 18, body)
+    assert list(answered(resp)) == [(a, 2)] and answered(resp)[(a, 2)][:2] == (0, 1)
+    order = [p.index for p in broker.replica_manager.fetch_sessions.sessions[sid].requests()]
+    assert order == [0, 1, 2]  # 2 returned records: it was last already and stays there
