@@ -248,3 +248,15 @@ async def test_an_incremental_fetch_long_polls_and_answers_the_partition_that_go
     assert list(answered(resp)) == [(a, 2)] and answered(resp)[(a, 2)][:2] == (0, 1)
     order = [p.index for p in broker.replica_manager.fetch_sessions.sessions[sid].requests()]
     assert order == [0, 1, 2]  # 2 returned records: it was last already and stays there
+
+
+def test_the_sessions_hold_a_bounded_number_of_partitions():
+    cache = FetchSessionCache(10, max_partitions=5)
+    asked = [FetchPartition("t", i, 0, 1024) for i in range(4)]
+    sid, _ = new_context(cache, 12, 0, 0, False, asked, []).respond([FetchPartitionData()] * 4)
+    assert sid != 0
+    more = [FetchPartition("u", i, 0, 1024) for i in range(2)]
+    assert new_context(cache, 12, 0, 0, False, more, []).respond([FetchPartitionData()] * 2)[0] == 0  # 6 > 5
+    context = new_context(cache, 12, sid, 1, False, more, [])  # growing the session past the bound
+    assert context.error == 0 and context.asked == more and context.respond([FetchPartitionData()] * 2)[0] == 0
+    assert cache.sessions == {}

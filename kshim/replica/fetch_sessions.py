@@ -28,6 +28,10 @@ with a full fetch.
   a consumer's session or any session older than EVICTION_MS, a consumer's only a session older
   than EVICTION_MS; between those, fewer partitions is less valuable, then the lower id. Otherwise
   the client gets no session (id 0) and keeps sending full fetches.
+- Memory: the sessions together hold at most MAX_PARTITIONS partitions (kshim's bound; Kafka has
+  none). A full fetch that would pass it opens no session; an incremental one that would grow a
+  session past it closes that session and is served without one (the client starts over with a
+  full fetch, which then gets no session while the others hold the room).
 - Kafka shards its cache in 8 (session ids carry the shard); kshim keeps one cache of all the slots.
 """
 from __future__ import annotations
@@ -49,6 +53,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 DEFAULT_SLOTS = 1000  # max.incremental.fetch.session.cache.slots
+MAX_PARTITIONS = 1_000_000  # partitions in all sessions together (a few hundred bytes each)
 SESSIONS_SINCE = 7  # Fetch v7 added sessions
 TOPIC_IDS_SINCE = 13
 INT32_MAX = (1 << 31) - 1
@@ -139,12 +144,16 @@ class FetchSession:
 
 class FetchSessionCache:
     def __init__(self, max_entries: int = DEFAULT_SLOTS, eviction_ms: int = EVICTION_MS,
-                 clock: Callable[[], int] = SYSTEM.monotonic_ms) -> None:
+                 clock: Callable[[], int] = SYSTEM.monotonic_ms, max_partitions: int = MAX_PARTITIONS) -> None:
         self.max_entries = max_entries
+        self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
+
+    def partitions_held(self) -> int:
+        return sum(len(s.partitions) for s in self.sessions.values())
 
     def get(self, session_id: int) -> FetchSession | None:
         return self.sessions.get(session_id)
@@ -166,7 +175,7 @@ class FetchSessionCache:
 
     def maybe_create(self, privileged: bool, uses_topic_ids: bool, partitions: list[CachedPartition]) -> int:
         """A new session for a full fetch if a slot is free or can be freed; its id, or 0 for none."""
-        if self.max_entries <= 0:
+        if self.max_entries <= 0 or self.partitions_held() + len(partitions) > self.max_partitions:
             return INVALID_SESSION_ID
         now = self.clock()
         if len(self.sessions) >= self.max_entries and not self._try_evict(privileged, len(partitions), now):
@@ -247,6 +256,10 @@ def new_context(cache: FetchSessionCache, version: int, session_id: int, epoch: 
         return FetchContext([], ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     if session.uses_topic_ids != uses_ids:
         return FetchContext([], ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+    joining = {(p.topic, p.index) for p in asked} - session.partitions.keys()
+    if joining and cache.partitions_held() + len(joining) > cache.max_partitions:
+        cache.remove(session.id, f"closed: {len(joining)} more partitions would pass the sessions' bound")
+        return FetchContext(asked)
     session.update(asked, forgotten)
     if not session.partitions:
         cache.remove(session.id, "closed (no partitions left)")
