@@ -231,3 +231,25 @@ async def test_write_txn_markers_v2_transaction_version_2_needs_a_newer_epoch(br
     assert await marker(4, 2) == ErrorCode.NONE
     assert await marker(4, 2) == ErrorCode.INVALID_PRODUCER_EPOCH  # a late retry of that marker
     assert await marker(4, 1) == ErrorCode.NONE  # TV1 rules: the same epoch is fine
+
+
+async def test_fetch_v18_a_follower_behind_on_the_high_watermark_is_answered_at_once(broker):
+    await broker.create_topic("t", 1)
+    topic_id = broker.topics["t"].topic_id
+    assert broker.partition("t", 0).append(batch(b"a", b"b")).error == 0  # one replica: high watermark 2
+
+    def follower_fetch(known_hw: int, max_wait_ms: int) -> dict:
+        body = sessionless_fetch(topic_id, offset=2)
+        body.update(max_wait_ms=max_wait_ms, min_bytes=1, replica_state={"replica_id": 1, "replica_epoch": 1})
+        body["topics"][0]["partitions"][0]["high_watermark"] = known_hw
+        return body
+
+    with anyio.fail_after(5):  # nothing new to read, but the follower's high watermark is behind
+        resp = await call_awaiting(broker, fetch, 18, follower_fetch(1, 60_000))
+    part = resp.responses[0].partitions[0]
+    assert (part.error_code, part.high_watermark, part.records or b"") == (0, 2, b"")
+    # a follower that knows the high watermark waits for data as before (up to max_wait_ms)
+    started = anyio.current_time()
+    resp = await call_awaiting(broker, fetch, 18, follower_fetch(2, 300))
+    assert anyio.current_time() - started >= 0.25
+    assert resp.responses[0].partitions[0].high_watermark == 2
