@@ -253,3 +253,20 @@ async def test_fetch_v18_a_follower_behind_on_the_high_watermark_is_answered_at_
     resp = await call_awaiting(broker, fetch, 18, follower_fetch(2, 300))
     assert anyio.current_time() - started >= 0.25
     assert resp.responses[0].partitions[0].high_watermark == 2
+
+
+async def test_consumer_group_describe_v1_reports_consumer_members(broker):
+    heartbeat = importlib.import_module("kshim.net.handlers.68_consumer_group_heartbeat")
+    describe = importlib.import_module("kshim.net.handlers.69_consumer_group_describe")
+    await broker.create_topic("t", 2)
+    assert (await find(broker, "cg")).coordinators[0].error_code == 0
+    served(broker).groups.load_pending()
+    joined = await call_awaiting(broker, heartbeat, 1, {"group_id": "cg", "member_id": str(uuid.uuid4()),
+                                                        "member_epoch": 0, "rebalance_timeout_ms": 30_000,
+                                                        "subscribed_topic_names": ["t"], "topic_partitions": []})
+    assert joined.error_code == 0
+    resp = await call(broker, describe, 1, {"group_ids": ["cg"], "include_authorized_operations": False})
+    [group] = resp.groups
+    assert group.error_code == 0 and [m.member_type for m in group.members] == [1]
+    old = await call(broker, describe, 0, {"group_ids": ["cg"], "include_authorized_operations": False})
+    assert old.groups[0].members[0].member_id == group.members[0].member_id
