@@ -442,11 +442,13 @@ class Partition:
         return ErrorCode.NONE, None
 
     def append_marker(self, producer_id: int, producer_epoch: int, committed: bool,
-                      coordinator_epoch: int) -> AppendResult:
+                      coordinator_epoch: int, transaction_version: int = 1) -> AppendResult:
         """The leader writes a transaction marker (WriteTxnMarkers): it ends the producer's
-        transaction here, COMMIT or ABORT."""
+        transaction here, COMMIT or ABORT. A transaction version 2 marker carries the epoch its
+        coordinator bumped, so it must be newer than the producer's (KIP-1228)."""
         result = AppendResult()
-        check = self.producers.check_fence(producer_id, producer_epoch, coordinator_epoch)
+        check = self.producers.check_fence(producer_id, producer_epoch, coordinator_epoch,
+                                           bumped=transaction_version >= 2)
         if check.is_error:
             result.error, result.message = ErrorCode(check.error_code), check.message
             return result

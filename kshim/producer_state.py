@@ -338,16 +338,19 @@ class ProducerStateManager:
                 f"Expected transactional write from producer {pid}")
         return _OK
 
-    def check_fence(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1) -> CheckResult:
+    def check_fence(self, producer_id: int, producer_epoch: int, coordinator_epoch: int = -1,
+                    bumped: bool = False) -> CheckResult:
         """The checks for what a coordinator writes (markers, transactional offset commits): no
-        sequence numbers, only the epochs. An older producer epoch is INVALID_PRODUCER_EPOCH, a
-        marker from an older coordinator TRANSACTION_COORDINATOR_FENCED."""
+        sequence numbers, only the epochs. An older producer epoch is INVALID_PRODUCER_EPOCH (with
+        `bumped`, a transaction version 2 marker, the same epoch too), a marker from an older
+        coordinator TRANSACTION_COORDINATOR_FENCED."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return _OK
-        if producer_epoch < entry.epoch:
+        if producer_epoch < entry.epoch or (bumped and producer_epoch == entry.epoch):
             return CheckResult.error(
                 INVALID_PRODUCER_EPOCH,
+                f"Epoch {producer_epoch} of producer {producer_id} is not newer than {entry.epoch}" if bumped else
                 f"Epoch {producer_epoch} of producer {producer_id} is older than {entry.epoch}")
         if coordinator_epoch >= 0 and coordinator_epoch < entry.coordinator_epoch:
             return CheckResult.error(

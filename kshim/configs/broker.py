@@ -37,6 +37,8 @@ class BrokerConfig:
     # a classic group's first rebalance waits this long for more members (Kafka's
     # group.initial.rebalance.delay.ms), longer while members keep arriving
     group_initial_rebalance_delay_ms: int = 3000
+    # incremental fetch sessions (KIP-227) the broker keeps at once; 0: none (full fetches only)
+    max_incremental_fetch_session_cache_slots: int = 1000
 
     @property
     def advertised(self) -> str:

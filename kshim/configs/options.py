@@ -27,11 +27,15 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
      "dirty section is cleaned over several rounds"),
     ("--log-cleaner-backoff-ms", "log_cleaner_backoff_ms",
      "pause between the cleaner's looks at the compacted partitions (Kafka's log.cleaner.backoff.ms)"),
+    ("--max-incremental-fetch-session-cache-slots", "max_incremental_fetch_session_cache_slots",
+     "incremental fetch sessions (KIP-227) kept at once, evicted by Kafka's rules when full; 0 disables "
+     "them (Kafka's max.incremental.fetch.session.cache.slots)"),
     ("--group-initial-rebalance-delay-ms", "group_initial_rebalance_delay_ms",
      "how long a classic consumer group's first rebalance waits for more members to join, extended while "
      "they keep arriving (Kafka's group.initial.rebalance.delay.ms); 0 forms the group at once"),
 )
-_ZERO_ALLOWED = {"group_initial_rebalance_delay_ms"}
+# the others must be at least 1
+_MINIMUM = {"max_incremental_fetch_session_cache_slots": 0, "group_initial_rebalance_delay_ms": 0}
 _DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
 
 
@@ -44,6 +48,7 @@ class ConnectionSettings(TypedDict):
     log_cleaner_io_max_bytes_per_second: int
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_backoff_ms: int
+    max_incremental_fetch_session_cache_slots: int
     group_initial_rebalance_delay_ms: int
 
 
@@ -62,9 +67,9 @@ def non_negative(text: str) -> int:
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner and group settings")
+    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner, fetch-session and group settings")
     for option, name, text in OPTIONS:
-        group.add_argument(option, dest=name, type=non_negative if name in _ZERO_ALLOWED else positive,
+        group.add_argument(option, dest=name, type=non_negative if _MINIMUM.get(name) == 0 else positive,
                            default=_DEFAULTS[name],
                            help=f"{text} (default {_DEFAULTS[name]})")
 

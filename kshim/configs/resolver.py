@@ -190,6 +190,7 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "log.cleaner.dedupe.buffer.size": lambda c: str(c.log_cleaner_dedupe_buffer_size),
     "log.cleaner.backoff.ms": lambda c: str(c.log_cleaner_backoff_ms),
     "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
+    "max.incremental.fetch.session.cache.slots": lambda c: str(c.max_incremental_fetch_session_cache_slots),
 }
 
 

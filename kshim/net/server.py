@@ -281,6 +281,9 @@ class Server:
 
     async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
+        if log.isEnabledFor(logging.DEBUG):  # which versions clients really send (compat tests read it)
+            log.debug("request %s v%d from %s (%s)", handler.name, request.header.api_version, peer,
+                      request.header.client_id)
         ctx = RequestContext(self.node, request.header, peer, self.supported)
         if request.unsupported:
             return await handler.handle(ctx, None)

@@ -54,6 +54,8 @@ class FetchPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    # the high watermark the follower knows (Fetch v18, KIP-1166); NO_HIGH_WATERMARK: not sent
+    known_high_watermark: int = (1 << 63) - 1
 
 
 @dataclass(slots=True)
@@ -75,7 +77,8 @@ def fetch(manager: ReplicaManager, params: FetchParams, asked: list[FetchPartiti
           ) -> FetchResult | Awaitable[FetchResult]:
     record_progress = params.replica_id < 0 or not _cut_off(manager, params.replica_id)
     results, total, leaders = _read_all(manager, params, asked, record_progress)
-    if total >= params.min_bytes or params.max_wait_ms <= 0 or any(r.error for r in results):
+    if total >= params.min_bytes or params.max_wait_ms <= 0 or any(r.error for r in results) \
+            or _high_watermark_news(params, asked, results):
         return results
     return _wait_and_read(manager, params, asked, leaders, record_progress)
 
@@ -121,6 +124,14 @@ def _read_all(manager: ReplicaManager, params: FetchParams, asked: list[FetchPar
     return results, total, leaders
 
 
+def _high_watermark_news(params: FetchParams, asked: list[FetchPartition], results: FetchResult) -> bool:
+    """A follower that told us the high watermark it knows (Fetch v18, KIP-1166) and is behind
+    ours is answered at once rather than after max_wait_ms: it learns the new high watermark
+    (and so may serve or expose it) without waiting for new data."""
+    return params.replica_id >= 0 and any(
+        r.high_watermark > p.known_high_watermark for p, r in zip(asked, results) if not r.error)
+
+
 def _end_of(data: bytes) -> int:
     """The offset after the last batch of a read."""
     end = -1
@@ -154,6 +165,7 @@ async def _wait_and_read(manager: ReplicaManager, params: FetchParams, asked: li
                 record_progress = False
                 continue  # cut off (now or since): sit out the wait, as a lost request would
             results, total, _ = _read_all(manager, params, asked, record_progress)
-            if total >= params.min_bytes or any(r.error for r in results):
+            if total >= params.min_bytes or any(r.error for r in results) \
+                    or _high_watermark_news(params, asked, results):
                 return results
     return _read_all(manager, params, asked, record_progress and not _cut_off(manager, params.replica_id))[0]

@@ -20,6 +20,7 @@ from kshim.partition import AppendResult, Partition
 from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
+from kshim.replica.fetch_sessions import DEFAULT_SLOTS, FetchSessionCache
 from kshim.replica.validation import BatchValidator, Rejection
 from wire.errors import ErrorCode
 
@@ -61,6 +62,7 @@ class TxnMarker:
     producer_epoch: int
     committed: bool
     coordinator_epoch: int
+    transaction_version: int = 1  # 2 (KIP-1228): the coordinator bumped the epoch, so it must be newer
 
 
 class Metadata(Protocol):
@@ -78,8 +80,11 @@ class Metadata(Protocol):
 class ReplicaManager:
     def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata,
                  max_decompressed_bytes: int = 100 * 1024 * 1024,
-                 cleaner: CleanerSettings = CleanerSettings()) -> None:
+                 cleaner: CleanerSettings = CleanerSettings(), fetch_session_slots: int = DEFAULT_SLOTS) -> None:
         self.node_id = node_id
+        # incremental fetch sessions (KIP-227): the Fetch handler's, kept beside the replicas as
+        # Kafka keeps its FetchManager beside the ReplicaManager
+        self.fetch_sessions = FetchSessionCache(fetch_session_slots)
         self.cleaner = LogCleaner(cleaner)  # compacted partitions (run by the BrokerServer)
         # produced compressed batches decompress within the request size limit (see validation.py)
         self.validator = BatchValidator(max_decompressed_bytes)
@@ -401,7 +406,7 @@ class ReplicaManager:
             return PartitionAppend(partition)
         if isinstance(records, TxnMarker):
             appended = partition.append_marker(records.producer_id, records.producer_epoch, records.committed,
-                                               records.coordinator_epoch)
+                                               records.coordinator_epoch, records.transaction_version)
         else:
             appended = partition.append(records, from_coordinator=True)
         result = _outcome(appended, partition)

@@ -35,10 +35,11 @@ TopicPartition = tuple[str, int]
 
 
 async def write_here(replicas: ReplicaManager, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-                     partitions: Iterable[TopicPartition], timeout_s: float) -> dict[TopicPartition, ErrorCode]:
+                     partitions: Iterable[TopicPartition], timeout_s: float,
+                     transaction_version: int = 1) -> dict[TopicPartition, ErrorCode]:
     """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`. The
     partitions wait together, so the whole lasts as long as the slowest."""
-    marker = TxnMarker(producer_id, producer_epoch, committed, coordinator_epoch)
+    marker = TxnMarker(producer_id, producer_epoch, committed, coordinator_epoch, transaction_version)
     codes: dict[TopicPartition, ErrorCode] = {}
 
     async def write(tp: TopicPartition) -> None:

@@ -25,6 +25,13 @@ request and response.
   its original offset.
 - Unknown topics are auto-created when the broker allows it; a partition this broker does not
   lead gets NOT_LEADER_OR_FOLLOWER, and the client finds the leader through Metadata.
+- v13 names topics by id (KIP-516): an id this broker's metadata does not know (never created, or
+  deleted, even if a topic of the same name was created since) is UNKNOWN_TOPIC_ID for each of its
+  partitions and is never auto-created; the response echoes the ids.
+- v12 is v11 for kshim: it advertises no transaction.version feature (transactions are version
+  1), so clients keep producing transactional batches at v11 after AddPartitionsToTxn; a
+  transactional batch sent at v12+ is appended as at v11 and does not add its partition to the
+  transaction (Kafka's KIP-890 implicit add needs transaction version 2).
 """
 from __future__ import annotations
 
@@ -39,16 +46,25 @@ from kshim.replica import PartitionAppend, Records
 from wire.errors import ErrorCode
 
 API_KEY = 0
-VERSIONS = (3, 11)
+VERSIONS = (3, 13)
+BY_ID = 13  # topics named by id from this version
+UNKNOWN_ID = ""  # no topic has an empty name: the key under which unknown ids fail
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     broker = ctx.broker
     entries: list[tuple[str, int, Records]] = []
     topic_errors: dict[str, ErrorCode] = {}
+    by_id = ctx.version >= BY_ID
     for topic_data in req.topic_data:
-        name = topic_data.name
-        if name not in broker.topics:
+        if by_id:
+            known = broker.topics_by_id.get(topic_data.topic_id)
+            name = known.name if known is not None else UNKNOWN_ID
+            if known is None:
+                topic_errors[UNKNOWN_ID] = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            name = topic_data.name
+        if not by_id and name not in broker.topics:
             try:
                 await broker.auto_create(name)
             except BrokerError as e:
@@ -77,7 +93,7 @@ async def _when_committed(req: Container, pending: Awaitable[list[PartitionAppen
 def _response(req: Container, results: list[PartitionAppend]) -> dict:
     answers = iter(results)
     return {"throttle_time_ms": 0, "responses": [
-        {"name": t.name, "partition_responses": [_partition_response(pd.index, next(answers))
+        {**({"topic_id": t.topic_id} if "topic_id" in t else {"name": t.name}), "partition_responses": [_partition_response(pd.index, next(answers))
                                                  for pd in t.partition_data]}
         for t in req.topic_data]}
 

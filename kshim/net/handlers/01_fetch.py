@@ -2,8 +2,14 @@
 follower replicas (replica id >= 0) both use it. The reads, the long-poll and the followers'
 progress are the ReplicaManager's (kshim/replica); this module maps the request and response.
 
-- Fetch sessions (KIP-227) are declined: every response carries session_id 0, so clients keep
-  sending full fetch requests.
+- Fetch sessions (KIP-227, kshim/replica/fetch_sessions.py) from v7: a full fetch (epoch 0) may
+  open a session (its id in the answer); incremental fetches (the next epochs) send only changed
+  partitions and forgotten ones, and are answered only the partitions with records, an error or
+  a moved high watermark or log start offset. Unknown session: FETCH_SESSION_ID_NOT_FOUND; wrong
+  epoch: INVALID_FETCH_SESSION_EPOCH; topic names vs ids not those the session was opened with:
+  FETCH_SESSION_TOPIC_ID_ERROR (all with no partitions). Epoch -1 closes the session and fetches
+  without one. At most --max-incremental-fetch-session-cache-slots sessions (1000), evicted by
+  Kafka's rules. kshim's own followers send full fetches without sessions (v12).
 - Consumers read from the leader only (others get NOT_LEADER_OR_FOLLOWER), bounded per isolation
   level: read_committed up to the last stable offset (the first offset of the earliest open
   transaction, else the high watermark) with the aborted transactions overlapping the returned
@@ -23,6 +29,8 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
 - OFFSET_OUT_OF_RANGE below the log start or above the log end; UNKNOWN_TOPIC_OR_PARTITION (by
   name, v4-12) or UNKNOWN_TOPIC_ID (v13+); current_leader_epoch newer than ours is
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH.
+- v18 (KIP-1166): a follower's known high watermark behind the leader's answers at once instead
+  of waiting out max_wait_ms, so the follower learns it without new data.
 """
 from __future__ import annotations
 
@@ -32,10 +40,13 @@ from construct import Container
 
 from kshim.net.handlers import RequestContext, Response
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
+from kshim.replica.fetch_sessions import FetchContext, new_context
 from wire.errors import ErrorCode
 
 API_KEY = 1
-VERSIONS = (4, 17)
+VERSIONS = (4, 18)
+BY_ID = 13  # topics named by id from this version
+NOT_SENT = (1 << 63) - 1  # HighWatermark's default: the follower does not say
 
 
 def _replica_id(ctx: RequestContext, req: Container) -> int:
@@ -46,27 +57,38 @@ def _replica_id(ctx: RequestContext, req: Container) -> int:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    by_id = ctx.version >= 13
+    by_id = ctx.version >= BY_ID
     params = FetchParams(_replica_id(ctx, req), req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level)
     asked = [FetchPartition(t.topic_id if by_id else t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
-                            p.get("current_leader_epoch", -1))
+                            p.get("current_leader_epoch", -1), p.get("high_watermark", NOT_SENT))
              for t in req.topics for p in t.partitions]
-    results = ctx.broker.replica_manager.fetch(params, asked)
+    forgotten = [(t.topic_id if by_id else t.topic, index)
+                 for t in req.get("forgotten_topics_data") or () for index in t.partitions]
+    replicas = ctx.broker.replica_manager
+    context = new_context(replicas.fetch_sessions, ctx.version, req.get("session_id", 0), req.get("session_epoch", -1),
+                          params.replica_id >= 0, asked, forgotten)
+    if context.error:
+        return {"throttle_time_ms": 0, "error_code": context.error, "session_id": 0, "responses": []}
+    results = replicas.fetch(params, context.asked)
     if isinstance(results, list):
-        return _response(req, results)
-    return _when_ready(req, results)
+        return _response(context, by_id, results)
+    return _when_ready(context, by_id, results)
 
 
-async def _when_ready(req: Container, pending: Awaitable[list[FetchPartitionData]]) -> dict:
-    return _response(req, await pending)
+async def _when_ready(context: FetchContext, by_id: bool, pending: Awaitable[list[FetchPartitionData]]) -> dict:
+    return _response(context, by_id, await pending)
 
 
-def _response(req: Container, results: list[FetchPartitionData]) -> dict:
-    answers = iter(results)
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": [
-        {"topic": t.get("topic"), "topic_id": t.get("topic_id"),
-         "partitions": [_partition(p.partition, next(answers)) for p in t.partitions]}
-        for t in req.topics]}
+def _response(context: FetchContext, by_id: bool, results: list[FetchPartitionData]) -> dict:
+    session_id, answered = context.respond(results)
+    topics: list[dict] = []
+    for asked, data in answered:  # consecutive partitions of one topic share its entry, as Kafka writes them
+        if not topics or topics[-1]["key"] != asked.topic:
+            topics.append({"key": asked.topic, "partitions": []})
+        topics[-1]["partitions"].append(_partition(asked.index, data))
+    key = "topic_id" if by_id else "topic"
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": session_id,
+            "responses": [{key: t["key"], "partitions": t["partitions"]} for t in topics]}
 
 
 def _partition(index: int, data: FetchPartitionData) -> dict:

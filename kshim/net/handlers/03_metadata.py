@@ -14,6 +14,8 @@
   controller is unreachable: admin requests then answer NOT_CONTROLLER, and clients look for the
   controller again (kafka-python waits while it is -1). Auto-creation meanwhile answers the topic
   NOT_CONTROLLER too (retriable: producers and consumers refresh metadata and retry).
+- v13 adds a top-level error code (KIP-1102, for REBOOTSTRAP_REQUIRED): kshim always answers
+  NONE there; topic errors stay per topic.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 3
-VERSIONS = (0, 12)
+VERSIONS = (0, 13)
 NO_OPERATIONS = -(1 << 31)
 
 
@@ -81,6 +83,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                           _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return {
         "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
         "brokers": broker_list(ctx),
         "cluster_id": broker.cluster_id,
         # clients send admin requests to the controller id they are given; any broker forwards

@@ -11,10 +11,18 @@
   (v2-4) are ignored: offsets of Empty groups expire after offsets.retention.minutes (7 days).
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when this broker
   cannot answer for the group (clients find the coordinator again and retry).
+- v10 names topics by id (KIP-848): an id this broker's metadata does not know (never created, or
+  deleted since) is UNKNOWN_TOPIC_ID for its partitions, before any group error; offsets are
+  stored by topic name, so OffsetFetch below v10 sees them too. The answer echoes the ids.
 """
 from __future__ import annotations
 
+import uuid
+from typing import Mapping
+
 from construct import Container
+
+from kshim.cluster.image import TopicInfo
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.net.handlers import RequestContext, Response
@@ -22,14 +30,16 @@ from kshim.net.handlers.group_common import commit_entries, commit_response
 from wire.errors import ErrorCode
 
 API_KEY = 8
-VERSIONS = (2, 9)
+VERSIONS = (2, 10)
+BY_ID = 10  # topics named by id from this version
 
 
-async def _write(coordinator: GroupCoordinator, req: Container, updates: list, codes: dict) -> dict:
+async def _write(coordinator: GroupCoordinator, req: Container, updates: list, codes: dict,
+                 by_id: Mapping[uuid.UUID, TopicInfo] | None) -> dict:
     code = await coordinator.write(req.group_id, updates)
     for tp, _ in updates:
         codes[tp] = code
-    return commit_response(req, codes)
+    return commit_response(req, codes, by_id)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
@@ -40,7 +50,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     else:
         code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                            req.get("group_instance_id") if v >= 7 else None)
-    codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v)
+    by_id = ctx.broker.topics_by_id if v >= BY_ID else None  # this image's ids, kept for the answer
+    codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v, by_id)
     if not updates:
-        return commit_response(req, codes)
-    return _write(coordinator, req, updates, codes)
+        return commit_response(req, codes, by_id)
+    return _write(coordinator, req, updates, codes, by_id)

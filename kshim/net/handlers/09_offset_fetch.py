@@ -11,18 +11,24 @@
   clients) are always served. Classic groups do not check them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: v1 reports them
   per partition, v2+ in the group's error code.
+- v10 names topics by id (KIP-848): an id this broker's metadata does not know is UNKNOWN_TOPIC_ID
+  for its partitions; asked for every topic, the group's offsets of topics that no longer exist
+  are left out (they have no id to be named by).
 """
 from __future__ import annotations
 
+import uuid
+
 from construct import Container
 
-from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.offsets_format import OffsetEntry
 from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.group_common import topic_key
 from wire.errors import ErrorCode
 
 API_KEY = 9
-VERSIONS = (1, 9)
+VERSIONS = (1, 10)
+BY_ID = 10  # topics named by id from this version
 
 
 def _partition(index: int, entry: OffsetEntry | None, error: ErrorCode, v: int) -> dict:
@@ -31,31 +37,52 @@ def _partition(index: int, entry: OffsetEntry | None, error: ErrorCode, v: int) 
             "metadata": entry.metadata if entry else "", "error_code": error}
 
 
-def _group(coordinator: GroupCoordinator, group_id: str, topics: list | None, require_stable: bool, v: int, member_id: str | None = None,
+def _group(ctx: RequestContext, group_id: str, topics: list | None, require_stable: bool, v: int, member_id: str | None = None,
            member_epoch: int = -1) -> tuple[ErrorCode, list]:
-    wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
+    coordinator = ctx.groups
+    by_id = ctx.broker.topics_by_id if v >= BY_ID else None
+    unknown: list[tuple[uuid.UUID, int]] = []
+    wanted: list[tuple[str, int]] | None = None
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            key = topic_key(t, by_id)
+            if isinstance(key, uuid.UUID):
+                unknown.extend((key, i) for i in t.partition_indexes)
+            else:
+                wanted.extend((key, i) for i in t.partition_indexes)
     code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)
     if code:
         if v == 1 and wanted is not None:
             rows = [(tp, None, code) for tp in wanted]
         else:
             return code, []
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str | uuid.UUID, list] = {}
     for (topic, index), entry, error in rows:
         by_topic.setdefault(topic, []).append(_partition(index, entry, error, v))
-    return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+    for topic_id, index in unknown:
+        by_topic.setdefault(topic_id, []).append(_partition(index, None, ErrorCode.UNKNOWN_TOPIC_ID, v))
+    if by_id is None:
+        return ErrorCode.NONE, [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+    names = ctx.broker.topics
+    out = []
+    for key, parts in by_topic.items():
+        if isinstance(key, uuid.UUID):
+            out.append({"topic_id": key, "partitions": parts})
+        elif key in names:  # a topic deleted since its offsets were committed has no id: left out
+            out.append({"topic_id": names[key].topic_id, "partitions": parts})
+    return ErrorCode.NONE, out
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    coordinator = ctx.groups
     v = ctx.version
     stable = bool(req.get("require_stable", False)) if v >= 7 else False
     if v < 8:
-        code, topics = _group(coordinator, req.group_id, req.topics, stable, v)
+        code, topics = _group(ctx, req.group_id, req.topics, stable, v)
         return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
     groups = []
     for g in req.groups:
         member = (g.get("member_id"), g.get("member_epoch", -1)) if v >= 9 else (None, -1)
-        code, topics = _group(coordinator, g.group_id, g.topics, stable, v, *member)
+        code, topics = _group(ctx, g.group_id, g.topics, stable, v, *member)
         groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
     return {"throttle_time_ms": 0, "groups": groups}

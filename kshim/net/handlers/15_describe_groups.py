@@ -1,7 +1,8 @@
 """DescribeGroups: state, protocol and members of classic groups coordinated here.
 
 - A group this broker does not know, or a KIP-848 consumer group (described by
-  ConsumerGroupDescribe), is reported Dead with no error (as Kafka does up to v5).
+  ConsumerGroupDescribe), is reported Dead: with no error up to v5, with GROUP_ID_NOT_FOUND and a
+  message from v6 (KIP-1043), as Kafka does.
 - Members' metadata and assignments, and the protocol name, are given for Stable groups; during
   a rebalance the members are listed without them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS per group. Authorized operations are not
@@ -17,18 +18,25 @@ from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 15
-VERSIONS = (0, 5)
+VERSIONS = (0, 6)
 NO_OPERATIONS = -(1 << 31)
 
 
-def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
-    entry = {"error_code": ErrorCode.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-             "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
+NOT_FOUND_SINCE = 6  # KIP-1043
+
+
+def describe(coordinator: GroupCoordinator, group_id: str, version: int = NOT_FOUND_SINCE) -> dict:
+    entry: dict = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id, "group_state": "Dead",
+             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
     code = coordinator.check(group_id)
     if code:
         return {**entry, "error_code": code, "group_state": ""}
     group = coordinator.get_group(group_id)
     if not isinstance(group, Group):  # none, or a KIP-848 consumer group: Dead to the classic API
+        if version >= NOT_FOUND_SINCE:
+            entry.update(error_code=ErrorCode.GROUP_ID_NOT_FOUND,
+                         error_message=f"Group {group_id} not found." if group is None
+                         else f"Group {group_id} is not a classic group.")
         return entry
     stable = group.state == "Stable"
     entry.update(group_state=group.state, protocol_type=group.protocol_type or "",
@@ -41,4 +49,4 @@ def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.groups]}
+    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g, ctx.version) for g in req.groups]}

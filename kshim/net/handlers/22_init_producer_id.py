@@ -13,6 +13,10 @@
   id/epoch that is not the current one is PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v4).
   An empty transactional id is INVALID_REQUEST. NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
   when this broker does not (yet) coordinate the id.
+- v6 (KIP-939, two-phase commit): kshim runs without transaction.two.phase.commit.enable, so a
+  transactional request with enable2_pc is TRANSACTIONAL_ID_AUTHORIZATION_FAILED and one with
+  keep_prepared_txn UNSUPPORTED_VERSION, as Kafka answers them then; otherwise the ongoing
+  transaction's id and epoch are -1 (none kept).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
 API_KEY = 22
-VERSIONS = (0, 5)
+VERSIONS = (0, 6)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
@@ -41,6 +45,10 @@ async def _init(ctx: RequestContext, req: Container) -> dict:
                 "producer_epoch": 0}
     if not tid:
         return {"error_code": ErrorCode.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+    if req.get("enable2_pc", False):  # 2PC is not enabled on this broker
+        return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+    if req.get("keep_prepared_txn", False):  # needs two-phase commit (transaction version 2)
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "producer_id": -1, "producer_epoch": -1}
     code, pid, epoch = await ctx.transactions.init_producer_id(
         tid, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1))
     return {"error_code": for_version(code, ctx.version, 4), "producer_id": pid, "producer_epoch": epoch}

@@ -7,6 +7,10 @@ and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
   producer epoch, TRANSACTION_COORDINATOR_FENCED when it saw markers from a newer coordinator.
 - A marker on a `__consumer_offsets` partition makes that transaction's offset commits visible
   (COMMIT) or drops them (ABORT).
+- v2 names the marker's transaction version (KIP-1228): 0 and 1 (and v1 requests) as above; 2
+  means the coordinator bumped the producer epoch for this marker, so a marker whose epoch is not
+  newer than the partition's (a late retry) is INVALID_PRODUCER_EPOCH. kshim's own coordinators
+  write version 1 markers (v1 requests).
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
 from kshim.net.handlers import RequestContext, Response
 
 API_KEY = 27
-VERSIONS = (1, 1)  # Kafka 4 removed v0 (KIP-896)
+VERSIONS = (1, 2)  # Kafka 4 removed v0 (KIP-896)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
@@ -24,7 +28,8 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         codes = await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                                 marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S)
+                                 marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S,
+                                 marker.get("transaction_version", 1) if ctx.version >= 2 else 1)
         out.append({"producer_id": marker.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": codes[(t.name, p)]}
                                             for p in t.partition_indexes]} for t in marker.topics]})

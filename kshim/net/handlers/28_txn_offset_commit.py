@@ -12,6 +12,9 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
 - An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
   below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
   4096 bytes: OFFSET_METADATA_TOO_LARGE.
+- v5 is v4 for kshim: it advertises no transaction.version feature (transactions are version 1),
+  so clients send v4 after AddOffsetsToTxn; a v5 request is answered as v4 and does not add the
+  group to the transaction (Kafka's KIP-890 implicit add needs transaction version 2).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
 API_KEY = 28
-VERSIONS = (0, 4)
+VERSIONS = (0, 5)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:

@@ -4,6 +4,8 @@
   forwards to the controller, or -1 while the controller is unreachable (as Metadata).
 - v1 `endpoint_type`: 1 (brokers) is answered; 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE, as a
   broker that is not a controller endpoint answers; any other value is INVALID_REQUEST.
+- v2 `include_fenced_brokers` (KIP-1073): also the registered brokers the controller fenced
+  (down or not heartbeating), with is_fenced true; without it only the live ones.
 - cluster_authorized_operations is always "not requested" (INT32_MIN): kshim has no ACLs.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ from kshim.net.handlers import RequestContext
 from wire.errors import ErrorCode
 
 API_KEY = 60
-VERSIONS = (0, 1)
+VERSIONS = (0, 2)
 
 BROKERS = 1
 CONTROLLERS = 2
@@ -33,8 +35,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "cluster_id": broker.cluster_id,
         # a live broker that forwards to the controller, -1 while it cannot reach it (see Metadata)
         "controller_id": broker.node_id if broker.controller.connected else -1,
-        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-                    for b in broker.image.alive_brokers()],
+        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None, "is_fenced": not b.alive}
+                    for b in sorted(broker.image.brokers.values(), key=lambda b: b.node_id)
+                    if b.alive or req.get("include_fenced_brokers", False)],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
     endpoint_type = req.get("endpoint_type", BROKERS)

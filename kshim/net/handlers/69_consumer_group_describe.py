@@ -4,6 +4,7 @@ members, and each member's current and target assignment (topic ids and names).
 - A classic group, or a group this broker does not know: GROUP_ID_NOT_FOUND (clients such as
   librdkafka then fall back to DescribeGroups). An empty id: INVALID_GROUP_ID.
 - States: Empty, Assigning, Reconciling, Stable (Dead is never listed: unloaded groups are gone).
+- v1 member_type (KIP-1099): always 1 (consumer): kshim has no classic members in consumer groups.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE per group.
   Authorized operations are not provided (INT32_MIN).
 """
@@ -19,7 +20,8 @@ from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
 API_KEY = 69
-VERSIONS = (0, 0)
+VERSIONS = (0, 1)
+CONSUMER_MEMBER = 1
 
 
 def _error(group_id: str, code: ErrorCode, message: str | None = None) -> dict:
@@ -50,7 +52,7 @@ def _described(group: ConsumerGroup, topic_name: Callable[[Hashable], str]) -> d
         "assignor_name": group.assignor_name,
         "members": [{
             "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
-            "member_epoch": m.epoch, "client_id": m.client_id, "client_host": m.client_host,
+            "member_epoch": m.epoch, "member_type": CONSUMER_MEMBER, "client_id": m.client_id, "client_host": m.client_host,
             "subscribed_topic_names": list(m.subscribed_names), "subscribed_topic_regex": m.subscribed_regex,
             "assignment": assignment(m.assigned),
             "target_assignment": assignment(group.target.get(m.member_id, set())),
