@@ -10,7 +10,7 @@ local replicas.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Mapping, Protocol, TypeVar
+from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import anyio
 
@@ -151,8 +151,10 @@ class Broker:
     async def delete_topic(self, name: str) -> uuid.UUID:
         return await self.controller.call(DeleteTopic(name))
 
-    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        await self.controller.call(CreatePartitions(name, total, validate_only))
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                             assignments: Sequence[Sequence[int]] | None = None) -> None:
+        await self.controller.call(CreatePartitions(name, total, validate_only, None if assignments is None else
+                                                    tuple(tuple(a) for a in assignments)))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))

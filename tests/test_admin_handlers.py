@@ -243,10 +243,29 @@ async def test_create_partitions(broker, version):
         {"name": "d", "count": 3, "assignments": None},
     ], "timeout_ms": 1000, "validate_only": False})
     out = [(r.name, r.error_code) for r in resp.results]
-    assert out == [("t", 0), ("u", ErrorCode.INVALID_PARTITIONS), ("w", ErrorCode.INVALID_REQUEST),
+    assert out == [("t", 0), ("u", ErrorCode.INVALID_PARTITIONS), ("w", 0),
                    ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("d", ErrorCode.INVALID_REQUEST)]
     assert resp.results[0].error_message is None and "3" in resp.results[1].error_message
-    assert [len(broker.topics[n].partitions) for n in "tuwd"] == [5, 3, 1, 1]
+    assert [len(broker.topics[n].partitions) for n in "tuwd"] == [5, 3, 2, 1]
+    assert broker.topics["w"].partitions[1].replicas == (0,) and broker.partition("w", 1) is not None
+
+
+@pytest.mark.anyio
+async def test_create_partitions_manual_assignments_are_checked(broker):
+    await create(broker, *(new_topic(n, 1) for n in "abcdef"))
+    resp = await call(broker, create_partitions, 3, {"topics": [
+        {"name": "a", "count": 3, "assignments": [{"broker_ids": [0]}]},  # one list for two new partitions
+        {"name": "b", "count": 2, "assignments": [{"broker_ids": []}]},
+        {"name": "c", "count": 2, "assignments": [{"broker_ids": [0, 0]}]},
+        {"name": "d", "count": 2, "assignments": [{"broker_ids": [7]}]},  # no such broker
+        {"name": "e", "count": 2, "assignments": [{"broker_ids": [0, 7]}]},  # checked before the factor
+        {"name": "f", "count": 3, "assignments": [{"broker_ids": [0]}, {"broker_ids": [0]}]},
+    ], "timeout_ms": 1000, "validate_only": False})
+    out = {r.name: (r.error_code, r.error_message) for r in resp.results}
+    assert {n: c for n, (c, _) in out.items()} == {**{n: ErrorCode.INVALID_REPLICA_ASSIGNMENT for n in "abcde"}, "f": 0}
+    assert "2 additional" in out["a"][1] and "no replicas" in out["b"][1] and "twice" in out["c"][1]
+    assert "broker 7" in out["d"][1] and "broker 7" in out["e"][1]
+    assert [len(broker.topics[n].partitions) for n in "abcdef"] == [1, 1, 1, 1, 1, 3]
 
 
 @pytest.mark.anyio

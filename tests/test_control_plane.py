@@ -55,6 +55,7 @@ REQUESTS = [
     m.CreateTopic("t", -1, 3, {"min.insync.replicas": "2", "retention.ms": None}, True),
     m.DeleteTopic("t"),
     m.CreatePartitions("t", 12, False),
+    m.CreatePartitions("t", 3, True, ((2, 0), (0, 1))),
     m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
     m.SetBrokerConfigs("", {"log.retention.ms": "1000", "compression.type": None}, False),
     m.AllocateProducerIds(1000),

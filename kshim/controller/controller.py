@@ -326,7 +326,8 @@ class Controller:
         self._publish()
         return topic.topic_id
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                          assignments: tuple[tuple[int, ...], ...] | None = None) -> None:
         topic = self._topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -338,10 +339,14 @@ class Controller:
                               f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")
         rf = len(topic.partitions[0].replicas)
         alive = sorted(self._alive())
-        if rf > len(alive):
-            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                              f"replication factor {rf} exceeds the live brokers ({len(alive)})")
-        new = _assign(total - len(topic.partitions), rf, alive, first_index=len(topic.partitions))
+        adding = total - len(topic.partitions)
+        if assignments is None:
+            if rf > len(alive):
+                raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"replication factor {rf} exceeds the live brokers ({len(alive)})")
+            new = _assign(adding, rf, alive, first_index=len(topic.partitions))
+        else:
+            new = self._manual_assignment(topic, assignments, adding, rf, set(alive))
         self._check_budget(name, new)
         if validate_only:
             return
@@ -349,6 +354,37 @@ class Controller:
         self.store.save_partitions(name, new)
         topic.partitions += new
         self._publish()
+
+    def _manual_assignment(self, topic: _Topic, assignments: tuple[tuple[int, ...], ...], adding: int, rf: int,
+                           alive: set[int]) -> list[PartitionRow]:
+        """The new partitions as the request places them, checked as Kafka's controller does
+        (INVALID_REPLICA_ASSIGNMENT): one assignment per new partition, each of the topic's
+        replication factor, no broker twice, only registered brokers, and one of them unfenced
+        (it leads; the fenced ones join the ISR once they catch up)."""
+        def bad(message: str) -> BrokerError:
+            return BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+        if len(assignments) != adding:
+            raise bad(f"attempted to add {adding} additional partition(s), but {len(assignments)} "
+                      f"assignment(s) were given")
+        rows = []
+        for i, replicas in enumerate(assignments, start=len(topic.partitions)):
+            if not replicas:
+                raise bad(f"the assignment of partition {i} has no replicas")
+            if len(set(replicas)) != len(replicas):
+                raise bad(f"the assignment of partition {i} names a broker twice: {list(replicas)}")
+            unknown = [r for r in replicas if r not in self._brokers]
+            if unknown:
+                raise bad(f"the assignment of partition {i} includes broker {unknown[0]}, but no such broker is "
+                          f"registered")
+            if len(replicas) != rf:
+                raise bad(f"the assignment of partition {i} has {len(replicas)} replica(s), but the topic's "
+                          f"partitions have {rf}")
+            isr = [r for r in replicas if r in alive]
+            if not isr:
+                raise bad(f"every broker of the assignment of partition {i} is fenced")
+            rows.append(PartitionRow(i, list(replicas), isr[0], 0, isr))
+        return rows
 
     def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
         """Replace a topic's overrides (the caller computed the full set)."""

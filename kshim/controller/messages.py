@@ -172,6 +172,8 @@ class CreatePartitions(Operation[None], code=5, publishes=True):
     name: str
     total: Int32
     validate_only: bool = False
+    # the replicas of each new partition, in order (CreatePartitions' manual assignment); None: kshim places them
+    assignments: tuple[tuple[Int32, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
