@@ -18,7 +18,8 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, T
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetBrokerConfigs, SetTopicConfigs)
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Election, ElectionResult, ElectLeaders, Operation,
+    SetBrokerConfigs, SetTopicConfigs)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -155,6 +156,13 @@ class Broker:
                              assignments: Sequence[Sequence[int]] | None = None) -> None:
         await self.controller.call(CreatePartitions(name, total, validate_only, None if assignments is None else
                                                     tuple(tuple(a) for a in assignments)))
+
+    async def elect_leaders(self, election: Election,
+                            partitions: Mapping[str, Sequence[int]] | None) -> tuple[ElectionResult, ...]:
+        """Leader elections an admin asked for (None: every partition); once answered, this broker
+        has applied the image with the new leaders."""
+        asked = None if partitions is None else {name: tuple(indexes) for name, indexes in partitions.items()}
+        return await self.controller.call(ElectLeaders(election, asked))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))

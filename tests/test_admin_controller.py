@@ -6,6 +6,7 @@ import pytest
 
 from kshim.clock import ManualClock
 from kshim.controller.controller import Controller, ControllerConfig
+from kshim.controller.messages import Election
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -69,3 +70,72 @@ def test_manual_assignment_validate_only_changes_nothing_and_survives_a_restart(
         assert again.image.topics["t"].partitions[1].replicas == (1,)
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- ElectLeaders
+
+def results(out) -> dict[tuple[str, int], ErrorCode]:
+    return {(r.topic, r.partition): ErrorCode(r.error_code) for r in out}
+
+
+def test_preferred_election_moves_leadership_back_to_the_first_replica(controller):
+    controller.create_topic("t", 1, 3)
+    first = controller.image.topics["t"].partitions[0].replicas[0]
+    controller.fence(first)
+    moved = controller.image.topics["t"].partitions[0]
+    assert moved.leader != first
+    # not alive: not available; back but not yet in sync (fencing took it out of the ISR): the same
+    out = controller.elect_leaders(Election.PREFERRED, {"t": (0,)})
+    assert results(out) == {("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    controller.register_broker(first, "127.0.0.1", 9092 + first)
+    assert results(controller.elect_leaders(Election.PREFERRED, {"t": (0,)})) == {
+        ("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    p = controller.image.topics["t"].partitions[0]
+    controller.alter_partition(p.leader, controller.image.brokers[p.leader].epoch, "t", 0, p.leader_epoch,
+                               p.partition_epoch, p.replicas)  # the leader takes it back into the ISR
+    version = controller.image.version
+    out = controller.elect_leaders(Election.PREFERRED, {"t": (0, 5), "nope": (0,)})
+    assert results(out) == {("t", 0): ErrorCode.NONE, ("t", 5): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+    after = controller.image.topics["t"].partitions[0]
+    assert controller.image.version > version
+    assert (after.leader, after.leader_epoch, after.partition_epoch) == (
+        first, p.leader_epoch + 1, p.partition_epoch + 2)
+    assert results(controller.elect_leaders(Election.PREFERRED, {"t": (0,)})) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
+
+
+def test_all_partitions_leaves_out_the_elections_not_needed(controller):
+    controller.create_topic("a", 3, 1)
+    controller.create_topic("b", 1, 3)
+    first = controller.image.topics["b"].partitions[0].replicas[0]
+    controller.fence(first)
+    out = controller.elect_leaders(Election.PREFERRED, None)
+    # a's single replicas lead already; b's preferred replica is fenced; a-x led by `first` went offline
+    offline = [(p.index) for p in controller.image.topics["a"].partitions if p.replicas == (first,)]
+    assert results(out) == {("b", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                            **{("a", i): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE for i in offline}}
+
+
+def test_unclean_election_only_without_an_alive_in_sync_replica(controller):
+    controller.create_topic("t", 1, 2)
+    p = controller.image.topics["t"].partitions[0]
+    leader, follower = p.replicas
+    assert results(controller.elect_leaders(Election.UNCLEAN, {"t": (0,)})) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
+    # the follower drops out of the ISR, then the leader dies: the partition goes offline
+    controller.alter_partition(leader, controller.image.brokers[leader].epoch, "t", 0, p.leader_epoch,
+                               p.partition_epoch, (leader,))
+    controller.fence(leader)
+    assert controller.image.topics["t"].partitions[0].leader == -1
+    out = controller.elect_leaders(Election.UNCLEAN, {"t": (0,)})
+    after = controller.image.topics["t"].partitions[0]
+    assert results(out) == {("t", 0): ErrorCode.NONE}
+    assert (after.leader, after.isr) == (follower, (follower,)) and after.leader_epoch == p.leader_epoch + 2
+
+
+def test_unclean_election_with_no_replica_alive(controller):
+    controller.create_topic("t", 1, 1)
+    only = controller.image.topics["t"].partitions[0].replicas[0]
+    controller.fence(only)
+    out = controller.elect_leaders(Election.UNCLEAN, {"t": (0,)})
+    assert results(out) == {("t", 0): ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE}
+    assert [r.message for r in out][0]

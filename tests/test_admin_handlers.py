@@ -28,6 +28,7 @@ alter_configs = importlib.import_module("kshim.net.handlers.33_alter_configs")
 create_partitions = importlib.import_module("kshim.net.handlers.37_create_partitions")
 incremental_alter = importlib.import_module("kshim.net.handlers.44_incremental_alter_configs")
 describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_cluster")
+elect_leaders = importlib.import_module("kshim.net.handlers.43_elect_leaders")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -282,6 +283,33 @@ async def test_create_partitions_validate_only_and_persist(broker):
         assert len(again.topics["t"].partitions) == 4
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- ElectLeaders
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_elect_leaders_answers_each_partition_in_order(broker, version):
+    await create(broker, new_topic("t", 2))
+    body = {"topic_partitions": [{"topic": "t", "partitions": [1, 0, 9]}, {"topic": "gone", "partitions": [0]}],
+            "timeout_ms": 1000}
+    if version >= 1:
+        body["election_type"] = 0
+    resp = await call(broker, elect_leaders, version, body)
+    assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+            for r in resp.replica_election_results] == [
+        ("t", [(1, ErrorCode.ELECTION_NOT_NEEDED), (0, ErrorCode.ELECTION_NOT_NEEDED),
+               (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),
+        ("gone", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+
+
+@pytest.mark.anyio
+async def test_elect_leaders_for_every_partition_and_bad_election_types(broker):
+    await create(broker, new_topic("t", 2))
+    resp = await call(broker, elect_leaders, 2, {"election_type": 1, "topic_partitions": None, "timeout_ms": 1})
+    assert resp.error_code == 0 and resp.replica_election_results == []  # every partition has its leader
+    resp = await call(broker, elect_leaders, 2, {"election_type": 2, "topic_partitions": None, "timeout_ms": 1})
+    assert resp.error_code == ErrorCode.INVALID_REQUEST
 
 
 # ---------------------------------------------------------------- DescribeConfigs

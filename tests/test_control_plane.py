@@ -66,6 +66,8 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.ElectLeaders(m.Election.PREFERRED, {"t": (0, 2), "u": ()}),
+    m.ElectLeaders(m.Election.UNCLEAN, None),
 ]
 
 RESULTS = [
@@ -86,6 +88,7 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.ElectLeaders, (m.ElectionResult("t", 0, 0, None), m.ElectionResult("t", 2, 84, "not needed"))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -29,6 +29,7 @@ import anyio
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
+from kshim.controller.messages import Election, ElectionResult
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -213,8 +214,8 @@ class Controller:
     def _alive(self) -> set[int]:
         return {b.info.node_id for b in self._brokers.values() if b.info.alive}
 
-    def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> None:
-        """Choose p's leader from its alive ISR (or, if allowed, any alive replica); -1 if none."""
+    def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int], unclean: bool = False) -> None:
+        """Choose p's leader from its alive ISR (or, if allowed or `unclean`, any alive replica); -1 if none."""
         in_sync = [r for r in p.replicas if r in p.isr and r in alive]
         if len(in_sync) > 1 and self._effective(topic)["kshim.commit.quorum"] == "majority":
             # a majority, not the whole ISR, may hold a COMMITTED record: elect the in-sync replica
@@ -223,7 +224,7 @@ class Controller:
             # session timeout fences it.
             in_sync.sort(key=lambda r: -self.replica_log_ends.get((r, topic.name, p.index), -1))
         leader = in_sync[0] if in_sync else NO_LEADER
-        if leader == NO_LEADER and self._effective(topic)["unclean.leader.election.enable"]:
+        if leader == NO_LEADER and (unclean or self._effective(topic)["unclean.leader.election.enable"]):
             anyone = [r for r in p.replicas if r in alive]
             if anyone:
                 leader = anyone[0]
@@ -233,6 +234,71 @@ class Controller:
             p.leader = leader
             p.leader_epoch += 1
             log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
+
+    # ------------------------------------------------------------------ elections asked by admins
+    def elect_leaders(self, election: Election,
+                      partitions: dict[str, tuple[int, ...]] | None) -> tuple[ElectionResult, ...]:
+        """Kafka's ElectLeaders (ReplicationControlManager.electLeaders): each partition on its
+        own, one publish for all. partitions=None: every partition, without the ones whose
+        election was not needed (as Kafka answers)."""
+        if partitions is None:
+            targets = [(t.name, p.index) for t in self._topics.values() for p in t.partitions]
+        else:
+            targets = [(name, index) for name, indexes in partitions.items() for index in indexes]
+        alive = self._alive()
+        changed: dict[str, list[PartitionRow]] = {}
+        results = []
+        for name, index in targets:
+            try:
+                self._elect_asked(name, index, election, alive, changed)
+                code, message = ErrorCode.NONE, None
+            except BrokerError as e:
+                code, message = e.code, e.message
+            if partitions is None and code == ErrorCode.ELECTION_NOT_NEEDED:
+                continue
+            results.append(ElectionResult(name, index, int(code), message))
+        for name, rows in changed.items():
+            self.store.save_partitions(name, rows)
+        if changed:
+            self._publish()
+        return tuple(results)
+
+    def _elect_asked(self, name: str, index: int, election: Election, alive: set[int],
+                     changed: dict[str, list[PartitionRow]]) -> None:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such topic as {name}")
+        if not 0 <= index < len(topic.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such partition as {name}-{index}")
+        p = topic.partitions[index]
+        preferred = p.replicas[0]
+        if election is Election.PREFERRED:
+            if p.leader == preferred:
+                raise BrokerError(ErrorCode.ELECTION_NOT_NEEDED, f"{name}-{index} is led by its preferred replica")
+            if preferred not in p.isr or preferred not in alive or not self._holds_the_leaders_log(topic, p, preferred):
+                raise BrokerError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                  f"preferred replica {preferred} of {name}-{index} is not alive and in sync")
+            p.leader = preferred
+            p.leader_epoch += 1
+            log.info("%s-%d: preferred leader %d elected, epoch %d", name, index, preferred, p.leader_epoch)
+        else:
+            if p.leader != NO_LEADER:
+                raise BrokerError(ErrorCode.ELECTION_NOT_NEEDED, f"{name}-{index} has a leader ({p.leader})")
+            self._elect(topic, p, alive, unclean=True)
+            if p.leader == NO_LEADER:
+                raise BrokerError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                  f"no replica of {name}-{index} is alive")
+        p.partition_epoch += 1
+        changed.setdefault(name, []).append(p)
+
+    def _holds_the_leaders_log(self, topic: _Topic, p: PartitionRow, replica: int) -> bool:
+        """Under kshim.commit.quorum=majority an ISR member may lack COMMITTED records (a majority
+        holds them): move leadership only to a replica whose last reported log end reaches the
+        leader's. With the whole-ISR quorum every ISR member holds them."""
+        if p.leader == NO_LEADER or self._effective(topic)["kshim.commit.quorum"] != "majority":
+            return True
+        ends = self.replica_log_ends
+        return ends.get((replica, topic.name, p.index), -1) >= ends.get((p.leader, topic.name, p.index), -1)
 
     def _effective(self, topic: _Topic) -> TopicConfig:
         # the cluster-wide dynamic defaults, not one broker's: an election is the cluster's decision

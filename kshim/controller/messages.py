@@ -220,6 +220,28 @@ class ControllerStatus(Operation[str], code=10, served_by=Server.PROCESS):
     partitions and the replica offsets the brokers report (the supervisor adds the processes)."""
 
 
+class Election(Enum):
+    """ElectLeaders' election types (the values are what kshim's logs say)."""
+    PREFERRED = "preferred"  # move leadership to the first replica, if it is alive and in sync
+    UNCLEAN = "unclean"  # a leaderless partition gets any alive replica when no in-sync one is alive
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    topic: str
+    partition: Int32
+    error_code: Int32  # a wire.errors.ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True)
+class ElectLeaders(Operation[tuple[ElectionResult, ...]], code=110, publishes=True):
+    """Kafka's ElectLeaders: one result per asked partition, in order; partitions=None asks for
+    every partition and leaves out those whose election was not needed."""
+    election: Election
+    partitions: dict[str, tuple[Int32, ...]] | None
+
+
 # ---------------------------------------------------------------------------------------- kshim ctl -> supervisor
 @dataclass(frozen=True)
 class Status(Operation[str], code=32, served_by=Server.SUPERVISOR):
