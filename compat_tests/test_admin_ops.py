@@ -162,3 +162,29 @@ def test_unclean_election_of_a_leaderless_partition(cluster, kadmin, cadmin, top
         run_ctl(cluster.data_dir, "start", str(first))
         run_ctl(cluster.data_dir, "start", str(second))
         wait_until(lambda: all(b["alive"] for b in cluster.status()["brokers"]), timeout=FENCE_DEADLINE_S)
+
+
+# ---------------------------------------------------------------- DescribeTopicPartitions
+
+def test_describe_topic_partitions_pages_through_a_topic(cluster, kadmin, java, topic_name):
+    other = topic_name + "-b"
+    create(kadmin, topic_name, 5, 2)
+    create(kadmin, other, 2, 3)
+    seen: list[tuple[str, int]] = []
+    cursor = None
+    for _ in range(10):
+        page = kadmin.describe_topic_partitions([other, topic_name], response_partition_limit=3, cursor=cursor)
+        seen += [(t["name"], p["partition_index"]) for t in page["topics"] for p in t["partitions"]]
+        assert all(t["error_code"] == 0 for t in page["topics"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [(topic_name, i) for i in range(5)] + [(other, 0), (other, 1)]
+    missing = kadmin.describe_topic_partitions([topic_name + "-none"])["topics"]
+    assert [(t["name"], t["error_code"]) for t in missing] == [(topic_name + "-none", 3)]  # UNKNOWN_TOPIC_OR_PARTITION
+    # the Java client's describeTopics pages with DescribeTopicPartitions (two partitions a response)
+    out = java_admin(java, cluster.bootstrap, ["describe-topics", "2", topic_name, other])
+    expected = {t: sorted(replicas(cluster, t)) for t in (topic_name, other)}
+    got = {line["name"]: sorted(p["replicas"] for p in line["partitions"]) for line in out}
+    assert got == expected and [len(line["partitions"]) for line in out] == [5, 2]
+    assert all(p["leader"] == p["replicas"][0] for line in out for p in line["partitions"])

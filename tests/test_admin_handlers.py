@@ -29,6 +29,7 @@ create_partitions = importlib.import_module("kshim.net.handlers.37_create_partit
 incremental_alter = importlib.import_module("kshim.net.handlers.44_incremental_alter_configs")
 describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_cluster")
 elect_leaders = importlib.import_module("kshim.net.handlers.43_elect_leaders")
+describe_topic_partitions = importlib.import_module("kshim.net.handlers.75_describe_topic_partitions")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -310,6 +311,47 @@ async def test_elect_leaders_for_every_partition_and_bad_election_types(broker):
     assert resp.error_code == 0 and resp.replica_election_results == []  # every partition has its leader
     resp = await call(broker, elect_leaders, 2, {"election_type": 2, "topic_partitions": None, "timeout_ms": 1})
     assert resp.error_code == ErrorCode.INVALID_REQUEST
+
+
+# ---------------------------------------------------------------- DescribeTopicPartitions
+
+async def describe_partitions(broker, names, limit=2000, cursor=None):
+    resp = await call(broker, describe_topic_partitions, 0, {
+        "topics": [{"name": n} for n in names], "response_partition_limit": limit, "cursor": cursor})
+    pages = [(t.name, t.error_code, [p.partition_index for p in t.partitions]) for t in resp.topics]
+    nxt = None if resp.next_cursor is None else (resp.next_cursor.topic_name, resp.next_cursor.partition_index)
+    return pages, nxt, resp
+
+
+@pytest.mark.anyio
+async def test_describe_topic_partitions_pages_with_the_cursor(broker):
+    await create(broker, new_topic("b", 3), new_topic("a", 2), new_topic("c", 1))
+    pages, nxt, resp = await describe_partitions(broker, ["c", "b", "a", "no-such", "bad name!"])
+    assert pages == [("a", 0, [0, 1]), ("b", 0, [0, 1, 2]), ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION, []),
+                     ("c", 0, [0]), ("no-such", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])] and nxt is None
+    p = resp.topics[0].partitions[0]
+    assert (p.leader_id, list(p.replica_nodes), list(p.isr_nodes), list(p.eligible_leader_replicas)) == (0, [0], [0], [])
+    assert resp.topics[0].topic_id == broker.topics["a"].topic_id
+    # three partitions a page: the cursor walks through the topics, in name order
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b", "c"], limit=3)
+    assert pages == [("a", 0, [0, 1]), ("b", 0, [0])] and nxt == ("b", 1)
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b", "c"], 3, {"topic_name": "b", "partition_index": 1})
+    assert pages == [("b", 0, [1, 2]), ("c", 0, [0])] and nxt is None
+    # the limit reached exactly at a topic's end: the cursor names the next topic
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b"], limit=2)
+    assert pages == [("a", 0, [0, 1])] and nxt == ("b", 0)
+    # no topics named: every topic; a limit below 1 counts as 1
+    pages, nxt, _ = await describe_partitions(broker, [], limit=0)
+    assert pages == [("a", 0, [0])] and nxt == ("a", 1)
+
+
+@pytest.mark.anyio
+async def test_describe_topic_partitions_refuses_a_bad_cursor(broker):
+    await create(broker, new_topic("a", 2))
+    pages, nxt, _ = await describe_partitions(broker, ["a"], cursor={"topic_name": "z", "partition_index": 0})
+    assert pages == [("a", ErrorCode.INVALID_REQUEST, [])] and nxt is None
+    pages, _, _ = await describe_partitions(broker, ["a"], cursor={"topic_name": "a", "partition_index": -1})
+    assert pages == [("a", ErrorCode.INVALID_REQUEST, [])]
 
 
 # ---------------------------------------------------------------- DescribeConfigs
