@@ -188,3 +188,36 @@ def test_describe_topic_partitions_pages_through_a_topic(cluster, kadmin, java, 
     got = {line["name"]: sorted(p["replicas"] for p in line["partitions"]) for line in out}
     assert got == expected and [len(line["partitions"]) for line in out] == [5, 2]
     assert all(p["leader"] == p["replicas"][0] for line in out for p in line["partitions"])
+
+
+# ---------------------------------------------------------------- DescribeLogDirs
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, value=b"x" * 100, key=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+
+def test_describe_log_dirs_shows_each_brokers_replicas(cluster, kadmin, java, topic_name):
+    create(kadmin, topic_name, 2, 2)
+    produce(cluster.bootstrap, topic_name, 50)
+    holders = replicas(cluster, topic_name)
+    out = java_admin(java, cluster.bootstrap, ["log-dirs", "0", "1", "2"])
+    assert sorted(line["broker"] for line in out) == [0, 1, 2]
+    for line in out:
+        assert line["error"] is None and line["path"].startswith(str(cluster.data_dir))
+        assert 0 < line["usable_bytes"] <= line["total_bytes"]
+        mine = {tp: r for tp, r in line["replicas"].items() if tp.startswith(topic_name + "-")}
+        assert sorted(mine) == [f"{topic_name}-{i}" for i, rs in enumerate(holders) if line["broker"] in rs]
+        if f"{topic_name}-0" in mine:  # 50 records of 100 bytes, on the leader and its follower alike
+            assert mine[f"{topic_name}-0"]["size"] > 50 * 100 and mine[f"{topic_name}-0"]["offset_lag"] == 0
+    leader = holders[0][0]
+    [answer] = kadmin.describe_log_dirs({topic_name: [0]}, brokers=[leader])
+    [log_dir] = answer["log_dirs"]
+    assert answer["broker"] == leader and log_dir["error_code"] == 0
+    assert log_dir["topics"] == [{"name": topic_name, "partitions": [
+        {"partition_index": 0, "partition_size": log_dir["topics"][0]["partitions"][0]["partition_size"],
+         "offset_lag": 0, "is_future_key": False}]}]
+    assert log_dir["topics"][0]["partitions"][0]["partition_size"] > 50 * 100

@@ -30,6 +30,7 @@ incremental_alter = importlib.import_module("kshim.net.handlers.44_incremental_a
 describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_cluster")
 elect_leaders = importlib.import_module("kshim.net.handlers.43_elect_leaders")
 describe_topic_partitions = importlib.import_module("kshim.net.handlers.75_describe_topic_partitions")
+describe_log_dirs = importlib.import_module("kshim.net.handlers.35_describe_log_dirs")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -668,3 +669,25 @@ async def test_concurrent_creates_of_one_topic_open_each_replica_once(broker):
     replicas = [p for p in broker.replicas() if p.topic == "raced"]
     assert sorted(p.index for p in replicas) == list(range(64))
     assert len({id(p.log) for p in replicas}) == 64
+
+
+# ---------------------------------------------------------------- DescribeLogDirs
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(1, 6))
+async def test_describe_log_dirs_reports_real_sizes_and_the_file_system(broker, version):
+    await create(broker, new_topic("t", 2), new_topic("u", 1))
+    produce(broker, "t", 1, 10)
+    resp = await call(broker, describe_log_dirs, version, {"topics": None})
+    [result] = resp.results
+    assert result.error_code == 0 and result.log_dir == str(broker.config.data_dir.resolve())
+    sizes = {(t.name, p.partition_index): (p.partition_size, p.offset_lag, p.is_future_key)
+             for t in result.topics for p in t.partitions}
+    assert sizes == {("t", 0): (0, 0, False), ("t", 1): (broker.partition("t", 1).log.size_bytes, 0, False),
+                     ("u", 0): (0, 0, False)}
+    assert sizes[("t", 1)][0] > 10 * 5  # ten records and a batch header
+    if version >= 4:
+        assert 0 < result.usable_bytes <= result.total_bytes
+    resp = await call(broker, describe_log_dirs, version, {"topics": [
+        {"topic": "t", "partitions": [1, 7]}, {"topic": "nope", "partitions": [0]}]})
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.results[0].topics] == [("t", [1])]
