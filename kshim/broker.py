@@ -18,8 +18,8 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, T
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Election, ElectionResult, ElectLeaders, Operation,
-    SetBrokerConfigs, SetTopicConfigs)
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election, ElectionResult,
+    ElectLeaders, FeatureUpdate, Operation, QuorumState, SetBrokerConfigs, SetTopicConfigs, UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -163,6 +163,12 @@ class Broker:
         has applied the image with the new leaders."""
         asked = None if partitions is None else {name: tuple(indexes) for name, indexes in partitions.items()}
         return await self.controller.call(ElectLeaders(election, asked))
+
+    async def describe_quorum(self) -> QuorumState:
+        return await self.controller.call(DescribeQuorum())
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False) -> None:
+        await self.controller.call(UpdateFeatures(tuple(updates), validate_only))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))

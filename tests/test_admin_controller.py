@@ -6,7 +6,7 @@ import pytest
 
 from kshim.clock import ManualClock
 from kshim.controller.controller import Controller, ControllerConfig
-from kshim.controller.messages import Election
+from kshim.controller.messages import Election, FeatureUpdate, FeatureUpgrade
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -139,3 +139,65 @@ def test_unclean_election_with_no_replica_alive(controller):
     out = controller.elect_leaders(Election.UNCLEAN, {"t": (0,)})
     assert results(out) == {("t", 0): ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE}
     assert [r.message for r in out][0]
+
+
+# ---------------------------------------------------------------- DescribeQuorum, UpdateFeatures
+
+def test_quorum_of_one_voter_with_the_brokers_as_observers(controller, tmp_path):
+    v0 = controller.version
+    controller.report_image_version(1, v0)
+    controller.report_image_version(2, v0 - 1)
+    controller.fence(0)
+    q = controller.describe_quorum()
+    assert (q.leader_id, q.high_watermark) == (0, controller.version)
+    assert [(v.node_id, v.log_end_offset) for v in q.voters] == [(0, controller.version)]
+    assert [(o.node_id, o.log_end_offset) for o in q.observers] == [(1, v0), (2, v0 - 1)]
+    assert q.observers[0].last_caught_up_ms >= 0 and q.observers[1].last_caught_up_ms == -1
+    again = reopened(controller, tmp_path)
+    try:
+        assert again.describe_quorum().leader_epoch == q.leader_epoch + 1  # a restart is a new election
+    finally:
+        again.close()
+
+
+def update(c: Controller, name: str, level: int, upgrade: FeatureUpgrade = FeatureUpgrade.UPGRADE,
+           validate_only: bool = False) -> None:
+    c.update_features((FeatureUpdate(name, level, upgrade),), validate_only)
+
+
+def test_features_are_checked_as_kafka_does(controller):
+    assert controller.image.features == {"metadata.version": 30, "group.version": 1}
+    checks = [("metadata.version", 29, FeatureUpgrade.SAFE_DOWNGRADE, "supports versions 30 to 30"),
+              ("metadata.version", 31, FeatureUpgrade.UPGRADE, "supports versions 30 to 30"),
+              ("transaction.version", 2, FeatureUpgrade.UPGRADE, "does not support"),
+              ("group.version", 0, FeatureUpgrade.UPGRADE, "without setting the upgrade type"),
+              ("group.version", -1, FeatureUpgrade.SAFE_DOWNGRADE, "less than 0"),
+              ("group.version", 2, FeatureUpgrade.UPGRADE, "supports versions 0 to 1")]
+    for name, level, upgrade, reason in checks:
+        code, message = error_of(lambda: update(controller, name, level, upgrade))
+        assert code == ErrorCode.INVALID_UPDATE_VERSION and reason in message, (name, level, message)
+    version = controller.image.version
+    update(controller, "metadata.version", 30)  # its own level: nothing to do
+    update(controller, "transaction.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)  # absent already
+    assert controller.image.version == version
+
+
+def test_features_are_all_or_nothing_and_persist(controller, tmp_path):
+    version = controller.image.version
+    code, _ = error_of(lambda: controller.update_features((
+        FeatureUpdate("group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE),
+        FeatureUpdate("transaction.version", 2, FeatureUpgrade.UPGRADE))))
+    assert code == ErrorCode.INVALID_UPDATE_VERSION and controller.image.features["group.version"] == 1
+    update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE, validate_only=True)
+    assert controller.image.version == version
+    update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)
+    assert controller.image.features == {"metadata.version": 30}
+    assert controller.image.features_epoch == controller.image.version > version
+    again = reopened(controller, tmp_path)
+    try:
+        assert again.image.features == {"metadata.version": 30}
+        assert again.image.features_epoch == controller.image.features_epoch
+        update(again, "group.version", 1)
+        assert again.image.features["group.version"] == 1
+    finally:
+        again.close()

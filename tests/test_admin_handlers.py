@@ -31,6 +31,10 @@ describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_clust
 elect_leaders = importlib.import_module("kshim.net.handlers.43_elect_leaders")
 describe_topic_partitions = importlib.import_module("kshim.net.handlers.75_describe_topic_partitions")
 describe_log_dirs = importlib.import_module("kshim.net.handlers.35_describe_log_dirs")
+describe_quorum = importlib.import_module("kshim.net.handlers.55_describe_quorum")
+update_features = importlib.import_module("kshim.net.handlers.57_update_features")
+api_versions = importlib.import_module("kshim.net.handlers.18_api_versions")
+group_heartbeat = importlib.import_module("kshim.net.handlers.68_consumer_group_heartbeat")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -691,3 +695,84 @@ async def test_describe_log_dirs_reports_real_sizes_and_the_file_system(broker, 
     resp = await call(broker, describe_log_dirs, version, {"topics": [
         {"topic": "t", "partitions": [1, 7]}, {"topic": "nope", "partitions": [0]}]})
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.results[0].topics] == [("t", [1])]
+
+
+# ---------------------------------------------------------------- DescribeQuorum
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_describe_quorum_answers_a_quorum_of_one(broker, version):
+    asked = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+    resp = await call(broker, describe_quorum, version, asked)
+    [topic] = resp.topics
+    [p] = topic.partitions
+    assert (resp.error_code, topic.topic_name, p.error_code, p.leader_id) == (0, "__cluster_metadata", 0, 0)
+    assert p.high_watermark == broker.image.version and p.leader_epoch >= 1
+    assert [(r.replica_id, r.log_end_offset) for r in p.current_voters] == [(0, broker.image.version)]
+    assert [(r.replica_id, r.log_end_offset) for r in p.observers] == [(0, broker.image.version)]
+    for wrong in ({"topics": [{"topic_name": "other", "partitions": [{"partition_index": 0}]}]},
+                  {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 1}]}]}):
+        resp = await call(broker, describe_quorum, version, wrong)
+        assert [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions] == [
+            (wrong["topics"][0]["partitions"][0]["partition_index"], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+# ---------------------------------------------------------------- UpdateFeatures, ApiVersions features
+
+async def features(broker, version=4):
+    header = RequestHeader(18, version, 1, "test", 0)
+    resp = await api_versions.handle(RequestContext(served(broker), header, "test:0", {}), codec.decode(
+        18, version, "request", codec.encode(18, version, "request", {"client_software_name": "t",
+                                                                      "client_software_version": "1"}), exact=True))
+    resp = codec.decode(18, version, "response", codec.encode(18, version, "response", resp), exact=True)
+    return ({f.name: (f.min_version, f.max_version) for f in resp.supported_features},
+            {f.name: f.max_version_level for f in resp.finalized_features}, resp.finalized_features_epoch)
+
+
+@pytest.mark.anyio
+async def test_api_versions_reports_features_without_transaction_version(broker):
+    supported, finalized, epoch = await features(broker)
+    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1)}
+    assert finalized == {"metadata.version": 30, "group.version": 1} and epoch > 0
+    supported, _, _ = await features(broker, 3)
+    assert supported == {"metadata.version": (30, 30)}  # v3 leaves out minimum-0 features
+
+
+def feature_update(version, name, level, upgrade_type=1):
+    if version == 0:
+        return {"feature": name, "max_version_level": level, "allow_downgrade": upgrade_type > 1}
+    return {"feature": name, "max_version_level": level, "upgrade_type": upgrade_type}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_update_features_validates_persists_and_gates_the_consumer_protocol(broker, version):
+    def body(*updates, validate_only=False):
+        return {"timeout_ms": 1000, "feature_updates": list(updates), **({"validate_only": validate_only} if version else {})}
+
+    resp = await call(broker, update_features, version, body(feature_update(version, "transaction.version", 2)))
+    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "transaction.version" in resp.error_message
+    if version < 2:
+        assert [(r.feature, r.error_code) for r in resp.results] == [("transaction.version", resp.error_code)]
+    if version >= 1:
+        resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 4)))
+        assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "upgrade type" in resp.error_message
+        resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2),
+                                                                 validate_only=True))
+        assert resp.error_code == 0 and (await features(broker))[1]["group.version"] == 1
+    resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 1)))
+    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION  # a downgrade, not said to be one
+    resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2)))
+    assert resp.error_code == 0
+    _, finalized, epoch = await features(broker)
+    assert finalized == {"metadata.version": 30} and epoch == broker.image.version
+    hb = {"group_id": "g", "member_id": "m" * 22, "member_epoch": 0, "instance_id": None, "rack_id": None,
+          "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"], "server_assignor": None,
+          "topic_partitions": [], "subscribed_topic_regex": None}
+    resp = await call(broker, group_heartbeat, 1, hb)
+    assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
+    again = reopen(broker)
+    try:
+        assert again.image.features == {"metadata.version": 30}
+    finally:
+        again.close()

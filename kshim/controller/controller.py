@@ -27,9 +27,12 @@ from typing import Callable
 import anyio
 
 from kshim.clock import SYSTEM, Clock
-from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import (
+    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, MetadataImage,
+    PartitionInfo, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
-from kshim.controller.messages import Election, ElectionResult
+from kshim.controller.messages import (
+    Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState)
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -48,6 +51,8 @@ MAX_PRODUCER_ID_BLOCK = 1_000_000  # ids a broker may reserve at once (it asks f
 class _Broker:
     info: BrokerInfo
     last_heartbeat_ms: int = 0
+    image_version: int = -1  # the last image version it reported having (DescribeQuorum's observers)
+    caught_up_ms: int = -1  # when it last reported the controller's latest version
 
 
 @dataclass
@@ -98,6 +103,13 @@ class Controller:
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
         self._broker_configs = store.load_broker_configs()
+        # each start of the controller is a new "election" of the quorum of one (DescribeQuorum's epoch)
+        self.epoch = store.reserve("controller_epoch", 1) + 1
+        stored = store.load_features() or {}
+        self._features = {name: level for name, level in {**DEFAULT_FEATURES, **stored}.items()
+                          if level > 0 and name in SUPPORTED_FEATURES}
+        self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
+        self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -110,7 +122,8 @@ class Controller:
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
-        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs)
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
+                             dict(self._features), self._features_epoch)
 
     def _publish(self) -> None:
         self.version += 1
@@ -210,6 +223,62 @@ class Controller:
         """What a broker's replicas hold, from its heartbeat (used to elect under majority quorum)."""
         for (topic, index), offset in log_ends.items():
             self.replica_log_ends[(node_id, topic, index)] = offset
+
+    def report_image_version(self, node_id: int, version: int) -> None:
+        """The image version a broker has applied (from its heartbeat, or at once in-process)."""
+        broker = self._brokers.get(node_id)
+        if broker is not None:
+            broker.image_version = version
+            if version >= self.version:
+                broker.caught_up_ms = self.clock.wall_ms()
+
+    # ------------------------------------------------------------------ the quorum and features
+    def describe_quorum(self) -> QuorumState:
+        """The controller as a quorum of one voter (its log is the image versions) and the
+        registered brokers as observers, with the last image version each reported."""
+        now = self.clock.wall_ms()
+        me = QuorumReplica(self.config.node_id, self.version, now, now)
+        observers = tuple(QuorumReplica(b.info.node_id, b.image_version, b.last_heartbeat_ms, b.caught_up_ms)
+                          for b in sorted(self._brokers.values(), key=lambda b: b.info.node_id) if b.info.alive)
+        return QuorumState(self.config.node_id, self.epoch, self.version, (me,), observers)
+
+    def update_features(self, updates: tuple[FeatureUpdate, ...], validate_only: bool = False) -> None:
+        """Kafka's UpdateFeatures (FeatureControlManager): every update is checked, the first bad
+        one is the answer (INVALID_UPDATE_VERSION) and nothing changes; else all are finalized."""
+        levels = dict(self._features)
+        for u in updates:
+            self._check_feature_update(u, levels.get(u.name, 0))
+            levels[u.name] = u.level
+        if validate_only:
+            return
+        levels = {name: level for name, level in levels.items() if level > 0}
+        if levels == self._features:
+            return
+        epoch = self.version + 1  # the image that carries them
+        self.store.save_features({name: levels.get(name, 0) for name in SUPPORTED_FEATURES}, epoch)
+        self._features, self._features_epoch = levels, epoch
+        log.info("finalized features: %s (epoch %d)", levels, epoch)
+        self._publish()
+
+    @staticmethod
+    def _check_feature_update(u: FeatureUpdate, current: int) -> None:
+        def invalid(reason: str) -> BrokerError:
+            return BrokerError(ErrorCode.INVALID_UPDATE_VERSION,
+                               f"invalid update version {u.level} for feature {u.name}: {reason}")
+
+        if u.level < 0:
+            raise invalid("a feature version cannot be less than 0")
+        supported = SUPPORTED_FEATURES.get(u.name)
+        if supported is None:
+            if u.level != 0:
+                raise invalid("kshim does not support this feature")
+        elif not supported[0] <= u.level <= supported[1] and not (u.level == 0 and supported[0] == 0):
+            raise invalid(f"kshim supports versions {supported[0]} to {supported[1]}")
+        if u.level < current and u.upgrade is FeatureUpgrade.UPGRADE:
+            raise invalid("can't downgrade the version of this feature without setting the upgrade type to "
+                          "either safe or unsafe downgrade")
+        if u.level > current and u.upgrade is not FeatureUpgrade.UPGRADE:
+            raise invalid("can't downgrade to a newer version")
 
     def _alive(self) -> set[int]:
         return {b.info.node_id for b in self._brokers.values() if b.info.alive}

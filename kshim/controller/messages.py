@@ -242,6 +242,48 @@ class ElectLeaders(Operation[tuple[ElectionResult, ...]], code=110, publishes=Tr
     partitions: dict[str, tuple[Int32, ...]] | None
 
 
+@dataclass(frozen=True)
+class QuorumReplica:
+    node_id: Int32
+    log_end_offset: Int64  # the last image version it has (the controller's: its own)
+    last_fetch_ms: Int64  # wall clock; -1 unknown
+    last_caught_up_ms: Int64
+
+
+@dataclass(frozen=True)
+class QuorumState:
+    leader_id: Int32
+    leader_epoch: Int32  # bumped at every start of the controller (a new "election")
+    high_watermark: Int64  # the controller's image version
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...]
+
+
+@dataclass(frozen=True)
+class DescribeQuorum(Operation[QuorumState], code=111):
+    """DescribeQuorum: the controller as a quorum of one voter, the brokers as observers."""
+
+
+class FeatureUpgrade(Enum):
+    UPGRADE = "upgrade"
+    SAFE_DOWNGRADE = "safe downgrade"
+    UNSAFE_DOWNGRADE = "unsafe downgrade"
+
+
+@dataclass(frozen=True)
+class FeatureUpdate:
+    name: str
+    level: Int32  # 0 removes the feature
+    upgrade: FeatureUpgrade
+
+
+@dataclass(frozen=True)
+class UpdateFeatures(Operation[None], code=112, publishes=True):
+    """Kafka's UpdateFeatures: all the updates or none (the first invalid one is the error)."""
+    updates: tuple[FeatureUpdate, ...]
+    validate_only: bool = False
+
+
 # ---------------------------------------------------------------------------------------- kshim ctl -> supervisor
 @dataclass(frozen=True)
 class Status(Operation[str], code=32, served_by=Server.SUPERVISOR):
