@@ -221,3 +221,46 @@ def test_describe_log_dirs_shows_each_brokers_replicas(cluster, kadmin, java, to
         {"partition_index": 0, "partition_size": log_dir["topics"][0]["partitions"][0]["partition_size"],
          "offset_lag": 0, "is_future_key": False}]}]
     assert log_dir["topics"][0]["partitions"][0]["partition_size"] > 50 * 100
+
+
+# ---------------------------------------------------------------- DescribeQuorum, features
+
+def test_describe_quorum_shows_the_controller_and_the_brokers(cluster, kadmin, java):
+    [partition] = kadmin.describe_metadata_quorum()["topics"][0]["partitions"]
+    assert partition["error"] is None and partition["leader_id"] == 0 and partition["leader_epoch"] >= 1
+    [voter] = partition["current_voters"]
+    assert voter["replica_id"] == 0 and voter["log_end_offset"] == partition["high_watermark"]
+    observers = partition["observers"]
+    assert sorted(o["replica_id"] for o in observers) == [0, 1, 2]
+    assert all(0 < o["log_end_offset"] <= partition["high_watermark"] and o["last_fetch_timestamp"] > 0
+               for o in observers)
+    [java_view] = java_admin(java, cluster.bootstrap, ["quorum"])
+    assert (java_view["leader"], java_view["epoch"], java_view["observers"]) == (0, partition["leader_epoch"], 3)
+    assert java_view["high_watermark"] >= partition["high_watermark"]
+    assert [v["id"] for v in java_view["voters"]] == [0]
+
+
+def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
+    features = kadmin.describe_features()
+    assert features["metadata.version"]["supported"] == (30, 30) and features["metadata.version"]["finalized"] == (30, 30)
+    assert features["group.version"]["finalized"] == (1, 1) and "transaction.version" not in features
+    out = java_admin(java, cluster.bootstrap, ["features"], ["update-feature", "transaction.version", "2", "upgrade"],
+                     ["update-feature", "metadata.version", "29", "safe-downgrade"],
+                     ["update-feature", "group.version", "0", "safe-downgrade", "validate"], ["features"])
+    assert out[0]["supported"] == {"group.version": [0, 1], "metadata.version": [30, 30]}
+    assert out[0]["finalized"] == {"group.version": [1, 1], "metadata.version": [30, 30]}  # no transactions v2
+    assert [line.get("error") for line in out[1:4]] == ["InvalidUpdateVersionException"] * 2 + [None]
+    assert out[4]["finalized"] == out[0]["finalized"]  # validate-only changed nothing
+    try:
+        kadmin.update_features({"group.version": ("SAFE_DOWNGRADE", 0)})
+        def downgraded():
+            f = kadmin.describe_features()  # any broker: each applies the change on its own
+            return f if f.get("group.version", {}).get("finalized") is None else None
+
+        after = wait_until(downgraded, message="group.version 0 on the brokers")
+        assert after["metadata.version"]["finalized_epoch"] > features["metadata.version"]["finalized_epoch"]
+        wait_until(lambda: java_admin(java, cluster.bootstrap, ["features"])[0]["finalized"] == {"metadata.version": [30, 30]},
+                   timeout=60, message="the Java client seeing group.version 0")
+    finally:
+        kadmin.update_features({"group.version": ("UPGRADE", 1)})
+    assert kadmin.describe_features()["group.version"]["finalized"] == (1, 1)
