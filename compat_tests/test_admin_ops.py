@@ -264,3 +264,38 @@ def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
     finally:
         kadmin.update_features({"group.version": ("UPGRADE", 1)})
     assert kadmin.describe_features()["group.version"]["finalized"] == (1, 1)
+
+
+# ---------------------------------------------------------------- ListConfigResources
+
+def test_list_config_resources(cluster, kadmin, java, topic_name):
+    create(kadmin, topic_name, 1, 1)
+    resources = kadmin.list_config_resources()
+    assert topic_name in resources["topic"] and resources["broker"] == ["0", "1", "2"]
+    out = java_admin(java, cluster.bootstrap, ["list-config-resources"], ["list-config-resources", "BROKER"],
+                     ["list-config-resources", "GROUP"])
+    assert f"TOPIC:{topic_name}" in out[0]["resources"] and {"BROKER:0", "BROKER:1", "BROKER:2"} <= set(out[0]["resources"])
+    assert out[1]["resources"] == ["BROKER:0", "BROKER:1", "BROKER:2"]
+    assert out[2]["error"] == "UnsupportedVersionException"  # kshim has no group configs
+
+
+# ---------------------------------------------------------------- UnregisterBroker
+
+def test_unregister_a_broker_gone_for_good(cluster, kadmin, java, topic_name):
+    create(kadmin, topic_name, 1, 3)
+    gone = 2
+    assert run_ctl(cluster.data_dir, "kill", str(gone)).returncode == 0
+    try:
+        wait_until(lambda: not cluster.broker(gone)["alive"], timeout=FENCE_DEADLINE_S, message="broker 2 fenced")
+        out = java_admin(java, cluster.bootstrap, ["unregister", str(gone)], ["unregister", "42"])
+        assert out[0] == {"type": "unregistered", "broker": gone} and out[1]["error"] == "BrokerIdNotRegisteredException"
+        wait_until(lambda: [b["broker_id"] for b in kadmin.describe_cluster()["brokers"]] == [0, 1],
+                   message="broker 2 gone from DescribeCluster")
+        p = cluster.partition(topic_name)
+        assert gone in p["replicas"] and gone not in p["isr"] and p["leader"] != gone
+        assert cluster.broker(gone)["epoch"] == 0  # the controller no longer knows it
+    finally:
+        assert run_ctl(cluster.data_dir, "start", str(gone)).returncode == 0
+        wait_until(lambda: any(b["id"] == gone and b["alive"] for b in cluster.status()["brokers"]),
+                   timeout=FENCE_DEADLINE_S, message="broker 2 registered again")
+    assert cluster.broker(gone)["epoch"] == 2  # anew, past the epoch it had

@@ -19,7 +19,8 @@ from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
     AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election, ElectionResult,
-    ElectLeaders, FeatureUpdate, Operation, QuorumState, SetBrokerConfigs, SetTopicConfigs, UpdateFeatures)
+    ElectLeaders, FeatureUpdate, Operation, QuorumState, SetBrokerConfigs, SetTopicConfigs, UnregisterBroker,
+    UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -169,6 +170,9 @@ class Broker:
 
     async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False) -> None:
         await self.controller.call(UpdateFeatures(tuple(updates), validate_only))
+
+    async def unregister_broker(self, node_id: int) -> None:
+        await self.controller.call(UnregisterBroker(node_id))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))

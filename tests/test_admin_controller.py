@@ -201,3 +201,36 @@ def test_features_are_all_or_nothing_and_persist(controller, tmp_path):
         assert again.image.features["group.version"] == 1
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- UnregisterBroker
+
+def test_unregister_a_broker_gone_for_good(controller, tmp_path):
+    controller.create_topic("t", 1, 3)
+    p = controller.image.topics["t"].partitions[0]
+    gone = p.leader
+    controller.fence(gone)
+    assert error_of(lambda: controller.unregister_broker(7))[0] == ErrorCode.BROKER_ID_NOT_REGISTERED
+    controller.unregister_broker(gone)
+    after = controller.image.topics["t"].partitions[0]
+    assert gone not in controller.image.brokers and gone not in after.isr and after.leader not in (gone, -1)
+    assert after.replicas == p.replicas  # assignments stay until reassigned
+    assert error_of(lambda: controller.unregister_broker(gone))[0] == ErrorCode.BROKER_ID_NOT_REGISTERED
+    code, _ = error_of(lambda: controller.create_partitions("t", 2, assignments=((gone, *[r for r in p.replicas if r != gone]),)))
+    assert code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    epoch = p.leader_epoch
+    again = reopened(controller, tmp_path)
+    try:
+        assert gone not in again.image.brokers
+        assert again.register_broker(gone, "127.0.0.1", 9999) == 2  # past the epoch it had
+        assert again.image.topics["t"].partitions[0].leader_epoch > epoch
+    finally:
+        again.close()
+
+
+def test_unregister_a_live_broker_makes_it_register_again(controller):
+    epoch = controller.image.brokers[1].epoch
+    controller.unregister_broker(1)
+    code, _ = error_of(lambda: controller.heartbeat(1, epoch))
+    assert code == ErrorCode.STALE_BROKER_EPOCH
+    assert controller.register_broker(1, "127.0.0.1", 9093) == epoch + 1

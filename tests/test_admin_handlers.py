@@ -35,6 +35,8 @@ describe_quorum = importlib.import_module("kshim.net.handlers.55_describe_quorum
 update_features = importlib.import_module("kshim.net.handlers.57_update_features")
 api_versions = importlib.import_module("kshim.net.handlers.18_api_versions")
 group_heartbeat = importlib.import_module("kshim.net.handlers.68_consumer_group_heartbeat")
+unregister_broker = importlib.import_module("kshim.net.handlers.64_unregister_broker")
+list_config_resources = importlib.import_module("kshim.net.handlers.74_list_config_resources")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -776,3 +778,26 @@ async def test_update_features_validates_persists_and_gates_the_consumer_protoco
         assert again.image.features == {"metadata.version": 30}
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- ListConfigResources, UnregisterBroker
+
+@pytest.mark.anyio
+async def test_list_config_resources(broker):
+    await create(broker, new_topic("b"), new_topic("a"))
+    resp = await call(broker, list_config_resources, 1, {"resource_types": []})
+    assert resp.error_code == 0
+    assert [(r.resource_type, r.resource_name) for r in resp.config_resources] == [(2, "a"), (2, "b"), (4, "0")]
+    resp = await call(broker, list_config_resources, 1, {"resource_types": [4]})
+    assert [(r.resource_type, r.resource_name) for r in resp.config_resources] == [(4, "0")]
+    for unsupported in (8, 16, 32, 99):
+        resp = await call(broker, list_config_resources, 1, {"resource_types": [2, unsupported]})
+        assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION and resp.config_resources == []
+    resp = await call(broker, list_config_resources, 0, {})
+    assert resp.error_code == 0 and resp.config_resources == []  # no client-metrics resources
+
+
+@pytest.mark.anyio
+async def test_unregister_an_unknown_broker(broker):
+    resp = await call(broker, unregister_broker, 0, {"broker_id": 5})
+    assert resp.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED and "5" in resp.error_message

@@ -72,6 +72,7 @@ REQUESTS = [
     m.DescribeQuorum(),
     m.UpdateFeatures((m.FeatureUpdate("group.version", 0, m.FeatureUpgrade.SAFE_DOWNGRADE),
                       m.FeatureUpdate("metadata.version", 30, m.FeatureUpgrade.UPGRADE)), True),
+    m.UnregisterBroker(2),
 ]
 
 RESULTS = [
@@ -96,6 +97,7 @@ RESULTS = [
     (m.DescribeQuorum, m.QuorumState(0, 3, 1 << 40, (m.QuorumReplica(0, 1 << 40, 5, 5),),
                                      (m.QuorumReplica(1, 7, 4, -1), m.QuorumReplica(2, 1 << 40, 5, 5)))),
     (m.UpdateFeatures, None),
+    (m.UnregisterBroker, None),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

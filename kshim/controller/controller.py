@@ -152,7 +152,7 @@ class Controller:
             # within the session timeout): fence the old one first, so its leaderships move to
             # in-sync replicas and the new process rejoins as a follower, truncating like any other
             self.fence(node_id, reason="restarted")
-        epoch = previous.info.epoch + 1 if previous else 1
+        epoch = previous.info.epoch + 1 if previous else self.store.unregistered_epoch(node_id) + 1
         isolated = previous.info.isolated if previous else False
         info = BrokerInfo(node_id, host, port, epoch, True, isolated, pid)
         self._brokers[node_id] = _Broker(info, self.clock.wall_ms())
@@ -210,6 +210,22 @@ class Controller:
                     changed.append(p)
             if changed:
                 self.store.save_partitions(topic.name, changed)
+        self._publish()
+
+    def unregister_broker(self, node_id: int) -> None:
+        """Kafka's UnregisterBroker, for a broker that is gone for good: it leaves every ISR it is
+        in (partitions it led elect another leader, as when it is fenced) and its registration is
+        forgotten; it stays in the replica lists (offline) until they are reassigned. If it comes
+        back it registers anew, with a higher epoch."""
+        broker = self._brokers.get(node_id)
+        if broker is None:
+            raise BrokerError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {node_id} is not currently registered")
+        self.fence(node_id, reason="unregistered")  # publishes the leader and ISR changes
+        self.store.delete_broker(node_id, broker.info.epoch)
+        del self._brokers[node_id]
+        for key in [k for k in self.replica_log_ends if k[0] == node_id]:
+            del self.replica_log_ends[key]
+        log.warning("broker %d unregistered", node_id)
         self._publish()
 
     def set_isolated(self, node_id: int, isolated: bool) -> None:

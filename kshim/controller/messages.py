@@ -284,6 +284,12 @@ class UpdateFeatures(Operation[None], code=112, publishes=True):
     validate_only: bool = False
 
 
+@dataclass(frozen=True)
+class UnregisterBroker(Operation[None], code=113, publishes=True):
+    """Kafka's UnregisterBroker: forget a broker that is gone for good."""
+    node_id: Int32
+
+
 # ---------------------------------------------------------------------------------------- kshim ctl -> supervisor
 @dataclass(frozen=True)
 class Status(Operation[str], code=32, served_by=Server.SUPERVISOR):

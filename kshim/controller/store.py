@@ -158,6 +158,20 @@ class MetadataStore:
         self._db.execute("INSERT OR REPLACE INTO brokers (node_id, host, port, epoch, pid) VALUES (?, ?, ?, ?, ?)",
                          (row.node_id, row.host, row.port, row.epoch, row.pid))
 
+    def delete_broker(self, node_id: int, epoch: int) -> None:
+        """Forget a broker (UnregisterBroker), remembering its epoch: a later registration of the
+        same id must get a higher one."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM brokers WHERE node_id = ?", (node_id,))
+            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES (?, ?)",
+                             (f"unregistered_epoch:{node_id}", str(epoch)))
+
+    def unregistered_epoch(self, node_id: int) -> int:
+        """The epoch an unregistered broker last had (0 if it never was unregistered)."""
+        row = self._db.execute("SELECT value FROM cluster WHERE key = ?", (f"unregistered_epoch:{node_id}",)).fetchone()
+        return int(row[0]) if row else 0
+
     def create_topic(self, record: TopicRecord) -> None:
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
