@@ -10,7 +10,7 @@ local replicas.
 from __future__ import annotations
 
 import uuid
-from typing import Callable, Mapping, Protocol, TypeVar
+from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import anyio
 
@@ -18,7 +18,9 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, T
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, Operation, SetBrokerConfigs, SetTopicConfigs)
+    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election, ElectionResult,
+    ElectLeaders, FeatureUpdate, Operation, QuorumState, SetBrokerConfigs, SetTopicConfigs, UnregisterBroker,
+    UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -152,8 +154,26 @@ class Broker:
     async def delete_topic(self, name: str) -> uuid.UUID:
         return await self.controller.call(DeleteTopic(name))
 
-    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        await self.controller.call(CreatePartitions(name, total, validate_only))
+    async def add_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                             assignments: Sequence[Sequence[int]] | None = None) -> None:
+        await self.controller.call(CreatePartitions(name, total, validate_only, None if assignments is None else
+                                                    tuple(tuple(a) for a in assignments)))
+
+    async def elect_leaders(self, election: Election,
+                            partitions: Mapping[str, Sequence[int]] | None) -> tuple[ElectionResult, ...]:
+        """Leader elections an admin asked for (None: every partition); once answered, this broker
+        has applied the image with the new leaders."""
+        asked = None if partitions is None else {name: tuple(indexes) for name, indexes in partitions.items()}
+        return await self.controller.call(ElectLeaders(election, asked))
+
+    async def describe_quorum(self) -> QuorumState:
+        return await self.controller.call(DescribeQuorum())
+
+    async def update_features(self, updates: Sequence[FeatureUpdate], *, validate_only: bool = False) -> None:
+        await self.controller.call(UpdateFeatures(tuple(updates), validate_only))
+
+    async def unregister_broker(self, node_id: int) -> None:
+        await self.controller.call(UnregisterBroker(node_id))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], *, validate_only: bool = False) -> None:
         await self.controller.call(SetTopicConfigs(name, dict(configs), validate_only))

@@ -28,6 +28,15 @@ alter_configs = importlib.import_module("kshim.net.handlers.33_alter_configs")
 create_partitions = importlib.import_module("kshim.net.handlers.37_create_partitions")
 incremental_alter = importlib.import_module("kshim.net.handlers.44_incremental_alter_configs")
 describe_cluster = importlib.import_module("kshim.net.handlers.60_describe_cluster")
+elect_leaders = importlib.import_module("kshim.net.handlers.43_elect_leaders")
+describe_topic_partitions = importlib.import_module("kshim.net.handlers.75_describe_topic_partitions")
+describe_log_dirs = importlib.import_module("kshim.net.handlers.35_describe_log_dirs")
+describe_quorum = importlib.import_module("kshim.net.handlers.55_describe_quorum")
+update_features = importlib.import_module("kshim.net.handlers.57_update_features")
+api_versions = importlib.import_module("kshim.net.handlers.18_api_versions")
+group_heartbeat = importlib.import_module("kshim.net.handlers.68_consumer_group_heartbeat")
+unregister_broker = importlib.import_module("kshim.net.handlers.64_unregister_broker")
+list_config_resources = importlib.import_module("kshim.net.handlers.74_list_config_resources")
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -243,10 +252,29 @@ async def test_create_partitions(broker, version):
         {"name": "d", "count": 3, "assignments": None},
     ], "timeout_ms": 1000, "validate_only": False})
     out = [(r.name, r.error_code) for r in resp.results]
-    assert out == [("t", 0), ("u", ErrorCode.INVALID_PARTITIONS), ("w", ErrorCode.INVALID_REQUEST),
+    assert out == [("t", 0), ("u", ErrorCode.INVALID_PARTITIONS), ("w", 0),
                    ("missing", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), ("d", ErrorCode.INVALID_REQUEST)]
     assert resp.results[0].error_message is None and "3" in resp.results[1].error_message
-    assert [len(broker.topics[n].partitions) for n in "tuwd"] == [5, 3, 1, 1]
+    assert [len(broker.topics[n].partitions) for n in "tuwd"] == [5, 3, 2, 1]
+    assert broker.topics["w"].partitions[1].replicas == (0,) and broker.partition("w", 1) is not None
+
+
+@pytest.mark.anyio
+async def test_create_partitions_manual_assignments_are_checked(broker):
+    await create(broker, *(new_topic(n, 1) for n in "abcdef"))
+    resp = await call(broker, create_partitions, 3, {"topics": [
+        {"name": "a", "count": 3, "assignments": [{"broker_ids": [0]}]},  # one list for two new partitions
+        {"name": "b", "count": 2, "assignments": [{"broker_ids": []}]},
+        {"name": "c", "count": 2, "assignments": [{"broker_ids": [0, 0]}]},
+        {"name": "d", "count": 2, "assignments": [{"broker_ids": [7]}]},  # no such broker
+        {"name": "e", "count": 2, "assignments": [{"broker_ids": [0, 7]}]},  # checked before the factor
+        {"name": "f", "count": 3, "assignments": [{"broker_ids": [0]}, {"broker_ids": [0]}]},
+    ], "timeout_ms": 1000, "validate_only": False})
+    out = {r.name: (r.error_code, r.error_message) for r in resp.results}
+    assert {n: c for n, (c, _) in out.items()} == {**{n: ErrorCode.INVALID_REPLICA_ASSIGNMENT for n in "abcde"}, "f": 0}
+    assert "2 additional" in out["a"][1] and "no replicas" in out["b"][1] and "twice" in out["c"][1]
+    assert "broker 7" in out["d"][1] and "broker 7" in out["e"][1]
+    assert [len(broker.topics[n].partitions) for n in "abcdef"] == [1, 1, 1, 1, 1, 3]
 
 
 @pytest.mark.anyio
@@ -263,6 +291,74 @@ async def test_create_partitions_validate_only_and_persist(broker):
         assert len(again.topics["t"].partitions) == 4
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------- ElectLeaders
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_elect_leaders_answers_each_partition_in_order(broker, version):
+    await create(broker, new_topic("t", 2))
+    body = {"topic_partitions": [{"topic": "t", "partitions": [1, 0, 9]}, {"topic": "gone", "partitions": [0]}],
+            "timeout_ms": 1000}
+    if version >= 1:
+        body["election_type"] = 0
+    resp = await call(broker, elect_leaders, version, body)
+    assert [(r.topic, [(p.partition_id, p.error_code) for p in r.partition_result])
+            for r in resp.replica_election_results] == [
+        ("t", [(1, ErrorCode.ELECTION_NOT_NEEDED), (0, ErrorCode.ELECTION_NOT_NEEDED),
+               (9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),
+        ("gone", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+
+
+@pytest.mark.anyio
+async def test_elect_leaders_for_every_partition_and_bad_election_types(broker):
+    await create(broker, new_topic("t", 2))
+    resp = await call(broker, elect_leaders, 2, {"election_type": 1, "topic_partitions": None, "timeout_ms": 1})
+    assert resp.error_code == 0 and resp.replica_election_results == []  # every partition has its leader
+    resp = await call(broker, elect_leaders, 2, {"election_type": 2, "topic_partitions": None, "timeout_ms": 1})
+    assert resp.error_code == ErrorCode.INVALID_REQUEST
+
+
+# ---------------------------------------------------------------- DescribeTopicPartitions
+
+async def describe_partitions(broker, names, limit=2000, cursor=None):
+    resp = await call(broker, describe_topic_partitions, 0, {
+        "topics": [{"name": n} for n in names], "response_partition_limit": limit, "cursor": cursor})
+    pages = [(t.name, t.error_code, [p.partition_index for p in t.partitions]) for t in resp.topics]
+    nxt = None if resp.next_cursor is None else (resp.next_cursor.topic_name, resp.next_cursor.partition_index)
+    return pages, nxt, resp
+
+
+@pytest.mark.anyio
+async def test_describe_topic_partitions_pages_with_the_cursor(broker):
+    await create(broker, new_topic("b", 3), new_topic("a", 2), new_topic("c", 1))
+    pages, nxt, resp = await describe_partitions(broker, ["c", "b", "a", "no-such", "bad name!"])
+    assert pages == [("a", 0, [0, 1]), ("b", 0, [0, 1, 2]), ("bad name!", ErrorCode.INVALID_TOPIC_EXCEPTION, []),
+                     ("c", 0, [0]), ("no-such", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])] and nxt is None
+    p = resp.topics[0].partitions[0]
+    assert (p.leader_id, list(p.replica_nodes), list(p.isr_nodes), list(p.eligible_leader_replicas)) == (0, [0], [0], [])
+    assert resp.topics[0].topic_id == broker.topics["a"].topic_id
+    # three partitions a page: the cursor walks through the topics, in name order
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b", "c"], limit=3)
+    assert pages == [("a", 0, [0, 1]), ("b", 0, [0])] and nxt == ("b", 1)
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b", "c"], 3, {"topic_name": "b", "partition_index": 1})
+    assert pages == [("b", 0, [1, 2]), ("c", 0, [0])] and nxt is None
+    # the limit reached exactly at a topic's end: the cursor names the next topic
+    pages, nxt, _ = await describe_partitions(broker, ["a", "b"], limit=2)
+    assert pages == [("a", 0, [0, 1])] and nxt == ("b", 0)
+    # no topics named: every topic; a limit below 1 counts as 1
+    pages, nxt, _ = await describe_partitions(broker, [], limit=0)
+    assert pages == [("a", 0, [0])] and nxt == ("a", 1)
+
+
+@pytest.mark.anyio
+async def test_describe_topic_partitions_refuses_a_bad_cursor(broker):
+    await create(broker, new_topic("a", 2))
+    pages, nxt, _ = await describe_partitions(broker, ["a"], cursor={"topic_name": "z", "partition_index": 0})
+    assert pages == [("a", ErrorCode.INVALID_REQUEST, [])] and nxt is None
+    pages, _, _ = await describe_partitions(broker, ["a"], cursor={"topic_name": "a", "partition_index": -1})
+    assert pages == [("a", ErrorCode.INVALID_REQUEST, [])]
 
 
 # ---------------------------------------------------------------- DescribeConfigs
@@ -579,3 +675,129 @@ async def test_concurrent_creates_of_one_topic_open_each_replica_once(broker):
     replicas = [p for p in broker.replicas() if p.topic == "raced"]
     assert sorted(p.index for p in replicas) == list(range(64))
     assert len({id(p.log) for p in replicas}) == 64
+
+
+# ---------------------------------------------------------------- DescribeLogDirs
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(1, 6))
+async def test_describe_log_dirs_reports_real_sizes_and_the_file_system(broker, version):
+    await create(broker, new_topic("t", 2), new_topic("u", 1))
+    produce(broker, "t", 1, 10)
+    resp = await call(broker, describe_log_dirs, version, {"topics": None})
+    [result] = resp.results
+    assert result.error_code == 0 and result.log_dir == str(broker.config.data_dir.resolve())
+    sizes = {(t.name, p.partition_index): (p.partition_size, p.offset_lag, p.is_future_key)
+             for t in result.topics for p in t.partitions}
+    assert sizes == {("t", 0): (0, 0, False), ("t", 1): (broker.partition("t", 1).log.size_bytes, 0, False),
+                     ("u", 0): (0, 0, False)}
+    assert sizes[("t", 1)][0] > 10 * 5  # ten records and a batch header
+    if version >= 4:
+        assert 0 < result.usable_bytes <= result.total_bytes
+    resp = await call(broker, describe_log_dirs, version, {"topics": [
+        {"topic": "t", "partitions": [1, 7]}, {"topic": "nope", "partitions": [0]}]})
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.results[0].topics] == [("t", [1])]
+
+
+# ---------------------------------------------------------------- DescribeQuorum
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_describe_quorum_answers_a_quorum_of_one(broker, version):
+    asked = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
+    resp = await call(broker, describe_quorum, version, asked)
+    [topic] = resp.topics
+    [p] = topic.partitions
+    assert (resp.error_code, topic.topic_name, p.error_code, p.leader_id) == (0, "__cluster_metadata", 0, 0)
+    assert p.high_watermark == broker.image.version and p.leader_epoch >= 1
+    assert [(r.replica_id, r.log_end_offset) for r in p.current_voters] == [(0, broker.image.version)]
+    assert [(r.replica_id, r.log_end_offset) for r in p.observers] == [(0, broker.image.version)]
+    for wrong in ({"topics": [{"topic_name": "other", "partitions": [{"partition_index": 0}]}]},
+                  {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 1}]}]}):
+        resp = await call(broker, describe_quorum, version, wrong)
+        assert [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions] == [
+            (wrong["topics"][0]["partitions"][0]["partition_index"], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+# ---------------------------------------------------------------- UpdateFeatures, ApiVersions features
+
+async def features(broker, version=4):
+    header = RequestHeader(18, version, 1, "test", 0)
+    resp = await api_versions.handle(RequestContext(served(broker), header, "test:0", {}), codec.decode(
+        18, version, "request", codec.encode(18, version, "request", {"client_software_name": "t",
+                                                                      "client_software_version": "1"}), exact=True))
+    resp = codec.decode(18, version, "response", codec.encode(18, version, "response", resp), exact=True)
+    return ({f.name: (f.min_version, f.max_version) for f in resp.supported_features},
+            {f.name: f.max_version_level for f in resp.finalized_features}, resp.finalized_features_epoch)
+
+
+@pytest.mark.anyio
+async def test_api_versions_reports_features_without_transaction_version(broker):
+    supported, finalized, epoch = await features(broker)
+    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1)}
+    assert finalized == {"metadata.version": 30, "group.version": 1} and epoch > 0
+    supported, _, _ = await features(broker, 3)
+    assert supported == {"metadata.version": (30, 30)}  # v3 leaves out minimum-0 features
+
+
+def feature_update(version, name, level, upgrade_type=1):
+    if version == 0:
+        return {"feature": name, "max_version_level": level, "allow_downgrade": upgrade_type > 1}
+    return {"feature": name, "max_version_level": level, "upgrade_type": upgrade_type}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_update_features_validates_persists_and_gates_the_consumer_protocol(broker, version):
+    def body(*updates, validate_only=False):
+        return {"timeout_ms": 1000, "feature_updates": list(updates), **({"validate_only": validate_only} if version else {})}
+
+    resp = await call(broker, update_features, version, body(feature_update(version, "transaction.version", 2)))
+    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "transaction.version" in resp.error_message
+    if version < 2:
+        assert [(r.feature, r.error_code) for r in resp.results] == [("transaction.version", resp.error_code)]
+    if version >= 1:
+        resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 4)))
+        assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "upgrade type" in resp.error_message
+        resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2),
+                                                                 validate_only=True))
+        assert resp.error_code == 0 and (await features(broker))[1]["group.version"] == 1
+    resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 1)))
+    assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION  # a downgrade, not said to be one
+    resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2)))
+    assert resp.error_code == 0
+    _, finalized, epoch = await features(broker)
+    assert finalized == {"metadata.version": 30} and epoch == broker.image.version
+    hb = {"group_id": "g", "member_id": "m" * 22, "member_epoch": 0, "instance_id": None, "rack_id": None,
+          "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"], "server_assignor": None,
+          "topic_partitions": [], "subscribed_topic_regex": None}
+    resp = await call(broker, group_heartbeat, 1, hb)
+    assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
+    again = reopen(broker)
+    try:
+        assert again.image.features == {"metadata.version": 30}
+    finally:
+        again.close()
+
+
+# ---------------------------------------------------------------- ListConfigResources, UnregisterBroker
+
+@pytest.mark.anyio
+async def test_list_config_resources(broker):
+    await create(broker, new_topic("b"), new_topic("a"))
+    resp = await call(broker, list_config_resources, 1, {"resource_types": []})
+    assert resp.error_code == 0
+    assert [(r.resource_type, r.resource_name) for r in resp.config_resources] == [(2, "a"), (2, "b"), (4, "0")]
+    resp = await call(broker, list_config_resources, 1, {"resource_types": [4]})
+    assert [(r.resource_type, r.resource_name) for r in resp.config_resources] == [(4, "0")]
+    for unsupported in (8, 16, 32, 99):
+        resp = await call(broker, list_config_resources, 1, {"resource_types": [2, unsupported]})
+        assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION and resp.config_resources == []
+    resp = await call(broker, list_config_resources, 0, {})
+    assert resp.error_code == 0 and resp.config_resources == []  # no client-metrics resources
+
+
+@pytest.mark.anyio
+async def test_unregister_an_unknown_broker(broker):
+    resp = await call(broker, unregister_broker, 0, {"broker_id": 5})
+    assert resp.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED and "5" in resp.error_message

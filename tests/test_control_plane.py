@@ -46,6 +46,7 @@ IMAGE = MetadataImage(
                                             (PartitionInfo(0, (1,), 1, 0, (1,)),)),
     },
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
+    features={"metadata.version": 30, "group.version": 1}, features_epoch=41,
 )
 
 REQUESTS = [
@@ -55,6 +56,7 @@ REQUESTS = [
     m.CreateTopic("t", -1, 3, {"min.insync.replicas": "2", "retention.ms": None}, True),
     m.DeleteTopic("t"),
     m.CreatePartitions("t", 12, False),
+    m.CreatePartitions("t", 3, True, ((2, 0), (0, 1))),
     m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
     m.SetBrokerConfigs("", {"log.retention.ms": "1000", "compression.type": None}, False),
     m.AllocateProducerIds(1000),
@@ -65,6 +67,12 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.ElectLeaders(m.Election.PREFERRED, {"t": (0, 2), "u": ()}),
+    m.ElectLeaders(m.Election.UNCLEAN, None),
+    m.DescribeQuorum(),
+    m.UpdateFeatures((m.FeatureUpdate("group.version", 0, m.FeatureUpgrade.SAFE_DOWNGRADE),
+                      m.FeatureUpdate("metadata.version", 30, m.FeatureUpgrade.UPGRADE)), True),
+    m.UnregisterBroker(2),
 ]
 
 RESULTS = [
@@ -85,6 +93,11 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.ElectLeaders, (m.ElectionResult("t", 0, 0, None), m.ElectionResult("t", 2, 84, "not needed"))),
+    (m.DescribeQuorum, m.QuorumState(0, 3, 1 << 40, (m.QuorumReplica(0, 1 << 40, 5, 5),),
+                                     (m.QuorumReplica(1, 7, 4, -1), m.QuorumReplica(2, 1 << 40, 5, 5)))),
+    (m.UpdateFeatures, None),
+    (m.UnregisterBroker, None),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

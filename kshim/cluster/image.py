@@ -36,6 +36,21 @@ class PartitionInfo:
     partition_epoch: int = 0  # bumped at every change of leader or ISR (AlterPartition fencing)
 
 
+# Feature flags (KIP-584) as Kafka 4.3 names them: what kshim supports, and what a new cluster
+# finalizes. metadata.version is kshim's level only: its metadata is no KRaft log whose records a
+# lower level would change. group.version 1 enables the consumer rebalance protocol (KIP-848); 0
+# turns ConsumerGroupHeartbeat away. transaction.version is absent (level 0): kshim has no
+# transactions v2 (KIP-890 part 2), and clients must not switch to it.
+METADATA_VERSION = "metadata.version"
+GROUP_VERSION = "group.version"
+KSHIM_METADATA_VERSION = 30  # Kafka 4.3-IV0
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION: (KSHIM_METADATA_VERSION, KSHIM_METADATA_VERSION),
+    GROUP_VERSION: (0, 1),
+}
+DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1}
+
+
 # Kafka's internal topics that kshim has; only the broker's own coordinators write them
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -69,6 +84,12 @@ class MetadataImage:
     # dynamic broker configs set with AlterConfigs: "" holds the cluster-wide defaults, str(node id)
     # one broker's own settings (kshim.configs.BrokerLevel reads them)
     broker_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
+    # finalized feature levels (a feature at level 0 is absent) and the image version that set them
+    features: dict[str, int] = field(hash=False, default_factory=lambda: dict(DEFAULT_FEATURES))
+    features_epoch: int = -1
+
+    def feature(self, name: str) -> int:
+        return self.features.get(name, 0)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         for topic in self.topics.values():

@@ -27,8 +27,12 @@ from typing import Callable
 import anyio
 
 from kshim.clock import SYSTEM, Clock
-from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import (
+    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, MetadataImage,
+    PartitionInfo, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
+from kshim.controller.messages import (
+    Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState)
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -47,6 +51,8 @@ MAX_PRODUCER_ID_BLOCK = 1_000_000  # ids a broker may reserve at once (it asks f
 class _Broker:
     info: BrokerInfo
     last_heartbeat_ms: int = 0
+    image_version: int = -1  # the last image version it reported having (DescribeQuorum's observers)
+    caught_up_ms: int = -1  # when it last reported the controller's latest version
 
 
 @dataclass
@@ -97,6 +103,13 @@ class Controller:
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
         self._broker_configs = store.load_broker_configs()
+        # each start of the controller is a new "election" of the quorum of one (DescribeQuorum's epoch)
+        self.epoch = store.reserve("controller_epoch", 1) + 1
+        stored = store.load_features() or {}
+        self._features = {name: level for name, level in {**DEFAULT_FEATURES, **stored}.items()
+                          if level > 0 and name in SUPPORTED_FEATURES}
+        self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
+        self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -109,7 +122,8 @@ class Controller:
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
-        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs)
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
+                             dict(self._features), self._features_epoch)
 
     def _publish(self) -> None:
         self.version += 1
@@ -138,7 +152,7 @@ class Controller:
             # within the session timeout): fence the old one first, so its leaderships move to
             # in-sync replicas and the new process rejoins as a follower, truncating like any other
             self.fence(node_id, reason="restarted")
-        epoch = previous.info.epoch + 1 if previous else 1
+        epoch = previous.info.epoch + 1 if previous else self.store.unregistered_epoch(node_id) + 1
         isolated = previous.info.isolated if previous else False
         info = BrokerInfo(node_id, host, port, epoch, True, isolated, pid)
         self._brokers[node_id] = _Broker(info, self.clock.wall_ms())
@@ -198,6 +212,22 @@ class Controller:
                 self.store.save_partitions(topic.name, changed)
         self._publish()
 
+    def unregister_broker(self, node_id: int) -> None:
+        """Kafka's UnregisterBroker, for a broker that is gone for good: it leaves every ISR it is
+        in (partitions it led elect another leader, as when it is fenced) and its registration is
+        forgotten; it stays in the replica lists (offline) until they are reassigned. If it comes
+        back it registers anew, with a higher epoch."""
+        broker = self._brokers.get(node_id)
+        if broker is None:
+            raise BrokerError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {node_id} is not currently registered")
+        self.fence(node_id, reason="unregistered")  # publishes the leader and ISR changes
+        self.store.delete_broker(node_id, broker.info.epoch)
+        del self._brokers[node_id]
+        for key in [k for k in self.replica_log_ends if k[0] == node_id]:
+            del self.replica_log_ends[key]
+        log.warning("broker %d unregistered", node_id)
+        self._publish()
+
     def set_isolated(self, node_id: int, isolated: bool) -> None:
         broker = self._brokers.get(node_id)
         if broker is None:
@@ -210,11 +240,67 @@ class Controller:
         for (topic, index), offset in log_ends.items():
             self.replica_log_ends[(node_id, topic, index)] = offset
 
+    def report_image_version(self, node_id: int, version: int) -> None:
+        """The image version a broker has applied (from its heartbeat, or at once in-process)."""
+        broker = self._brokers.get(node_id)
+        if broker is not None:
+            broker.image_version = version
+            if version >= self.version:
+                broker.caught_up_ms = self.clock.wall_ms()
+
+    # ------------------------------------------------------------------ the quorum and features
+    def describe_quorum(self) -> QuorumState:
+        """The controller as a quorum of one voter (its log is the image versions) and the
+        registered brokers as observers, with the last image version each reported."""
+        now = self.clock.wall_ms()
+        me = QuorumReplica(self.config.node_id, self.version, now, now)
+        observers = tuple(QuorumReplica(b.info.node_id, b.image_version, b.last_heartbeat_ms, b.caught_up_ms)
+                          for b in sorted(self._brokers.values(), key=lambda b: b.info.node_id) if b.info.alive)
+        return QuorumState(self.config.node_id, self.epoch, self.version, (me,), observers)
+
+    def update_features(self, updates: tuple[FeatureUpdate, ...], validate_only: bool = False) -> None:
+        """Kafka's UpdateFeatures (FeatureControlManager): every update is checked, the first bad
+        one is the answer (INVALID_UPDATE_VERSION) and nothing changes; else all are finalized."""
+        levels = dict(self._features)
+        for u in updates:
+            self._check_feature_update(u, levels.get(u.name, 0))
+            levels[u.name] = u.level
+        if validate_only:
+            return
+        levels = {name: level for name, level in levels.items() if level > 0}
+        if levels == self._features:
+            return
+        epoch = self.version + 1  # the image that carries them
+        self.store.save_features({name: levels.get(name, 0) for name in SUPPORTED_FEATURES}, epoch)
+        self._features, self._features_epoch = levels, epoch
+        log.info("finalized features: %s (epoch %d)", levels, epoch)
+        self._publish()
+
+    @staticmethod
+    def _check_feature_update(u: FeatureUpdate, current: int) -> None:
+        def invalid(reason: str) -> BrokerError:
+            return BrokerError(ErrorCode.INVALID_UPDATE_VERSION,
+                               f"invalid update version {u.level} for feature {u.name}: {reason}")
+
+        if u.level < 0:
+            raise invalid("a feature version cannot be less than 0")
+        supported = SUPPORTED_FEATURES.get(u.name)
+        if supported is None:
+            if u.level != 0:
+                raise invalid("kshim does not support this feature")
+        elif not supported[0] <= u.level <= supported[1] and not (u.level == 0 and supported[0] == 0):
+            raise invalid(f"kshim supports versions {supported[0]} to {supported[1]}")
+        if u.level < current and u.upgrade is FeatureUpgrade.UPGRADE:
+            raise invalid("can't downgrade the version of this feature without setting the upgrade type to "
+                          "either safe or unsafe downgrade")
+        if u.level > current and u.upgrade is not FeatureUpgrade.UPGRADE:
+            raise invalid("can't downgrade to a newer version")
+
     def _alive(self) -> set[int]:
         return {b.info.node_id for b in self._brokers.values() if b.info.alive}
 
-    def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> None:
-        """Choose p's leader from its alive ISR (or, if allowed, any alive replica); -1 if none."""
+    def _elect(self, topic: _Topic, p: PartitionRow, alive: set[int], unclean: bool = False) -> None:
+        """Choose p's leader from its alive ISR (or, if allowed or `unclean`, any alive replica); -1 if none."""
         in_sync = [r for r in p.replicas if r in p.isr and r in alive]
         if len(in_sync) > 1 and self._effective(topic)["kshim.commit.quorum"] == "majority":
             # a majority, not the whole ISR, may hold a COMMITTED record: elect the in-sync replica
@@ -223,7 +309,7 @@ class Controller:
             # session timeout fences it.
             in_sync.sort(key=lambda r: -self.replica_log_ends.get((r, topic.name, p.index), -1))
         leader = in_sync[0] if in_sync else NO_LEADER
-        if leader == NO_LEADER and self._effective(topic)["unclean.leader.election.enable"]:
+        if leader == NO_LEADER and (unclean or self._effective(topic)["unclean.leader.election.enable"]):
             anyone = [r for r in p.replicas if r in alive]
             if anyone:
                 leader = anyone[0]
@@ -233,6 +319,71 @@ class Controller:
             p.leader = leader
             p.leader_epoch += 1
             log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
+
+    # ------------------------------------------------------------------ elections asked by admins
+    def elect_leaders(self, election: Election,
+                      partitions: dict[str, tuple[int, ...]] | None) -> tuple[ElectionResult, ...]:
+        """Kafka's ElectLeaders (ReplicationControlManager.electLeaders): each partition on its
+        own, one publish for all. partitions=None: every partition, without the ones whose
+        election was not needed (as Kafka answers)."""
+        if partitions is None:
+            targets = [(t.name, p.index) for t in self._topics.values() for p in t.partitions]
+        else:
+            targets = [(name, index) for name, indexes in partitions.items() for index in indexes]
+        alive = self._alive()
+        changed: dict[str, list[PartitionRow]] = {}
+        results = []
+        for name, index in targets:
+            try:
+                self._elect_asked(name, index, election, alive, changed)
+                code, message = ErrorCode.NONE, None
+            except BrokerError as e:
+                code, message = e.code, e.message
+            if partitions is None and code == ErrorCode.ELECTION_NOT_NEEDED:
+                continue
+            results.append(ElectionResult(name, index, int(code), message))
+        for name, rows in changed.items():
+            self.store.save_partitions(name, rows)
+        if changed:
+            self._publish()
+        return tuple(results)
+
+    def _elect_asked(self, name: str, index: int, election: Election, alive: set[int],
+                     changed: dict[str, list[PartitionRow]]) -> None:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such topic as {name}")
+        if not 0 <= index < len(topic.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such partition as {name}-{index}")
+        p = topic.partitions[index]
+        preferred = p.replicas[0]
+        if election is Election.PREFERRED:
+            if p.leader == preferred:
+                raise BrokerError(ErrorCode.ELECTION_NOT_NEEDED, f"{name}-{index} is led by its preferred replica")
+            if preferred not in p.isr or preferred not in alive or not self._holds_the_leaders_log(topic, p, preferred):
+                raise BrokerError(ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                  f"preferred replica {preferred} of {name}-{index} is not alive and in sync")
+            p.leader = preferred
+            p.leader_epoch += 1
+            log.info("%s-%d: preferred leader %d elected, epoch %d", name, index, preferred, p.leader_epoch)
+        else:
+            if p.leader != NO_LEADER:
+                raise BrokerError(ErrorCode.ELECTION_NOT_NEEDED, f"{name}-{index} has a leader ({p.leader})")
+            self._elect(topic, p, alive, unclean=True)
+            if p.leader == NO_LEADER:
+                raise BrokerError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                  f"no replica of {name}-{index} is alive")
+        p.partition_epoch += 1
+        changed.setdefault(name, []).append(p)
+
+    def _holds_the_leaders_log(self, topic: _Topic, p: PartitionRow, replica: int) -> bool:
+        """Under kshim.commit.quorum=majority an ISR member may lack COMMITTED records (a majority
+        holds them): move leadership only to a replica whose last reported log end reaches the
+        leader's. With the whole-ISR quorum every ISR member holds them."""
+        if p.leader == NO_LEADER or self._effective(topic)["kshim.commit.quorum"] != "majority":
+            return True
+        ends = self.replica_log_ends
+        return ends.get((replica, topic.name, p.index), -1) >= ends.get((p.leader, topic.name, p.index), -1)
 
     def _effective(self, topic: _Topic) -> TopicConfig:
         # the cluster-wide dynamic defaults, not one broker's: an election is the cluster's decision
@@ -326,7 +477,8 @@ class Controller:
         self._publish()
         return topic.topic_id
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                          assignments: tuple[tuple[int, ...], ...] | None = None) -> None:
         topic = self._topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -338,10 +490,14 @@ class Controller:
                               f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")
         rf = len(topic.partitions[0].replicas)
         alive = sorted(self._alive())
-        if rf > len(alive):
-            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                              f"replication factor {rf} exceeds the live brokers ({len(alive)})")
-        new = _assign(total - len(topic.partitions), rf, alive, first_index=len(topic.partitions))
+        adding = total - len(topic.partitions)
+        if assignments is None:
+            if rf > len(alive):
+                raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"replication factor {rf} exceeds the live brokers ({len(alive)})")
+            new = _assign(adding, rf, alive, first_index=len(topic.partitions))
+        else:
+            new = self._manual_assignment(topic, assignments, adding, rf, set(alive))
         self._check_budget(name, new)
         if validate_only:
             return
@@ -349,6 +505,37 @@ class Controller:
         self.store.save_partitions(name, new)
         topic.partitions += new
         self._publish()
+
+    def _manual_assignment(self, topic: _Topic, assignments: tuple[tuple[int, ...], ...], adding: int, rf: int,
+                           alive: set[int]) -> list[PartitionRow]:
+        """The new partitions as the request places them, checked as Kafka's controller does
+        (INVALID_REPLICA_ASSIGNMENT): one assignment per new partition, each of the topic's
+        replication factor, no broker twice, only registered brokers, and one of them unfenced
+        (it leads; the fenced ones join the ISR once they catch up)."""
+        def bad(message: str) -> BrokerError:
+            return BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+        if len(assignments) != adding:
+            raise bad(f"attempted to add {adding} additional partition(s), but {len(assignments)} "
+                      f"assignment(s) were given")
+        rows = []
+        for i, replicas in enumerate(assignments, start=len(topic.partitions)):
+            if not replicas:
+                raise bad(f"the assignment of partition {i} has no replicas")
+            if len(set(replicas)) != len(replicas):
+                raise bad(f"the assignment of partition {i} names a broker twice: {list(replicas)}")
+            unknown = [r for r in replicas if r not in self._brokers]
+            if unknown:
+                raise bad(f"the assignment of partition {i} includes broker {unknown[0]}, but no such broker is "
+                          f"registered")
+            if len(replicas) != rf:
+                raise bad(f"the assignment of partition {i} has {len(replicas)} replica(s), but the topic's "
+                          f"partitions have {rf}")
+            isr = [r for r in replicas if r in alive]
+            if not isr:
+                raise bad(f"every broker of the assignment of partition {i} is fenced")
+            rows.append(PartitionRow(i, list(replicas), isr[0], 0, isr))
+        return rows
 
     def set_topic_configs(self, name: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
         """Replace a topic's overrides (the caller computed the full set)."""

@@ -35,11 +35,13 @@ class LocalControllerClient(ControllerClient):
         self.controller.listeners.append(self._published)
 
     def _published(self, image: MetadataImage) -> None:
+        self.controller.report_image_version(self.node_id, image.version)  # in-process: it has every image
         if self._calls == 0 and self._apply is not None:
             self._apply(image)
 
     def register(self, host: str, port: int, pid: int) -> None:
         self.broker_epoch = self.controller.register_broker(self.node_id, host, port, pid)
+        self.controller.report_image_version(self.node_id, self.controller.version)
 
     async def call(self, request: m.Operation[R]) -> R:
         self._calls += 1

@@ -172,6 +172,8 @@ class CreatePartitions(Operation[None], code=5, publishes=True):
     name: str
     total: Int32
     validate_only: bool = False
+    # the replicas of each new partition, in order (CreatePartitions' manual assignment); None: kshim places them
+    assignments: tuple[tuple[Int32, ...], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,76 @@ class SetIsolated(Operation[None], code=9, publishes=True):
 class ControllerStatus(Operation[str], code=10, served_by=Server.PROCESS):
     """The controller's view, as JSON: its pid and image version, the registered brokers, the
     partitions and the replica offsets the brokers report (the supervisor adds the processes)."""
+
+
+class Election(Enum):
+    """ElectLeaders' election types (the values are what kshim's logs say)."""
+    PREFERRED = "preferred"  # move leadership to the first replica, if it is alive and in sync
+    UNCLEAN = "unclean"  # a leaderless partition gets any alive replica when no in-sync one is alive
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    topic: str
+    partition: Int32
+    error_code: Int32  # a wire.errors.ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True)
+class ElectLeaders(Operation[tuple[ElectionResult, ...]], code=110, publishes=True):
+    """Kafka's ElectLeaders: one result per asked partition, in order; partitions=None asks for
+    every partition and leaves out those whose election was not needed."""
+    election: Election
+    partitions: dict[str, tuple[Int32, ...]] | None
+
+
+@dataclass(frozen=True)
+class QuorumReplica:
+    node_id: Int32
+    log_end_offset: Int64  # the last image version it has (the controller's: its own)
+    last_fetch_ms: Int64  # wall clock; -1 unknown
+    last_caught_up_ms: Int64
+
+
+@dataclass(frozen=True)
+class QuorumState:
+    leader_id: Int32
+    leader_epoch: Int32  # bumped at every start of the controller (a new "election")
+    high_watermark: Int64  # the controller's image version
+    voters: tuple[QuorumReplica, ...]
+    observers: tuple[QuorumReplica, ...]
+
+
+@dataclass(frozen=True)
+class DescribeQuorum(Operation[QuorumState], code=111):
+    """DescribeQuorum: the controller as a quorum of one voter, the brokers as observers."""
+
+
+class FeatureUpgrade(Enum):
+    UPGRADE = "upgrade"
+    SAFE_DOWNGRADE = "safe downgrade"
+    UNSAFE_DOWNGRADE = "unsafe downgrade"
+
+
+@dataclass(frozen=True)
+class FeatureUpdate:
+    name: str
+    level: Int32  # 0 removes the feature
+    upgrade: FeatureUpgrade
+
+
+@dataclass(frozen=True)
+class UpdateFeatures(Operation[None], code=112, publishes=True):
+    """Kafka's UpdateFeatures: all the updates or none (the first invalid one is the error)."""
+    updates: tuple[FeatureUpdate, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class UnregisterBroker(Operation[None], code=113, publishes=True):
+    """Kafka's UnregisterBroker: forget a broker that is gone for good."""
+    node_id: Int32
 
 
 # ---------------------------------------------------------------------------------------- kshim ctl -> supervisor

@@ -78,6 +78,7 @@ class ControllerService:
                         offsets: tuple[m.ReplicaOffsets, ...]) -> MetadataImage | None:
         c = self.controller
         c.heartbeat(node_id, broker_epoch)  # STALE_BROKER_EPOCH: register again
+        c.report_image_version(node_id, known_image_version)
         self.offsets[node_id] = {(o.topic, o.partition): (o.log_end_offset, o.high_watermark) for o in offsets}
         c.report_log_ends(node_id, {key: ends[0] for key, ends in self.offsets[node_id].items()})
         if c.version > known_image_version:

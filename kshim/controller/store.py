@@ -103,6 +103,19 @@ class MetadataStore:
         self._db.execute("INSERT INTO cluster (key, value) VALUES (?, ?)", (key, make))
         return make
 
+    def load_features(self) -> dict[str, int] | None:
+        """The finalized feature levels UpdateFeatures stored (level 0 included); None if never."""
+        rows = self._db.execute("SELECT key, value FROM cluster WHERE key LIKE 'feature:%'").fetchall()
+        return {key.removeprefix("feature:"): int(value) for key, value in rows} or None
+
+    def save_features(self, levels: dict[str, int], epoch: int) -> None:
+        """Every finalized level and the features epoch, in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            for name, level in levels.items():
+                self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES (?, ?)", (f"feature:{name}", str(level)))
+            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES ('features_epoch', ?)", (str(epoch),))
+
     def allocate_producer_ids(self, count: int = 1) -> int:
         """Reserve `count` producer ids; returns the first. Never hands out an id twice, even after a crash."""
         return self.reserve("next_producer_id", count)
@@ -144,6 +157,20 @@ class MetadataStore:
     def save_broker(self, row: BrokerRow) -> None:
         self._db.execute("INSERT OR REPLACE INTO brokers (node_id, host, port, epoch, pid) VALUES (?, ?, ?, ?, ?)",
                          (row.node_id, row.host, row.port, row.epoch, row.pid))
+
+    def delete_broker(self, node_id: int, epoch: int) -> None:
+        """Forget a broker (UnregisterBroker), remembering its epoch: a later registration of the
+        same id must get a higher one."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM brokers WHERE node_id = ?", (node_id,))
+            self._db.execute("INSERT OR REPLACE INTO cluster (key, value) VALUES (?, ?)",
+                             (f"unregistered_epoch:{node_id}", str(epoch)))
+
+    def unregistered_epoch(self, node_id: int) -> int:
+        """The epoch an unregistered broker last had (0 if it never was unregistered)."""
+        row = self._db.execute("SELECT value FROM cluster WHERE key = ?", (f"unregistered_epoch:{node_id}",)).fetchone()
+        return int(row[0]) if row else 0
 
     def create_topic(self, record: TopicRecord) -> None:
         with self._db:

@@ -5,11 +5,17 @@
   a version it finds in that list). The connection core marks such requests `unsupported`.
 - The response header is always v0, whatever the version (handled in wire.headers).
 - v3+: client software name/version are accepted and only logged at debug level.
+- v3+: supported_features (kshim.cluster.image.SUPPORTED_FEATURES; at v3 those whose minimum is 0
+  are left out, as Kafka does since KAFKA-17011), the finalized features of the cluster (the
+  features at a level above 0) and their epoch, from this broker's metadata image. No
+  transaction.version is supported or finalized: a client takes that as transactions v1, which
+  is what kshim serves. zk_migration_ready is false.
 """
 from __future__ import annotations
 
 from construct import Container
 
+from kshim.cluster.image import SUPPORTED_FEATURES
 from kshim.net.handlers import RequestContext, Response
 from wire.errors import ErrorCode
 
@@ -21,4 +27,14 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in ctx.supported.items()]
     if req is None:
         return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_keys}
-    return {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
+    response = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
+    if ctx.version >= 3:
+        image = ctx.broker.image
+        response.update(
+            supported_features=[{"name": name, "min_version": lo, "max_version": hi}
+                                for name, (lo, hi) in SUPPORTED_FEATURES.items() if lo > 0 or ctx.version >= 4],
+            finalized_features_epoch=image.features_epoch,
+            finalized_features=[{"name": name, "max_version_level": level, "min_version_level": level}
+                                for name, level in image.features.items() if level > 0],
+            zk_migration_ready=False)
+    return response

@@ -2,7 +2,12 @@
 
 - `count` is the new total; it must be larger than the current count (INVALID_PARTITIONS otherwise).
   Partitions are never removed.
-- Non-null `assignments` is INVALID_REQUEST: kshim places partitions itself.
+- `assignments` null: kshim places the new partitions' replicas (round robin over the live brokers).
+  Non-null: one list of broker ids per new partition, in order, each checked as Kafka's controller
+  does, else INVALID_REPLICA_ASSIGNMENT: as many lists as new partitions, none empty, no broker
+  twice, every broker registered, the topic's replication factor, and at least one broker of each
+  unfenced. The first live broker of a list leads; its live brokers form the ISR (fenced ones join
+  once they are back and caught up).
 - An unknown topic is UNKNOWN_TOPIC_OR_PARTITION; a topic named twice in one request is
   INVALID_REQUEST, answered once.
 - validate_only runs every check and changes nothing. timeout_ms is ignored.
@@ -28,10 +33,8 @@ async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> N
     if topic.name not in ctx.broker.topics:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
     refuse_internal(topic.name, "add partitions to")  # it would move every group's or transaction's coordinator
-    if topic.assignments is not None:
-        raise BrokerError(ErrorCode.INVALID_REQUEST,
-                          "manual partition assignments are not supported; give only the new count")
-    await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
+    assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
+    await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only, assignments=assignments)
 
 
 def _answer(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = None) -> dict[str, Any]:

@@ -20,14 +20,18 @@
 - A non-empty classic group: GROUP_ID_NOT_FOUND (no online upgrade). Request checks as Kafka:
   INVALID_REQUEST with a message. NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
   COORDINATOR_NOT_AVAILABLE like the classic group APIs.
+- The finalized feature group.version at 0 (UpdateFeatures): UNSUPPORTED_VERSION, as Kafka with
+  the consumer rebalance protocol disabled.
 """
 from __future__ import annotations
 
 from construct import Container
 
+from kshim.cluster.image import GROUP_VERSION
 from kshim.coordinator.groups.consumer_group import HeartbeatResult, validate_heartbeat
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import client_host
+from wire.errors import ErrorCode
 
 API_KEY = 68
 VERSIONS = (0, 1)
@@ -44,6 +48,9 @@ def _answer(result: HeartbeatResult) -> dict:
 async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
+    if ctx.broker.image.feature(GROUP_VERSION) < 1:
+        return _answer(HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION,
+                                       "the consumer rebalance protocol is disabled (group.version 0)"))
     regex = req.get("subscribed_topic_regex") if v >= 1 else None
     fields = dict(member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
                   rack_id=req.rack_id, rebalance_timeout_ms=req.rebalance_timeout_ms,

@@ -1,0 +1,39 @@
+"""ListConfigResources (KIP-1142; v0 was ListClientMetricsResources): the resources that have
+configs, for Admin.listConfigResources and kafka-configs.sh --describe without a name.
+
+- v1: resource_types lists the types wanted; empty means every type kshim has: TOPIC (2), every
+  topic, internal ones included; BROKER (4), every live broker by id. A type kshim has no configs
+  for (BROKER_LOGGER, CLIENT_METRICS, GROUP) or an unknown one: UNSUPPORTED_VERSION for the whole
+  request, as Kafka answers a type it does not support.
+- v0 lists client-metrics resources: kshim has no client telemetry subscriptions, so none.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from construct import Container
+
+from kshim.net.handlers import RequestContext
+from wire.errors import ErrorCode
+
+API_KEY = 74
+VERSIONS = (0, 1)
+
+TOPIC = 2
+BROKER = 4
+SUPPORTED = (TOPIC, BROKER)
+
+
+async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    if ctx.version == 0:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "config_resources": []}
+    types = list(req.resource_types) or list(SUPPORTED)
+    if any(t not in SUPPORTED for t in types):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.UNSUPPORTED_VERSION, "config_resources": []}
+    resources: list[dict[str, Any]] = []
+    if TOPIC in types:
+        resources += [{"resource_name": name, "resource_type": TOPIC} for name in sorted(ctx.broker.topics)]
+    if BROKER in types:
+        resources += [{"resource_name": str(b.node_id), "resource_type": BROKER}
+                      for b in ctx.broker.image.alive_brokers()]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "config_resources": resources}
