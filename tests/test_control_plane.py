@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kshim.acls import AclBinding, AclFilter
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
 from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
@@ -46,7 +47,9 @@ IMAGE = MetadataImage(
                                             (PartitionInfo(0, (1,), 1, 0, (1,)),)),
     },
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
+    acls=(AclBinding(2, "orders", 3, "User:alice", "*", 3, 3), AclBinding(4, "kafka-cluster", 4, "User:*", "::1", 2, 2)),
 )
+ACL_FILTER = AclFilter(1, None, 2, "User:bob", None, 1, 3)
 
 REQUESTS = [
     m.Register(3, "127.0.0.1", 9095, 98765),
@@ -65,6 +68,8 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.CreateAcls(IMAGE.acls),
+    m.DeleteAcls((ACL_FILTER, AclFilter(2, "t", 4, None, "*", 8, 1))),
 ]
 
 RESULTS = [
@@ -85,6 +90,8 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.CreateAcls, None),
+    (m.DeleteAcls, (m.DeletedAcls(IMAGE.acls), m.DeletedAcls(()))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

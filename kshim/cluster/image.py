@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from kshim.acls import AclBinding
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
@@ -69,6 +70,7 @@ class MetadataImage:
     # dynamic broker configs set with AlterConfigs: "" holds the cluster-wide defaults, str(node id)
     # one broker's own settings (kshim.configs.BrokerLevel reads them)
     broker_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
+    acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.acls)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         for topic in self.topics.values():

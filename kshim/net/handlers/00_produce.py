@@ -25,6 +25,10 @@ request and response.
   its original offset.
 - Unknown topics are auto-created when the broker allows it; a partition this broker does not
   lead gets NOT_LEADER_OR_FOLLOWER, and the client finds the leader through Metadata.
+- ACLs (docs/security.md): WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its
+  partitions (nothing appended, never auto-created); auto-creation also needs CREATE on the
+  cluster or the topic (else UNKNOWN_TOPIC_OR_PARTITION); a transactional produce needs WRITE on
+  its transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.
 """
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ from typing import Awaitable
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.protocol import ProtocolError
 from kshim.replica import PartitionAppend, Records
 from wire.errors import ErrorCode
@@ -46,9 +51,19 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     broker = ctx.broker
     entries: list[tuple[str, int, Records]] = []
     topic_errors: dict[str, ErrorCode] = {}
+    tid = req.get("transactional_id")
+    if tid is not None and not authz.txn_allowed(ctx, AclOperation.WRITE, tid):
+        topic_errors = dict.fromkeys((t.name for t in req.topic_data), ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    else:
+        topic_errors = dict.fromkeys(authz.denied_topics(ctx, AclOperation.WRITE, (t.name for t in req.topic_data)),
+                                     ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     for topic_data in req.topic_data:
         name = topic_data.name
-        if name not in broker.topics:
+        if name in topic_errors:
+            pass
+        elif name not in broker.topics and not authz.may_create_topic(ctx, name):
+            topic_errors[name] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif name not in broker.topics:
             try:
                 await broker.auto_create(name)
             except BrokerError as e:

@@ -23,6 +23,9 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
 - OFFSET_OUT_OF_RANGE below the log start or above the log end; UNKNOWN_TOPIC_OR_PARTITION (by
   name, v4-12) or UNKNOWN_TOPIC_ID (v13+); current_leader_epoch newer than ours is
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH.
+- ACLs (docs/security.md): a follower's fetch needs CLUSTER_ACTION on the cluster (else the whole
+  request fails with CLUSTER_AUTHORIZATION_FAILED); a consumer's needs READ on each topic, else
+  TOPIC_AUTHORIZATION_FAILED for its partitions, answered without waiting.
 """
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ from typing import Awaitable
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from wire.errors import ErrorCode
 
@@ -47,18 +51,43 @@ def _replica_id(ctx: RequestContext, req: Container) -> int:
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     by_id = ctx.version >= 13
-    params = FetchParams(_replica_id(ctx, req), req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level)
+    replica_id = _replica_id(ctx, req)
+    if replica_id >= 0 and not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "session_id": 0,
+                "responses": []}
+    denied: set = set()  # names, or ids from v13
+    if replica_id < 0 and authz.enabled(ctx):
+        keyed = {}  # what the request names the topic by -> its name (unknown ids stay UNKNOWN_TOPIC_ID)
+        for t in req.topics:
+            topic = ctx.broker.topics_by_id.get(t.topic_id) if by_id else None
+            keyed[t.topic_id if by_id else t.topic] = topic.name if topic is not None else (None if by_id else t.topic)
+        refused = authz.denied_topics(ctx, AclOperation.READ, (n for n in keyed.values() if n is not None))
+        denied = {key for key, name in keyed.items() if name in refused}
+    # a denied partition is answered at once, as any partition error is: no long-poll
+    params = FetchParams(replica_id, req.max_wait_ms, 0 if denied else req.min_bytes, req.max_bytes,
+                         req.isolation_level)
     asked = [FetchPartition(t.topic_id if by_id else t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                             p.get("current_leader_epoch", -1))
              for t in req.topics for p in t.partitions]
-    results = ctx.broker.replica_manager.fetch(params, asked)
+    allowed = [a for a in asked if a.topic not in denied]
+    results = ctx.broker.replica_manager.fetch(params, allowed)
     if isinstance(results, list):
-        return _response(req, results)
-    return _when_ready(req, results)
+        return _response(req, _merge(asked, denied, results))
+    return _when_ready(req, asked, denied, results)
 
 
-async def _when_ready(req: Container, pending: Awaitable[list[FetchPartitionData]]) -> dict:
-    return _response(req, await pending)
+def _merge(asked: list[FetchPartition], denied: set, results: list[FetchPartitionData]) -> list[FetchPartitionData]:
+    """The answers in request order, TOPIC_AUTHORIZATION_FAILED where the topic was denied."""
+    if not denied:
+        return results
+    answers = iter(results)
+    refused = FetchPartitionData(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return [refused if a.topic in denied else next(answers) for a in asked]
+
+
+async def _when_ready(req: Container, asked: list[FetchPartition], denied: set,
+                      pending: Awaitable[list[FetchPartitionData]]) -> dict:
+    return _response(req, _merge(asked, denied, await pending))
 
 
 def _response(req: Container, results: list[FetchPartitionData]) -> dict:

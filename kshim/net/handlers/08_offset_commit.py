@@ -11,14 +11,17 @@
   (v2-4) are ignored: offsets of Empty groups expire after offsets.retention.minutes (7 days).
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when this broker
   cannot answer for the group (clients find the coordinator again and retry).
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED for every
+  partition; READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
-from kshim.net.handlers import RequestContext, Response
-from kshim.net.handlers.group_common import commit_entries, commit_response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics
 from wire.errors import ErrorCode
 
 API_KEY = 8
@@ -37,10 +40,13 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     if not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID
+    elif not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                            req.get("group_instance_id") if v >= 7 else None)
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v)
+    updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if not updates:
         return commit_response(req, codes)
     return _write(coordinator, req, updates, codes)

@@ -11,6 +11,9 @@
   clients) are always served. Classic groups do not check them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE: v1 reports them
   per partition, v2+ in the group's error code.
+- ACLs (docs/security.md): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; partitions of
+  topics the principal may not DESCRIBE answer TOPIC_AUTHORIZATION_FAILED when asked for, and are
+  left out of "all topics".
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.offsets_format import OffsetEntry
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 9
@@ -31,10 +35,24 @@ def _partition(index: int, entry: OffsetEntry | None, error: ErrorCode, v: int) 
             "metadata": entry.metadata if entry else "", "error_code": error}
 
 
-def _group(coordinator: GroupCoordinator, group_id: str, topics: list | None, require_stable: bool, v: int, member_id: str | None = None,
-           member_epoch: int = -1) -> tuple[ErrorCode, list]:
+def _group(ctx: RequestContext, group_id: str, topics: list | None, require_stable: bool, v: int,
+           member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, list]:
+    coordinator = ctx.groups
     wanted = None if topics is None else [(t.name, i) for t in topics for i in t.partition_indexes]
+    if not authz.group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if v == 1 and wanted is not None:
+            return ErrorCode.NONE, [{"name": t.name, "partitions": [_partition(i, None, code, v) for i in t.partition_indexes]}
+                                    for t in topics or ()]
+        return code, []
     code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)
+    denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, {tp[0] for tp, _, _ in rows})
+    if denied:
+        if wanted is None:  # all topics: leave out those the principal may not see
+            rows = [row for row in rows if row[0][0] not in denied]
+        else:
+            rows = [(tp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) if tp[0] in denied else (tp, entry, error)
+                    for tp, entry, error in rows]
     if code:
         if v == 1 and wanted is not None:
             rows = [(tp, None, code) for tp in wanted]
@@ -47,15 +65,14 @@ def _group(coordinator: GroupCoordinator, group_id: str, topics: list | None, re
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    coordinator = ctx.groups
     v = ctx.version
     stable = bool(req.get("require_stable", False)) if v >= 7 else False
     if v < 8:
-        code, topics = _group(coordinator, req.group_id, req.topics, stable, v)
+        code, topics = _group(ctx, req.group_id, req.topics, stable, v)
         return {"throttle_time_ms": 0, "topics": topics, "error_code": code}
     groups = []
     for g in req.groups:
         member = (g.get("member_id"), g.get("member_epoch", -1)) if v >= 9 else (None, -1)
-        code, topics = _group(coordinator, g.group_id, g.topics, stable, v, *member)
+        code, topics = _group(ctx, g.group_id, g.topics, stable, v, *member)
         groups.append({"group_id": g.group_id, "topics": topics, "error_code": code})
     return {"throttle_time_ms": 0, "groups": groups}

@@ -6,6 +6,8 @@
   a rebalance the members are listed without them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS per group. Authorized operations are not
   provided (INT32_MIN).
+- ACLs (docs/security.md): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it;
+  authorized_operations (v3+, when asked for) has the bits of what the principal may do on it.
 """
 from __future__ import annotations
 
@@ -13,17 +15,17 @@ from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.group import Group
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation, ResourceType
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 15
 VERSIONS = (0, 5)
-NO_OPERATIONS = -(1 << 31)
 
 
-def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
+def describe(coordinator: GroupCoordinator, group_id: str, operations: int = authz.NOT_PROVIDED) -> dict:
     entry = {"error_code": ErrorCode.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-             "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
+             "protocol_data": "", "members": [], "authorized_operations": operations}
     code = coordinator.check(group_id)
     if code:
         return {**entry, "error_code": code, "group_state": ""}
@@ -41,4 +43,13 @@ def describe(coordinator: GroupCoordinator, group_id: str) -> dict:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.groups]}
+    asked = bool(req.get("include_authorized_operations", False)) if ctx.version >= 3 else False
+    groups = []
+    for g in req.groups:
+        if not authz.group_allowed(ctx, AclOperation.DESCRIBE, g):
+            groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": g, "group_state": "",
+                           "protocol_type": "", "protocol_data": "", "members": [],
+                           "authorized_operations": authz.NOT_PROVIDED})
+            continue
+        groups.append(describe(ctx.groups, g, authz.operations(ctx, ResourceType.GROUP, g, asked)))
+    return {"throttle_time_ms": 0, "groups": groups}

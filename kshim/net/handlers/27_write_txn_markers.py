@@ -7,13 +7,17 @@ and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
   producer epoch, TRANSACTION_COORDINATOR_FENCED when it saw markers from a newer coordinator.
 - A marker on a `__consumer_offsets` partition makes that transaction's offset commits visible
   (COMMIT) or drops them (ABORT).
+- ACLs (docs/security.md): CLUSTER_ACTION on the cluster (brokers only), else
+  CLUSTER_AUTHORIZATION_FAILED for every partition.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from wire.errors import ErrorCode
 
 API_KEY = 27
 VERSIONS = (1, 1)  # Kafka 4 removed v0 (KIP-896)
@@ -21,9 +25,10 @@ VERSIONS = (1, 1)  # Kafka 4 removed v0 (KIP-896)
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
     out = []
+    refused = not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        codes = await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+        codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) if refused else await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
                                  marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S)
         out.append({"producer_id": marker.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": codes[(t.name, p)]}

@@ -12,13 +12,17 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
 - An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
   below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
   4096 bytes: OFFSET_METADATA_TOO_LARGE.
+- ACLs (docs/security.md): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+  and READ on the group (else GROUP_AUTHORIZATION_FAILED) for every partition; READ on each topic,
+  else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
-from kshim.net.handlers.group_common import commit_entries, commit_response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -29,14 +33,19 @@ VERSIONS = (0, 4)
 async def _answer(ctx: RequestContext, req: Container) -> dict:
     coordinator = ctx.groups
     v = ctx.version
-    if not req.group_id:
+    if not authz.txn_allowed(ctx, AclOperation.WRITE, req.transactional_id):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID
+    elif not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif v >= 3:
         code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
                                            transactional=True)
     else:
         code = coordinator.check(req.group_id)
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 2, v)
+    updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if updates:
         written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
         for tp, _ in updates:

@@ -5,6 +5,8 @@
 - v1 `endpoint_type`: 1 (brokers) is answered; 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE, as a
   broker that is not a controller endpoint answers; any other value is INVALID_REQUEST.
 - cluster_authorized_operations is always "not requested" (INT32_MIN): kshim has no ACLs.
+- cluster_authorized_operations: the bits of what the principal may do on the cluster, when
+  asked for (every operation without an authorizer); otherwise INT32_MIN.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext
+from kshim.acls import ResourceType
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 60
@@ -35,7 +38,8 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "controller_id": broker.node_id if broker.controller.connected else -1,
         "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
                     for b in broker.image.alive_brokers()],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authz.operations(
+            ctx, ResourceType.CLUSTER, "kafka-cluster", bool(req.get("include_cluster_authorized_operations", False))),
     }
     endpoint_type = req.get("endpoint_type", BROKERS)
     if endpoint_type != BROKERS:

@@ -18,13 +18,17 @@
 - A non-empty classic group: GROUP_ID_NOT_FOUND (no online upgrade). Request checks as Kafka:
   INVALID_REQUEST with a message. NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS /
   COORDINATOR_NOT_AVAILABLE like the classic group APIs.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
+  subscribed topic name, else TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.groups.consumer_group import HeartbeatResult, validate_heartbeat
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from wire.errors import ErrorCode
 from kshim.net.handlers.group_common import client_host
 
 API_KEY = 68
@@ -49,6 +53,12 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                                           else list(req.subscribed_topic_names)),
                   subscribed_topic_regex=regex, server_assignor=req.server_assignor)
     code, message = validate_heartbeat(v, group_id=req.group_id, topic_partitions=req.topic_partitions, **fields)
+    if not code and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{ctx.principal} may not READ group {req.group_id!r}"
+    if not code and req.subscribed_topic_names:
+        denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, req.subscribed_topic_names)
+        if denied:
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to describe topics {sorted(denied)}"
     if not code:
         code = coordinator.check(req.group_id)
     if code:
