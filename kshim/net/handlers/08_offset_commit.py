@@ -46,7 +46,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                            req.get("group_instance_id") if v >= 7 else None)
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v)
-    updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
+    if not code:  # the group's refusal (authorization included) answers every partition
+        updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if not updates:
         return commit_response(req, codes)
     return _write(coordinator, req, updates, codes)

@@ -45,7 +45,8 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
     else:
         code = coordinator.check(req.group_id)
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 2, v)
-    updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
+    if not code:  # the group's refusal (authorization included) answers every partition
+        updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if updates:
         written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
         for tp, _ in updates:
