@@ -7,6 +7,10 @@ import pytest
 from kshim.acls import (AclBinding, AclFilter, AclIndex, AclOperation as Op, Authorizer, AuthorizerConfig,
                         InvalidAcl, PatternType as Pat, Permission, ResourceType as RT, host_of, parse_super_users,
                         validate_binding, validate_filter)
+from kshim.broker import BrokerConfig
+from kshim.cli import build_parser
+from kshim.configs.options import authorizer_argv, authorizer_config
+from kshim.configs.resolver import broker_settings
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
@@ -242,3 +246,28 @@ def test_controller_stores_publishes_and_deletes_acls(tmp_path):
     controller = Controller(MetadataStore(path), ControllerConfig())
     assert controller.image.acls == (acl("t"),)
     controller.close()
+
+
+# ------------------------------------------------------------------ settings
+def test_command_line_settings_and_what_describe_configs_reports():
+    def settings(*argv: str) -> AuthorizerConfig:
+        return authorizer_config(build_parser().parse_args(["serve", *argv]))
+
+    assert settings() == AuthorizerConfig()
+    on = settings("--authorizer", "--super-users", "User:admin;User:ops", "--allow-everyone-if-no-acl-found")
+    assert on == AuthorizerConfig(True, frozenset({"User:admin", "User:ops"}), True)
+    assert settings(*authorizer_argv(on)) == on  # what the supervisor hands its brokers
+    for ignored in (["--super-users", "User:a"], ["--allow-everyone-if-no-acl-found"]):
+        with pytest.raises(SystemExit):
+            settings(*ignored)  # would do nothing without --authorizer
+    with pytest.raises(SystemExit):
+        settings("--authorizer", "--super-users", "admin")
+
+    def reported(config: AuthorizerConfig) -> dict:
+        names = ("authorizer.class.name", "super.users", "allow.everyone.if.no.acl.found")
+        return {r.name: r.raw for r in broker_settings(BrokerConfig(authorizer=config)) if r.name in names}
+
+    assert reported(AuthorizerConfig()) == {"authorizer.class.name": "", "super.users": None,
+                                            "allow.everyone.if.no.acl.found": "false"}
+    assert reported(on) == {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                            "super.users": "User:admin;User:ops", "allow.everyone.if.no.acl.found": "true"}
