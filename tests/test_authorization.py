@@ -305,3 +305,24 @@ async def test_host_acls_and_cluster_operations(broker):
     assert (await call(broker, describe_cluster, 1, body, ALICE, peer="10.9.9.9:1")).cluster_authorized_operations == 0
     assert (await call(broker, describe_cluster, 1, body, ADMIN)).cluster_authorized_operations == \
         sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+@pytest.mark.anyio
+async def test_fetch_by_topic_id_and_broker_only_apis(broker):
+    await new_topic(broker, "by-id")
+    await grant(broker, creation(RT.TOPIC, "by-id", ALICE, Op.READ))
+    topic_id = broker.topics["by-id"].topic_id
+    body = {"replica_id": -1, "max_wait_ms": 5000, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+            "topics": [{"topic_id": topic_id, "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                               "fetch_offset": 0, "last_fetched_epoch": -1,
+                                                               "log_start_offset": -1,
+                                                               "partition_max_bytes": 1 << 20}]}]}
+    ok = (await call(broker, fetch, 13, {**body, "max_wait_ms": 0}, ALICE)).responses[0].partitions[0]
+    assert ok.error_code == ErrorCode.NONE
+    refused = (await call(broker, fetch, 13, body, BOB)).responses[0].partitions[0]
+    assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    markers = {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
+                            "topics": [{"name": "by-id", "partition_indexes": [0]}]}]}
+    resp = await call(broker, handler("27_write_txn_markers"), 1, markers, ALICE)
+    assert resp.markers[0].topics[0].partitions[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
