@@ -33,7 +33,6 @@ from wire.errors import ErrorCode
 
 API_KEY = 3
 VERSIONS = (0, 12)
-NO_OPERATIONS = -(1 << 31)
 
 
 def broker_list(ctx: RequestContext) -> list[dict]:
@@ -58,7 +57,7 @@ def topic_entry(ctx: RequestContext, topic: TopicInfo, operations: bool = False)
 
 def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> dict:
     return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": [],
-            "topic_authorized_operations": NO_OPERATIONS}
+            "topic_authorized_operations": authz.NOT_PROVIDED}
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.offsets_format import OffsetEntry
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, Response, authz

@@ -22,7 +22,7 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation, ResourceType
+from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode

@@ -23,7 +23,6 @@ VERSIONS = (0, 1)
 
 BROKERS = 1
 CONTROLLERS = 2
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
