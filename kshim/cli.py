@@ -19,7 +19,8 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
-from kshim.configs.options import add_connection_options, connection_settings, positive
+from kshim.configs.options import (add_authorizer_options, add_connection_options, authorizer_config,
+                                   connection_settings, positive)
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
+    add_authorizer_options(serve)
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
@@ -103,7 +105,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
-        max_open_segment_files=args.max_open_segment_files)
+        max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args))
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
-            max_partitions_per_broker=_partition_budget(args),
+            max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args),
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

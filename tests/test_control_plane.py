@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kshim.acls import AclBinding, AclFilter
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
 from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
@@ -47,7 +48,9 @@ IMAGE = MetadataImage(
     },
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
     features={"metadata.version": 30, "group.version": 1}, features_epoch=41,
+    acls=(AclBinding(2, "orders", 3, "User:alice", "*", 3, 3), AclBinding(4, "kafka-cluster", 4, "User:*", "::1", 2, 2)),
 )
+ACL_FILTER = AclFilter(1, None, 2, "User:bob", None, 1, 3)
 
 REQUESTS = [
     m.Register(3, "127.0.0.1", 9095, 98765),
@@ -73,6 +76,8 @@ REQUESTS = [
     m.UpdateFeatures((m.FeatureUpdate("group.version", 0, m.FeatureUpgrade.SAFE_DOWNGRADE),
                       m.FeatureUpdate("metadata.version", 30, m.FeatureUpgrade.UPGRADE)), True),
     m.UnregisterBroker(2),
+    m.CreateAcls(IMAGE.acls),
+    m.DeleteAcls((ACL_FILTER, AclFilter(2, "t", 4, None, "*", 8, 1))),
 ]
 
 RESULTS = [
@@ -98,6 +103,8 @@ RESULTS = [
                                      (m.QuorumReplica(1, 7, 4, -1), m.QuorumReplica(2, 1 << 40, 5, 5)))),
     (m.UpdateFeatures, None),
     (m.UnregisterBroker, None),
+    (m.CreateAcls, None),
+    (m.DeleteAcls, (m.DeletedAcls(IMAGE.acls), m.DeletedAcls(()))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kshim.broker import BrokerConfig
 from kshim.net.handlers import RequestContext
 from kshim.log import Log, LogConfig
 from kshim.log.epochs import (
@@ -332,6 +333,7 @@ class FakePartition:
 class FakeBroker:
     topics: dict = field(default_factory=dict)
     replicas: dict = field(default_factory=dict)
+    config: BrokerConfig = field(default_factory=BrokerConfig)  # no authorizer: the handler asks
 
     @property
     def replica_manager(self) -> ReplicaManager:

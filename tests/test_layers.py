@@ -8,7 +8,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     replica management  kshim/broker.py, kshim/producer_ids.py, kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
-    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, the control-plane
+    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py, the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
                         the controller
     wire                wire/ (imports nothing from kshim)
@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("replica management", ("kshim.broker", "kshim.producer_ids", "kshim.replica", "kshim.replication")),
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
-    ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
+    ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image", "kshim.acls",  # leaves every layer shares
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]

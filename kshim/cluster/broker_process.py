@@ -22,7 +22,8 @@ from kshim import tuning
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
-from kshim.configs.options import add_connection_options, connection_settings, positive
+from kshim.configs.options import (add_authorizer_options, add_connection_options, authorizer_config,
+                                   connection_settings, positive)
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
@@ -63,6 +64,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="the read end of the supervisor's watchdog pipe: exit at its EOF")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(p)
+    add_authorizer_options(p)
     return p
 
 
@@ -73,7 +75,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
                         "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
-        **connection_settings(args),
+        **connection_settings(args), authorizer=authorizer_config(args),
     )
 
 

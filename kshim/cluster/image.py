@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from kshim.acls import AclBinding
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
 
@@ -87,6 +88,8 @@ class MetadataImage:
     # finalized feature levels (a feature at level 0 is absent) and the image version that set them
     features: dict[str, int] = field(hash=False, default_factory=lambda: dict(DEFAULT_FEATURES))
     features_epoch: int = -1
+
+    acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.acls)
 
     def feature(self, name: str) -> int:
         return self.features.get(name, 0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kshim.acls import AuthorizerConfig
+
 
 @dataclass
 class BrokerConfig:
@@ -39,6 +41,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     # incremental fetch sessions (KIP-227) the broker keeps at once; 0: none (full fetches only)
     max_incremental_fetch_session_cache_slots: int = 1000
+    # ACLs (docs/security.md): off by default, as in Kafka; then every request is allowed
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
 
     @property
     def advertised(self) -> str:

@@ -358,6 +358,15 @@ _STATIC_BROKER_CONFIGS = [
               "How long a classic consumer group's first rebalance waits for more members, extended by as much "
               "again (up to the rebalance timeout) while members keep joining "
               "(serve's --group-initial-rebalance-delay-ms).", dynamic=False),
+    ConfigDef("authorizer.class.name", STRING, "",
+              "The authorizer enforcing ACLs (serve's --authorizer); empty: none, every request is allowed.",
+              dynamic=False),
+    ConfigDef("super.users", STRING, None,
+              "Principals (semicolon-separated, User:NAME) allowed everything whatever the ACLs "
+              "(serve's --super-users).", dynamic=False),
+    ConfigDef("allow.everyone.if.no.acl.found", BOOLEAN, "false",
+              "Whether a resource no ACL applies to is open to everyone (serve's --allow-everyone-if-no-acl-found).",
+              dynamic=False),
     ConfigDef("kshim.request.stall.timeout.ms", LONG, "30000",
               "A connection that stops sending halfway through a request is closed after this long.",
               dynamic=False),

@@ -7,6 +7,7 @@ import argparse
 from dataclasses import fields
 from typing import TypedDict, cast
 
+from kshim.acls import AuthorizerConfig, InvalidAcl, parse_super_users
 from kshim.configs.broker import BrokerConfig
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig
@@ -87,3 +88,40 @@ def connection_argv(settings: ConnectionSettings | None) -> list[str]:
     """The same budgets as options for a broker process (none: the broker's defaults)."""
     given: dict = dict(settings or {})
     return [arg for option, name, _ in OPTIONS if name in given for arg in (option, str(given[name]))]
+
+
+def add_authorizer_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("authorization (docs/security.md)")
+    group.add_argument("--authorizer", action="store_true",
+                       help="enforce ACLs on every request (Kafka's StandardAuthorizer as authorizer.class.name); "
+                            "without it every request is allowed and the ACL APIs answer SECURITY_DISABLED")
+    group.add_argument("--super-users", default=None, metavar="PRINCIPALS",
+                       help="principals allowed everything, separated by semicolons: 'User:admin;User:ops' "
+                            "(Kafka's super.users; needs --authorizer)")
+    group.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                       help="a resource no ACL applies to is open to everyone (Kafka's "
+                            "allow.everyone.if.no.acl.found; needs --authorizer)")
+
+
+def authorizer_config(args: argparse.Namespace) -> AuthorizerConfig:
+    """The authorizer the command line asks for; SystemExit for options given without --authorizer
+    (they would otherwise be ignored) or a super user that is no principal."""
+    if not args.authorizer and (args.super_users is not None or args.allow_everyone_if_no_acl_found):
+        raise SystemExit("kshim: --super-users and --allow-everyone-if-no-acl-found need --authorizer")
+    try:
+        users = parse_super_users(args.super_users or "")
+    except InvalidAcl as e:
+        raise SystemExit(f"kshim: --super-users: {e}") from None
+    return AuthorizerConfig(args.authorizer, users, args.allow_everyone_if_no_acl_found)
+
+
+def authorizer_argv(config: AuthorizerConfig) -> list[str]:
+    """The same authorizer as options for a broker process."""
+    if not config.enabled:
+        return []
+    argv = ["--authorizer"]
+    if config.super_users:
+        argv += ["--super-users", ";".join(sorted(config.super_users))]
+    if config.allow_everyone_if_no_acl_found:
+        argv.append("--allow-everyone-if-no-acl-found")
+    return argv

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, InvalidConfig,
                                        broker_definition, topic_definition)
+from kshim.acls import STANDARD_AUTHORIZER
 from kshim.configs.broker import BrokerConfig
 from kshim.log import LogConfig
 
@@ -172,7 +173,7 @@ def _resolved(definition: ConfigDef, raw: str | None, source: Source, chain: tup
 
 # broker settings taken from the command line; the others are the broker's topic-config settings
 # (message.max.bytes) or their defaults
-_FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
+_FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str | None]] = {
     "broker.id": lambda c: str(c.node_id),
     "node.id": lambda c: str(c.node_id),
     "advertised.listeners": lambda c: f"PLAINTEXT://{c.advertised}:{c.port}",
@@ -191,6 +192,9 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "log.cleaner.backoff.ms": lambda c: str(c.log_cleaner_backoff_ms),
     "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
     "max.incremental.fetch.session.cache.slots": lambda c: str(c.max_incremental_fetch_session_cache_slots),
+    "authorizer.class.name": lambda c: STANDARD_AUTHORIZER if c.authorizer.enabled else "",
+    "super.users": lambda c: ";".join(sorted(c.authorizer.super_users)) or None,
+    "allow.everyone.if.no.acl.found": lambda c: str(c.authorizer.allow_everyone_if_no_acl_found).lower(),
 }
 
 
@@ -204,6 +208,9 @@ def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str
         given = _FROM_COMMAND_LINE.get(name)
         if given is not None:
             raw = given(config)
+            if raw is None:  # not set (super.users)
+                out.append(_resolved(definition, None, Source.DEFAULT_CONFIG, ()))
+                continue
             out.append(_resolved(definition, raw, Source.STATIC_BROKER_CONFIG,
                                  (Synonym(name, raw, Source.STATIC_BROKER_CONFIG),)))
             continue

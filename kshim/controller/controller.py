@@ -26,6 +26,7 @@ from typing import Callable
 
 import anyio
 
+from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, MetadataImage,
@@ -33,6 +34,7 @@ from kshim.cluster.image import (
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
 from kshim.controller.messages import (
     Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState)
+from kshim.controller.messages import DeletedAcls
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -45,6 +47,7 @@ log = logging.getLogger("kshim.controller")
 MAX_PARTITIONS_PER_TOPIC = 10_000
 VERSION_RANGE = 1_000_000  # image versions a controller reserves on disk at a time
 MAX_PRODUCER_ID_BLOCK = 1_000_000  # ids a broker may reserve at once (it asks for 1000, as Kafka does)
+MAX_ACLS = 100_000  # every image carries every binding to every broker: bound them
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Controller:
                           if level > 0 and name in SUPPORTED_FEATURES}
         self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
         self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
+        self._acls: dict[AclBinding, None] = dict.fromkeys(store.load_acls())  # ordered set
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -123,7 +127,7 @@ class Controller:
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
-                             dict(self._features), self._features_epoch)
+                             dict(self._features), self._features_epoch, tuple(self._acls))
 
     def _publish(self) -> None:
         self.version += 1
@@ -581,6 +585,35 @@ class Controller:
             self._broker_configs.pop(resource, None)
         log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
         self._publish()
+
+    # ------------------------------------------------------------------ ACLs
+    def create_acls(self, acls: tuple[AclBinding, ...]) -> None:
+        try:
+            for acl in acls:
+                validate_binding(acl)
+        except InvalidAcl as e:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        new = [a for a in dict.fromkeys(acls) if a not in self._acls]
+        if not new:
+            return
+        if len(self._acls) + len(new) > MAX_ACLS:
+            raise BrokerError(ErrorCode.POLICY_VIOLATION,
+                              f"the cluster holds {len(self._acls)} ACLs; {len(new)} more would pass its limit of {MAX_ACLS}")
+        self.store.change_acls(new, [])
+        self._acls.update(dict.fromkeys(new))
+        log.info("created %d ACL(s)", len(new))
+        self._publish()
+
+    def delete_acls(self, filters: tuple[AclFilter, ...]) -> tuple[DeletedAcls, ...]:
+        matched = tuple(DeletedAcls(tuple(a for a in self._acls if f.matches(a))) for f in filters)
+        gone = list(dict.fromkeys(a for m in matched for a in m.acls))
+        if gone:
+            self.store.change_acls([], gone)
+            for acl in gone:
+                del self._acls[acl]
+            log.info("deleted %d ACL(s)", len(gone))
+            self._publish()
+        return matched
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

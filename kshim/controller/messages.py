@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
+from kshim.acls import AclBinding, AclFilter
 from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
@@ -188,6 +189,23 @@ class SetBrokerConfigs(Operation[None], code=12, publishes=True):
     resource: str  # "" for the cluster-wide defaults, else a node id
     configs: dict[str, str | None]  # the resource's whole set of dynamic settings
     validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class CreateAcls(Operation[None], code=130, publishes=True):
+    """Add ACL bindings (the broker validated each; existing ones stay as they are)."""
+    acls: tuple[AclBinding, ...]
+
+
+@dataclass(frozen=True)
+class DeletedAcls:
+    acls: tuple[AclBinding, ...]  # the bindings one filter matched, now deleted
+
+
+@dataclass(frozen=True)
+class DeleteAcls(Operation[tuple[DeletedAcls, ...]], code=131, publishes=True):
+    """Delete the bindings each filter matches; answers what each filter deleted, in order."""
+    filters: tuple[AclFilter, ...]
 
 
 @dataclass(frozen=True)

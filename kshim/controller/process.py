@@ -24,15 +24,16 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
+from kshim.acls import AuthorizerConfig
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
-from kshim.configs.options import ConnectionSettings, connection_argv
+from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
@@ -82,6 +83,7 @@ class ClusterSettings:
     connection: ConnectionSettings | None = None  # the brokers' connection budgets
     max_partitions_per_broker: int = 10_000
     max_open_segment_files: int | None = None  # the brokers' default: from their open-file limit
+    authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)  # every broker enforces the same ACLs
 
     @property
     def rf(self) -> int:
@@ -113,7 +115,7 @@ class ClusterSettings:
             cmd += ["--max-open-segment-files", str(self.max_open_segment_files)]
         if self.replica_lag_time_max_ms is not None:
             cmd += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
-        return cmd + connection_argv(self.connection)
+        return cmd + connection_argv(self.connection) + authorizer_argv(self.authorizer)
 
     def broker_dir(self, node_id: int) -> Path:
         return self.data_dir / f"broker-{node_id}"

@@ -1,6 +1,6 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
 dynamic broker configs,
-partition state (replicas, leader, leader epoch, ISR), registered brokers, and the producer-id
+partition state (replicas, leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id
 counter. Only the controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
@@ -14,6 +14,8 @@ import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kshim.acls import AclBinding
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,6 +47,16 @@ CREATE TABLE IF NOT EXISTS broker_configs (
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     PRIMARY KEY (resource, key)
+);
+CREATE TABLE IF NOT EXISTS acls (
+    resource_type INTEGER NOT NULL,
+    resource_name TEXT NOT NULL,
+    pattern_type INTEGER NOT NULL,
+    principal TEXT NOT NULL,
+    host TEXT NOT NULL,
+    operation INTEGER NOT NULL,
+    permission INTEGER NOT NULL,
+    PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation, permission)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -212,3 +224,23 @@ class MetadataStore:
             self._db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
             self._db.executemany("INSERT INTO broker_configs (resource, key, value) VALUES (?, ?, ?)",
                                  [(resource, k, v) for k, v in configs.items()])
+
+    def load_acls(self) -> list[AclBinding]:
+        return [AclBinding(*row) for row in self._db.execute(
+            "SELECT resource_type, resource_name, pattern_type, principal, host, operation, permission "
+            "FROM acls ORDER BY rowid")]
+
+    def change_acls(self, add: list[AclBinding], remove: list[AclBinding]) -> None:
+        """Add and remove bindings in one transaction (adding one that exists is a no-op)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany(
+                "DELETE FROM acls WHERE resource_type = ? AND resource_name = ? AND pattern_type = ? "
+                "AND principal = ? AND host = ? AND operation = ? AND permission = ?", [_acl_row(a) for a in remove])
+            self._db.executemany(
+                "INSERT OR IGNORE INTO acls (resource_type, resource_name, pattern_type, principal, host, operation, "
+                "permission) VALUES (?, ?, ?, ?, ?, ?, ?)", [_acl_row(a) for a in add])
+
+
+def _acl_row(a: AclBinding) -> tuple:
+    return (a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host, a.operation, a.permission)

@@ -32,6 +32,10 @@ request and response.
   1), so clients keep producing transactional batches at v11 after AddPartitionsToTxn; a
   transactional batch sent at v12+ is appended as at v11 and does not add its partition to the
   transaction (Kafka's KIP-890 implicit add needs transaction version 2).
+- ACLs (docs/security.md): WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its
+  partitions (nothing appended, never auto-created); auto-creation also needs CREATE on the
+  cluster or the topic (else UNKNOWN_TOPIC_OR_PARTITION); a transactional produce needs WRITE on
+  its transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition.
 """
 from __future__ import annotations
 
@@ -39,8 +43,9 @@ from typing import Awaitable
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.protocol import ProtocolError
 from kshim.replica import PartitionAppend, Records
 from wire.errors import ErrorCode
@@ -56,15 +61,28 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     entries: list[tuple[str, int, Records]] = []
     topic_errors: dict[str, ErrorCode] = {}
     by_id = ctx.version >= BY_ID
+    names: list[str] = []
     for topic_data in req.topic_data:
         if by_id:
             known = broker.topics_by_id.get(topic_data.topic_id)
-            name = known.name if known is not None else UNKNOWN_ID
+            names.append(known.name if known is not None else UNKNOWN_ID)
             if known is None:
                 topic_errors[UNKNOWN_ID] = ErrorCode.UNKNOWN_TOPIC_ID
         else:
-            name = topic_data.name
-        if not by_id and name not in broker.topics:
+            names.append(topic_data.name)
+    asked = [n for n in names if n != UNKNOWN_ID]
+    tid = req.get("transactional_id")
+    if tid is not None and not authz.txn_allowed(ctx, AclOperation.WRITE, tid):
+        topic_errors.update(dict.fromkeys(asked, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+    else:
+        topic_errors.update(dict.fromkeys(authz.denied_topics(ctx, AclOperation.WRITE, asked),
+                                          ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    for topic_data, name in zip(req.topic_data, names):
+        if name in topic_errors or by_id:
+            pass
+        elif name not in broker.topics and not authz.may_create_topic(ctx, name):
+            topic_errors[name] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif name not in broker.topics:
             try:
                 await broker.auto_create(name)
             except BrokerError as e:

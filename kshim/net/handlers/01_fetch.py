@@ -31,6 +31,9 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH.
 - v18 (KIP-1166): a follower's known high watermark behind the leader's answers at once instead
   of waiting out max_wait_ms, so the follower learns it without new data.
+- ACLs (docs/security.md): a follower's fetch needs CLUSTER_ACTION on the cluster (else the whole
+  request fails with CLUSTER_AUTHORIZATION_FAILED); a consumer's needs READ on each topic, else
+  TOPIC_AUTHORIZATION_FAILED for its partitions, answered without waiting.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from typing import Awaitable
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from kshim.replica.fetch_sessions import FetchContext, new_context
 from wire.errors import ErrorCode
@@ -58,7 +62,10 @@ def _replica_id(ctx: RequestContext, req: Container) -> int:
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     by_id = ctx.version >= BY_ID
-    params = FetchParams(_replica_id(ctx, req), req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level)
+    replica_id = _replica_id(ctx, req)
+    if replica_id >= 0 and not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "session_id": 0,
+                "responses": []}
     asked = [FetchPartition(t.topic_id if by_id else t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                             p.get("current_leader_epoch", -1), p.get("high_watermark", NOT_SENT))
              for t in req.topics for p in t.partitions]
@@ -66,17 +73,44 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                  for t in req.get("forgotten_topics_data") or () for index in t.partitions]
     replicas = ctx.broker.replica_manager
     context = new_context(replicas.fetch_sessions, ctx.version, req.get("session_id", 0), req.get("session_epoch", -1),
-                          params.replica_id >= 0, asked, forgotten)
+                          replica_id >= 0, asked, forgotten)
     if context.error:
         return {"throttle_time_ms": 0, "error_code": context.error, "session_id": 0, "responses": []}
-    results = replicas.fetch(params, context.asked)
+    denied = _denied(ctx, by_id, context.asked) if replica_id < 0 else set()
+    # a denied partition is answered at once, as any partition error is: no long-poll
+    params = FetchParams(replica_id, req.max_wait_ms, 0 if denied else req.min_bytes, req.max_bytes,
+                         req.isolation_level)
+    allowed = [a for a in context.asked if a.topic not in denied]
+    results = replicas.fetch(params, allowed)
     if isinstance(results, list):
-        return _response(context, by_id, results)
-    return _when_ready(context, by_id, results)
+        return _response(context, by_id, _merge(context.asked, denied, results))
+    return _when_ready(context, by_id, denied, results)
 
 
-async def _when_ready(context: FetchContext, by_id: bool, pending: Awaitable[list[FetchPartitionData]]) -> dict:
-    return _response(context, by_id, await pending)
+def _denied(ctx: RequestContext, by_id: bool, asked: list[FetchPartition]) -> set:
+    """The topics (names, or ids from v13) this principal may not READ; unknown ids stay UNKNOWN_TOPIC_ID."""
+    if not authz.enabled(ctx):
+        return set()
+    keyed = {}
+    for a in asked:
+        topic = ctx.broker.topics_by_id.get(a.topic) if by_id else None
+        keyed[a.topic] = topic.name if topic is not None else (None if by_id else a.topic)
+    refused = authz.denied_topics(ctx, AclOperation.READ, {n for n in keyed.values() if n is not None})
+    return {key for key, name in keyed.items() if name in refused}
+
+
+def _merge(asked: list[FetchPartition], denied: set, results: list[FetchPartitionData]) -> list[FetchPartitionData]:
+    """The answers in the order asked, TOPIC_AUTHORIZATION_FAILED where the topic was denied."""
+    if not denied:
+        return results
+    answers = iter(results)
+    refused = FetchPartitionData(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    return [refused if a.topic in denied else next(answers) for a in asked]
+
+
+async def _when_ready(context: FetchContext, by_id: bool, denied: set,
+                      pending: Awaitable[list[FetchPartitionData]]) -> dict:
+    return _response(context, by_id, _merge(context.asked, denied, await pending))
 
 
 def _response(context: FetchContext, by_id: bool, results: list[FetchPartitionData]) -> dict:

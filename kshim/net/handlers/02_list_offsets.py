@@ -16,6 +16,7 @@
 - A timestamp >= 0 answers the first offset whose record timestamp is >= it (found through the
   time index, then by walking that one batch's records in a worker thread), or offset -1 when
   there is none.
+- ACLs (docs/security.md): DESCRIBE on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import logging
 import anyio
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.partition import Partition
 from wire.compression import CorruptRecordError
 from wire.errors import ErrorCode
@@ -61,11 +63,15 @@ async def _lookup(partition: Partition, timestamp: int, isolation_level: int) ->
 async def handle(ctx: RequestContext, req: Container) -> Response:
     isolation = req.get("isolation_level", 0)
     topics = []
+    denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, (t.name for t in req.topics))
     for t in req.topics:
         parts = []
         for p in t.partitions:
             entry = {"partition_index": p.partition_index, "error_code": ErrorCode.NONE,
                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
+            if t.name in denied:
+                parts.append({**entry, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+                continue
             partition = ctx.broker.replica_manager.get_partition_or_error(
                 t.name, p.partition_index, p.get("current_leader_epoch", -1))
             if isinstance(partition, ErrorCode):

@@ -9,7 +9,11 @@
   request does (v4+ allow_auto_topic_creation; always for v0-3); otherwise
   UNKNOWN_TOPIC_OR_PARTITION. Illegal names get INVALID_TOPIC_EXCEPTION.
 - v10+ topics may be asked for by topic id (name null): unknown ids get UNKNOWN_TOPIC_ID.
-- Authorized-operations fields report "not provided" (INT32_MIN) unless asked for.
+- Authorized-operations fields report "not provided" (INT32_MIN) unless asked for (v8+); asked
+  for, the bits of the operations the principal may do on the topic (on the cluster, v8-10).
+- ACLs (docs/security.md): a topic the principal may not DESCRIBE is left out of a list of all
+  topics, and answered TOPIC_AUTHORIZATION_FAILED when asked for by name (by id: with no name).
+  Auto-creation needs CREATE on the cluster or the topic, else TOPIC_AUTHORIZATION_FAILED.
 - controller_id is this broker (it forwards admin requests to the controller), or -1 while the
   controller is unreachable: admin requests then answer NOT_CONTROLLER, and clients look for the
   controller again (kafka-python waits while it is -1). Auto-creation meanwhile answers the topic
@@ -24,13 +28,13 @@ import uuid
 from construct import Container
 
 from kshim.cluster.image import TopicInfo
+from kshim.acls import AclOperation, ResourceType
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 3
 VERSIONS = (0, 13)
-NO_OPERATIONS = -(1 << 31)
 
 
 def broker_list(ctx: RequestContext) -> list[dict]:
@@ -38,11 +42,12 @@ def broker_list(ctx: RequestContext) -> list[dict]:
             for b in ctx.broker.image.alive_brokers()]
 
 
-def topic_entry(ctx: RequestContext, topic: TopicInfo) -> dict:
+def topic_entry(ctx: RequestContext, topic: TopicInfo, operations: bool = False) -> dict:
     alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
     return {
         "error_code": ErrorCode.NONE, "name": topic.name, "topic_id": topic.topic_id,
-        "is_internal": topic.is_internal, "topic_authorized_operations": NO_OPERATIONS,
+        "is_internal": topic.is_internal,
+        "topic_authorized_operations": authz.operations(ctx, ResourceType.TOPIC, topic.name, operations),
         "partitions": [{
             "error_code": ErrorCode.NONE if p.leader in alive else ErrorCode.LEADER_NOT_AVAILABLE,
             "partition_index": p.index, "leader_id": p.leader if p.leader in alive else -1,
@@ -54,14 +59,16 @@ def topic_entry(ctx: RequestContext, topic: TopicInfo) -> dict:
 
 def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None = None) -> dict:
     return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": [],
-            "topic_authorized_operations": NO_OPERATIONS}
+            "topic_authorized_operations": authz.NOT_PROVIDED}
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     broker = ctx.broker
     v = ctx.version
+    ops = bool(req.get("include_topic_authorized_operations", False)) if v >= 8 else False
     if req.topics is None or (v == 0 and not req.topics):
-        topics = [topic_entry(ctx, t) for t in broker.topics.values()]
+        hidden = authz.denied_topics(ctx, AclOperation.DESCRIBE, broker.topics)
+        topics = [topic_entry(ctx, t, ops) for t in broker.topics.values() if t.name not in hidden]
     else:
         allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
         topics = []
@@ -69,17 +76,26 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
             name = asked.get("name")
             if name is None:
                 topic = broker.topics_by_id.get(asked.get("topic_id"))
-                topics.append(topic_entry(ctx, topic) if topic else
+                if topic is not None and not authz.topic_allowed(ctx, AclOperation.DESCRIBE, topic.name):
+                    topics.append(_error_entry(None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, asked.get("topic_id")))
+                    continue
+                topics.append(topic_entry(ctx, topic, ops) if topic else
                               _error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, asked.get("topic_id")))
+                continue
+            if not authz.topic_allowed(ctx, AclOperation.DESCRIBE, name):
+                topics.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             try:
                 topic = broker.topics.get(name)
                 if topic is None and allow_create:
+                    if not authz.may_create_topic(ctx, name):
+                        topics.append(_error_entry(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                        continue
                     topic = await broker.auto_create(name)
             except BrokerError as e:
                 topics.append(_error_entry(name, e.code))
                 continue
-            topics.append(topic_entry(ctx, topic) if topic else
+            topics.append(topic_entry(ctx, topic, ops) if topic else
                           _error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
     return {
         "throttle_time_ms": 0,
@@ -91,5 +107,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         # controller is unreachable, so admin clients wait for one instead of failing on NOT_CONTROLLER
         "controller_id": broker.node_id if broker.controller.connected else -1,
         "topics": topics,
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "cluster_authorized_operations": authz.operations(
+            ctx, ResourceType.CLUSTER, "kafka-cluster",
+            bool(req.get("include_cluster_authorized_operations", False)) if 8 <= v <= 10 else False),
     }

@@ -14,6 +14,8 @@
 - v10 names topics by id (KIP-848): an id this broker's metadata does not know (never created, or
   deleted since) is UNKNOWN_TOPIC_ID for its partitions, before any group error; offsets are
   stored by topic name, so OffsetFetch below v10 sees them too. The answer echoes the ids.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED for every
+  partition; READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from construct import Container
 from kshim.cluster.image import TopicInfo
 
 from kshim.coordinator.groups import GroupCoordinator
-from kshim.net.handlers import RequestContext, Response
-from kshim.net.handlers.group_common import commit_entries, commit_response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics, topic_key
 from wire.errors import ErrorCode
 
 API_KEY = 8
@@ -47,11 +50,16 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     if not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID
+    elif not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     else:
         code = coordinator.validate_commit(req.group_id, req.generation_id_or_member_epoch, req.member_id,
                                            req.get("group_instance_id") if v >= 7 else None)
     by_id = ctx.broker.topics_by_id if v >= BY_ID else None  # this image's ids, kept for the answer
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v, by_id)
+    if not code:  # the group's refusal (authorization included) answers every partition
+        names = {key for t in req.topics if isinstance(key := topic_key(t, by_id), str)}
+        updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, names))
     if not updates:
         return commit_response(req, codes, by_id)
     return _write(coordinator, req, updates, codes, by_id)

@@ -14,6 +14,9 @@
 - v10 names topics by id (KIP-848): an id this broker's metadata does not know is UNKNOWN_TOPIC_ID
   for its partitions; asked for every topic, the group's offsets of topics that no longer exist
   are left out (they have no id to be named by).
+- ACLs (docs/security.md): DESCRIBE on the group, else GROUP_AUTHORIZATION_FAILED; partitions of
+  topics the principal may not DESCRIBE answer TOPIC_AUTHORIZATION_FAILED when asked for, and are
+  left out of "all topics".
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ import uuid
 from construct import Container
 
 from kshim.coordinator.groups.offsets_format import OffsetEntry
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.group_common import topic_key
 from wire.errors import ErrorCode
 
@@ -37,8 +41,8 @@ def _partition(index: int, entry: OffsetEntry | None, error: ErrorCode, v: int) 
             "metadata": entry.metadata if entry else "", "error_code": error}
 
 
-def _group(ctx: RequestContext, group_id: str, topics: list | None, require_stable: bool, v: int, member_id: str | None = None,
-           member_epoch: int = -1) -> tuple[ErrorCode, list]:
+def _group(ctx: RequestContext, group_id: str, topics: list | None, require_stable: bool, v: int,
+           member_id: str | None = None, member_epoch: int = -1) -> tuple[ErrorCode, list]:
     coordinator = ctx.groups
     by_id = ctx.broker.topics_by_id if v >= BY_ID else None
     unknown: list[tuple[uuid.UUID, int]] = []
@@ -51,7 +55,20 @@ def _group(ctx: RequestContext, group_id: str, topics: list | None, require_stab
                 unknown.extend((key, i) for i in t.partition_indexes)
             else:
                 wanted.extend((key, i) for i in t.partition_indexes)
+    if not authz.group_allowed(ctx, AclOperation.DESCRIBE, group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if v == 1 and wanted is not None:
+            return ErrorCode.NONE, [{"name": t.name, "partitions": [_partition(i, None, code, v) for i in t.partition_indexes]}
+                                    for t in topics or ()]
+        return code, []
     code, rows = coordinator.fetch(group_id, wanted, require_stable, member_id, member_epoch)
+    denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, {tp[0] for tp, _, _ in rows})
+    if denied:
+        if wanted is None:  # all topics: leave out those the principal may not see
+            rows = [row for row in rows if row[0][0] not in denied]
+        else:
+            rows = [(tp, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED) if tp[0] in denied else (tp, entry, error)
+                    for tp, entry, error in rows]
     if code:
         if v == 1 and wanted is not None:
             rows = [(tp, None, code) for tp in wanted]

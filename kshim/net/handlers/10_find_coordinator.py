@@ -7,6 +7,8 @@
   retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no live leader; clients
   retry. Other key types are INVALID_REQUEST.
 - v4+ batches keys in `coordinator_keys`, one answer per key.
+- ACLs (docs/security.md): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) or on the
+  transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from construct import Container
 
 from kshim.cluster.image import BrokerInfo
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 10
@@ -25,6 +28,10 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
     try:
         if key_type not in (0, 1):
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
+        if key_type == 0:
+            authz.check_group(ctx, AclOperation.DESCRIBE, key)
+        else:
+            authz.check_txn(ctx, AclOperation.DESCRIBE, key)
         node: BrokerInfo = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
     except BrokerError as e:
         return {"error_code": e.code, "error_message": e.message, "node_id": -1, "host": "", "port": -1}

@@ -12,13 +12,15 @@
   the members' metadata. Errors: INVALID_GROUP_ID (empty id), INVALID_SESSION_TIMEOUT (outside
   6 s..30 min), INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, NOT_COORDINATOR,
   COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.groups.group import JoinResult, Waiter
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.group_common import client_host, instance_id
 from wire.errors import ErrorCode
 
@@ -44,6 +46,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     if not req.group_id:
         return _fit(v, JoinResult(ErrorCode.INVALID_GROUP_ID, req.member_id))
+    if not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        return _fit(v, JoinResult(ErrorCode.GROUP_AUTHORIZATION_FAILED, req.member_id))
     code = coordinator.check(req.group_id)
     if code:
         return _fit(v, JoinResult(code, req.member_id))

@@ -5,12 +5,14 @@
   for a member the group does not have (removed after its session timeout, or an unknown group);
   FENCED_INSTANCE_ID for an old member id of a static instance; NOT_COORDINATOR,
   COORDINATOR_LOAD_IN_PROGRESS.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.group_common import instance_id
 from wire.errors import ErrorCode
 
@@ -21,6 +23,8 @@ VERSIONS = (0, 4)
 async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
+    if req.group_id and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     if not code:
         group = coordinator.get_group(req.group_id)
         code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else group.heartbeat(

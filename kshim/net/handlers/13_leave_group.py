@@ -3,12 +3,14 @@
 - v0-2: one member id; v3+: a batch of members, each by member id or (static) group instance id,
   each with its own error: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID.
 - Group-level errors: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 13
@@ -18,6 +20,8 @@ VERSIONS = (0, 5)
 async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
+    if req.group_id and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     if code:
         return {"throttle_time_ms": 0, "error_code": code, "members": []}
     group = coordinator.get_group(req.group_id)

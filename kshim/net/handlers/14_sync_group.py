@@ -6,13 +6,15 @@
 - Errors: UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (the group is preparing a
   new rebalance), FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL (v5+ type/name mismatch),
   NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.groups.group import SyncResult, Waiter
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.group_common import instance_id
 from wire.errors import ErrorCode
 
@@ -33,6 +35,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
+    if req.group_id and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     group = coordinator.get_group(req.group_id) if not code else None
     if code or group is None:
         return _answer(SyncResult(code or ErrorCode.UNKNOWN_MEMBER_ID))

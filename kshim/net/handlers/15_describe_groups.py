@@ -7,6 +7,8 @@
   a rebalance the members are listed without them.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS per group. Authorized operations are not
   provided (INT32_MIN).
+- ACLs (docs/security.md): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it;
+  authorized_operations (v3+, when asked for) has the bits of what the principal may do on it.
 """
 from __future__ import annotations
 
@@ -14,20 +16,21 @@ from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.group import Group
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation, ResourceType
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 15
 VERSIONS = (0, 6)
-NO_OPERATIONS = -(1 << 31)
 
 
 NOT_FOUND_SINCE = 6  # KIP-1043
 
 
-def describe(coordinator: GroupCoordinator, group_id: str, version: int = NOT_FOUND_SINCE) -> dict:
+def describe(coordinator: GroupCoordinator, group_id: str, version: int = NOT_FOUND_SINCE,
+             operations: int = authz.NOT_PROVIDED) -> dict:
     entry: dict = {"error_code": ErrorCode.NONE, "error_message": None, "group_id": group_id, "group_state": "Dead",
-             "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
+                   "protocol_type": "", "protocol_data": "", "members": [], "authorized_operations": operations}
     code = coordinator.check(group_id)
     if code:
         return {**entry, "error_code": code, "group_state": ""}
@@ -49,4 +52,13 @@ def describe(coordinator: GroupCoordinator, group_id: str, version: int = NOT_FO
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g, ctx.version) for g in req.groups]}
+    asked = bool(req.get("include_authorized_operations", False)) if ctx.version >= 3 else False
+    groups = []
+    for g in req.groups:
+        if not authz.group_allowed(ctx, AclOperation.DESCRIBE, g):
+            groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "error_message": None, "group_id": g,
+                           "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                           "authorized_operations": authz.NOT_PROVIDED})
+            continue
+        groups.append(describe(ctx.groups, g, ctx.version, authz.operations(ctx, ResourceType.GROUP, g, asked)))
+    return {"throttle_time_ms": 0, "groups": groups}

@@ -5,12 +5,15 @@
   "consumer" (KIP-848) groups with protocol type "consumer" and states Empty, Assigning,
   Reconciling, Stable.
 - COORDINATOR_LOAD_IN_PROGRESS while an offsets partition is still loading.
+- ACLs (docs/security.md): DESCRIBE on the cluster lists every group; without it, only the
+  groups the principal may DESCRIBE.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 16
@@ -24,7 +27,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     states = {s.lower() for s in (req.get("states_filter") or [])} if ctx.version >= 4 else set()
     types = {t.lower() for t in (req.get("types_filter") or [])} if ctx.version >= 5 else set()
     groups = []
+    everything = authz.cluster_allowed(ctx, AclOperation.DESCRIBE)
     for g in coordinator.led_groups():
+        if not everything and not authz.group_allowed(ctx, AclOperation.DESCRIBE, g.group_id):
+            continue
         if states and g.state.lower() not in states:
             continue
         group_type = getattr(g, "group_type", "classic")

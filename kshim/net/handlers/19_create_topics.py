@@ -16,6 +16,9 @@
   broker settings, DEFAULT_CONFIG otherwise); v7+ the topic id. Failed topics answer -1 counts and an
   empty config list.
 - timeout_ms is ignored: creation on one broker completes before the response.
+- ACLs (docs/security.md): CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED;
+  the configs of the answer (v5+) need DESCRIBE_CONFIGS on the topic, else they are left out
+  with topic_config_error_code TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from construct import Container
 from kshim.cluster.image import refuse_internal
 from kshim.configs import resolve
 from kshim.errors import BrokerError, check_topic_name
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.config_resources import config_dict, config_entry
 from kshim.net.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
@@ -42,6 +46,8 @@ def _config_entries(ctx: RequestContext, overrides: Mapping[str, str]) -> list[d
 async def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
     broker = ctx.broker
     name = topic.name
+    if not authz.may_create_topic(ctx, name):
+        raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not CREATE topic {name!r}")
     check_topic_name(name)
     refuse_internal(name, "create")  # the coordinators create them, with their own partition counts
     if name in broker.topics:
@@ -63,15 +69,17 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
     configs = config_dict(topic.configs, ErrorCode.INVALID_CONFIG)
     created = await broker.create_topic(name, count, configs, replication_factor=replication,
                                         validate_only=validate_only)
+    describable = authz.topic_allowed(ctx, AclOperation.DESCRIBE_CONFIGS, name)
     return {
         "name": name,
+        "topic_config_error_code": ErrorCode.NONE if describable else ErrorCode.TOPIC_AUTHORIZATION_FAILED,
         "topic_id": created.topic_id if created is not None else ZERO_UUID,
         "error_code": ErrorCode.NONE,
         "error_message": None,
         "num_partitions": len(created.partitions) if created is not None else count,
         "replication_factor": (len(created.partitions[0].replicas) if created is not None else
                                broker.config.default_replication_factor if replication == -1 else replication),
-        "configs": _config_entries(ctx, created.configs if created is not None else configs),
+        "configs": _config_entries(ctx, created.configs if created is not None else configs) if describable else [],
     }
 
 

@@ -8,6 +8,8 @@
 - Deletion is immediate: the partition directories are removed before the response, and waiting
   fetches are woken. timeout_ms is ignored.
 - v6 answers carry the topic id of each deleted topic (and of each topic found by name).
+- ACLs (docs/security.md): DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (also a topic
+  asked for by an id the principal may not DESCRIBE, as Kafka does).
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from construct import Container
 
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -39,10 +42,16 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | N
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_ID, f"topic id {topic_id} does not exist")
         name = topic.name
+        if not authz.topic_allowed(ctx, AclOperation.DESCRIBE, name):
+            raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DESCRIBE topic id {topic_id}")
     else:
+        if not authz.topic_allowed(ctx, AclOperation.DELETE, name):
+            raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DELETE topic {name!r}")
         topic = broker.topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    if not authz.topic_allowed(ctx, AclOperation.DELETE, name):
+        raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DELETE topic {name!r}")
     refuse_internal(name, "delete")
     found_id = topic.topic_id
     await broker.delete_topic(name)

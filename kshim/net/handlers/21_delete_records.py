@@ -8,6 +8,7 @@
 - An unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION.
 - Success answers low_watermark, the partition's log start offset afterwards; failures answer -1.
 - The change is on disk before the response. timeout_ms is ignored.
+- ACLs (docs/security.md): DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from construct import Container
 
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.partition import OffsetOutOfRange
 from wire.errors import ErrorCode
 
@@ -31,6 +33,8 @@ HIGH_WATERMARK = -1
 
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
+    if not authz.topic_allowed(ctx, AclOperation.DELETE, topic):
+        raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DELETE records of {topic!r}")
     refuse_internal(topic, "delete records of")
     partition = ctx.broker.replica_manager.get_partition_or_error(topic, index)
     if isinstance(partition, ErrorCode):

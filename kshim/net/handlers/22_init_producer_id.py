@@ -17,13 +17,17 @@
   transactional request with enable2_pc is TRANSACTIONAL_ID_AUTHORIZATION_FAILED and one with
   keep_prepared_txn UNSUPPORTED_VERSION, as Kafka answers them then; otherwise the ongoing
   transaction's id and epoch are -1 (none kept).
+- ACLs (docs/security.md): with a transactional id, WRITE on it (else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without, IDEMPOTENT_WRITE on the cluster or WRITE on
+  some topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -40,6 +44,10 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
 
 async def _init(ctx: RequestContext, req: Container) -> dict:
     tid = req.transactional_id
+    if tid is not None and not authz.txn_allowed(ctx, AclOperation.WRITE, tid):
+        return {"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
+    if tid is None and not _may_write_idempotently(ctx):
+        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "producer_id": -1, "producer_epoch": -1}
     if tid is None:
         return {"error_code": ErrorCode.NONE, "producer_id": await ctx.broker.allocate_producer_id(),
                 "producer_epoch": 0}
@@ -52,6 +60,12 @@ async def _init(ctx: RequestContext, req: Container) -> dict:
     code, pid, epoch = await ctx.transactions.init_producer_id(
         tid, req.transaction_timeout_ms, req.get("producer_id", -1), req.get("producer_epoch", -1))
     return {"error_code": for_version(code, ctx.version, 4), "producer_id": pid, "producer_epoch": epoch}
+
+
+def _may_write_idempotently(ctx: RequestContext) -> bool:
+    if authz.cluster_allowed(ctx, AclOperation.IDEMPOTENT_WRITE):
+        return True
+    return authz.any_topic_allowed(ctx, AclOperation.WRITE)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:

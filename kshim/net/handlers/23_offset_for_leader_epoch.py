@@ -11,12 +11,16 @@
 - Only the leader answers; other brokers say NOT_LEADER_OR_FOLLOWER, and an unknown topic or
   partition is UNKNOWN_TOPIC_OR_PARTITION. current_leader_epoch (v2+) newer than ours is
   UNKNOWN_LEADER_EPOCH, older is FENCED_LEADER_EPOCH (checked after leadership, as in Fetch).
+- ACLs (docs/security.md): a follower's request (replica id >= 0) needs CLUSTER_ACTION, a
+  client's DESCRIBE on each topic; else CLUSTER_AUTHORIZATION_FAILED / TOPIC_AUTHORIZATION_FAILED
+  for the partitions.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 23
@@ -35,7 +39,19 @@ def _answer(ctx: RequestContext, topic_name: str, p: Container) -> dict:
     return entry
 
 
+def _refused(p: Container, code: ErrorCode) -> dict:
+    return {"partition": p.partition, "error_code": code, "leader_epoch": -1, "end_offset": -1}
+
+
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    topics = [{"topic": t.topic, "partitions": [_answer(ctx, t.topic, p) for p in t.partitions]}
+    if req.get("replica_id", -1) >= 0:
+        code = ErrorCode.NONE if authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION) else \
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        denied = {t.topic for t in req.topics} if code else set()
+    else:
+        code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, (t.topic for t in req.topics))
+    topics = [{"topic": t.topic, "partitions": [_refused(p, code) if t.topic in denied else _answer(ctx, t.topic, p)
+                                                for p in t.partitions]}
               for t in req.topics]
     return {"throttle_time_ms": 0, "topics": topics}

@@ -8,12 +8,17 @@
   CONCURRENT_TRANSACTIONS.
 - v4-5 (between brokers, KIP-890): several transactions per request; `verify_only` asks whether
   the partitions already belong to the open transaction (INVALID_TXN_STATE if not) without adding.
+- ACLs (docs/security.md): v0-3 (producers) need WRITE on the transactional id, else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, and WRITE on each topic, else
+  TOPIC_AUTHORIZATION_FAILED for its partitions and OPERATION_NOT_ATTEMPTED for the others;
+  v4+ (broker to broker) needs CLUSTER_ACTION, else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -30,6 +35,12 @@ def _results(topics: list, codes: dict) -> list[dict]:
 async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topics: list, verify_only: bool) -> dict:
     coordinator = ctx.transactions
     wanted = {(t.name, p) for t in topics for p in t.partitions}
+    if not authz.txn_allowed(ctx, AclOperation.WRITE, tid):
+        return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    denied = authz.denied_topics(ctx, AclOperation.WRITE, (t.name for t in topics))
+    if denied:
+        return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in wanted}
     unknown = coordinator.unknown_partitions(wanted)
     if unknown:
         codes = {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
@@ -48,6 +59,8 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
         codes = await _one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
                            req.v3_and_below_producer_epoch, req.v3_and_below_topics, False)
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results(req.v3_and_below_topics, codes)}
+    if not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []}
     results = []
     for txn in req.transactions:
         codes = await _one(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,

@@ -5,6 +5,8 @@ producer then sends TxnOffsetCommit to the group coordinator.
 
 Errors as AddPartitionsToTxn: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
 below v2), CONCURRENT_TRANSACTIONS, NOT_COORDINATOR; an empty group id is INVALID_GROUP_ID.
+- ACLs (docs/security.md): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+  READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from construct import Container
 
 from kshim.coordinator.groups import OFFSETS_TOPIC
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -21,6 +24,10 @@ VERSIONS = (0, 4)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
+    if not authz.txn_allowed(ctx, AclOperation.WRITE, req.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if req.group_id and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if not req.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     try:

@@ -8,19 +8,25 @@
   transaction.timeout.ms abort) gets PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2).
 - v5 answers the producer id and epoch to go on with: kshim keeps them unchanged (it ends
   transactions as Kafka's transaction version 1 does and advertises no transaction.version feature).
+- ACLs (docs/security.md): WRITE on the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.txn_common import for_version
+from wire.errors import ErrorCode
 
 API_KEY = 26
 VERSIONS = (0, 5)
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
+    if not authz.txn_allowed(ctx, AclOperation.WRITE, req.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": req.producer_id, "producer_epoch": req.producer_epoch}
     code = await ctx.transactions.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
                                                  req.committed)
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2),

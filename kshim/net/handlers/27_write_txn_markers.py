@@ -11,13 +11,17 @@ and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
   means the coordinator bumped the producer epoch for this marker, so a marker whose epoch is not
   newer than the partition's (a late retry) is INVALID_PRODUCER_EPOCH. kshim's own coordinators
   write version 1 markers (v1 requests).
+- ACLs (docs/security.md): CLUSTER_ACTION on the cluster (brokers only), else
+  CLUSTER_AUTHORIZATION_FAILED for every partition.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from wire.errors import ErrorCode
 
 API_KEY = 27
 VERSIONS = (1, 2)  # Kafka 4 removed v0 (KIP-896)
@@ -25,11 +29,13 @@ VERSIONS = (1, 2)  # Kafka 4 removed v0 (KIP-896)
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
     out = []
+    refused = not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-        codes = await write_here(ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                                 marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S,
-                                 marker.get("transaction_version", 1) if ctx.version >= 2 else 1)
+        codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) if refused else await write_here(
+            ctx.broker.replica_manager, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+            marker.coordinator_epoch, tps, REQUEST_TIMEOUT_S,
+            marker.get("transaction_version", 1) if ctx.version >= 2 else 1)
         out.append({"producer_id": marker.producer_id, "topics": [
             {"name": t.name, "partitions": [{"partition_index": p, "error_code": codes[(t.name, p)]}
                                             for p in t.partition_indexes]} for t in marker.topics]})

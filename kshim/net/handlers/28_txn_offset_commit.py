@@ -15,13 +15,17 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
 - v5 is v4 for kshim: it advertises no transaction.version feature (transactions are version 1),
   so clients send v4 after AddOffsetsToTxn; a v5 request is answered as v4 and does not add the
   group to the transaction (Kafka's KIP-890 implicit add needs transaction version 2).
+- ACLs (docs/security.md): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+  and READ on the group (else GROUP_AUTHORIZATION_FAILED) for every partition; READ on each topic,
+  else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
-from kshim.net.handlers.group_common import commit_entries, commit_response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics
 from kshim.net.handlers.txn_common import for_version
 from wire.errors import ErrorCode
 
@@ -32,14 +36,20 @@ VERSIONS = (0, 5)
 async def _answer(ctx: RequestContext, req: Container) -> dict:
     coordinator = ctx.groups
     v = ctx.version
-    if not req.group_id:
+    if not authz.txn_allowed(ctx, AclOperation.WRITE, req.transactional_id):
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not req.group_id:
         code = ErrorCode.INVALID_GROUP_ID
+    elif not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     elif v >= 3:
         code = coordinator.validate_commit(req.group_id, req.generation_id, req.member_id, req.group_instance_id,
                                            transactional=True)
     else:
         code = coordinator.check(req.group_id)
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 2, v)
+    if not code:  # the group's refusal (authorization included) answers every partition
+        updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if updates:
         written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
         for tp, _ in updates:

@@ -19,6 +19,8 @@
   each broker setting lists its levels the same way.
 - v3+: config_type, and documentation when include_documentation (null otherwise).
 - v0 is not served (clients since Kafka 1.1 send v1+), so its `is_default` is never written.
+- ACLs (docs/security.md): DESCRIBE_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
+  for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from construct import Container
 
 from kshim.configs import Resolved, broker_settings, resolve
 from kshim.errors import BrokerError, check_topic_name
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.config_resources import config_entry
 from wire.errors import ErrorCode
 
@@ -73,6 +76,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         result: dict[str, Any] = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                                   "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         try:
+            authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.DESCRIBE_CONFIGS)
             if resource.resource_type == TOPIC:
                 configs = _topic_configs(ctx, resource.resource_name)
             elif resource.resource_type == BROKER:

@@ -15,6 +15,8 @@
 - validate_only runs every check and changes nothing.
 - New values apply at once to the topic's partitions (retention, segment rolling, max.message.bytes,
   timestamp type) and are stored so they survive a restart.
+- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
+  for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.config_resources import BROKER, alter_each, config_dict, target_broker, target_topic
 from wire.errors import ErrorCode
 
@@ -32,6 +35,7 @@ VERSIONS = (0, 2)
 
 
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS)
     configs = config_dict(resource.configs, ErrorCode.INVALID_REQUEST)
     if resource.resource_type == BROKER:
         await ctx.broker.set_broker_configs(target_broker(ctx, resource), configs, validate_only=validate_only)

@@ -12,6 +12,7 @@
   INVALID_REQUEST, answered once.
 - validate_only runs every check and changes nothing. timeout_ms is ignored.
 - New partitions start empty; producers and consumers see them after their next metadata refresh.
+- ACLs (docs/security.md): ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from construct import Container
 
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.per_topic import each_topic
 from wire.errors import ErrorCode
 
@@ -30,6 +32,8 @@ VERSIONS = (0, 3)
 
 
 async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
+    if not authz.topic_allowed(ctx, AclOperation.ALTER, topic.name):
+        raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not ALTER topic {topic.name!r}")
     if topic.name not in ctx.broker.topics:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
     refuse_internal(topic.name, "add partitions to")  # it would move every group's or transaction's coordinator

@@ -16,6 +16,8 @@
   (command-line) or unknown name is INVALID_CONFIG; another broker's id is INVALID_REQUEST. The
   controller stores them, so they survive a restart. Other resource types are INVALID_REQUEST. A resource named twice in one request is INVALID_REQUEST for each entry.
 - validate_only runs every check and changes nothing.
+- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
+  for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from construct import Container
 
 from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, topic_definition
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.config_resources import BROKER, alter_each, target_broker, target_topic
 from wire.errors import ErrorCode
 
@@ -85,6 +88,7 @@ async def _alter_broker(ctx: RequestContext, resource: Container, validate_only:
 
 
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS)
     if resource.resource_type == BROKER:
         await _alter_broker(ctx, resource, validate_only)
         return

@@ -3,13 +3,16 @@
 - Allowed for partitions of topics the group's members do not subscribe to (consumer protocol
   subscriptions are read); subscribed topics get GROUP_SUBSCRIBED_TO_TOPIC per partition. A
   non-Empty group of another protocol type: NON_EMPTY_GROUP. Unknown group: GROUP_ID_NOT_FOUND.
+- ACLs (docs/security.md): DELETE on the group, else GROUP_AUTHORIZATION_FAILED; READ on each
+  topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
 from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 47
@@ -33,6 +36,8 @@ async def _delete(coordinator: GroupCoordinator, req: Container, deletes: list, 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
+    if req.group_id and not authz.group_allowed(ctx, AclOperation.DELETE, req.group_id):
+        code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     if code:
         return _answer(code, req, {})
     group = coordinator.get_group(req.group_id)
@@ -46,10 +51,13 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         subscribed = topics
     codes, deletes = {}, []
     have = coordinator.offsets.get(req.group_id, {})
+    denied = authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     for t in req.topics:
         for p in t.partitions:
             tp = (t.name, p.partition_index)
-            if t.name in subscribed:
+            if t.name in denied:
+                codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif t.name in subscribed:
                 codes[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             elif tp in have:
                 deletes.append(tp)

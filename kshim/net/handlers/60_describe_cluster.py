@@ -7,6 +7,8 @@
 - v2 `include_fenced_brokers` (KIP-1073): also the registered brokers the controller fenced
   (down or not heartbeating), with is_fenced true; without it only the live ones.
 - cluster_authorized_operations is always "not requested" (INT32_MIN): kshim has no ACLs.
+- cluster_authorized_operations: the bits of what the principal may do on the cluster, when
+  asked for (every operation without an authorizer); otherwise INT32_MIN.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext
+from kshim.acls import ResourceType
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 60
@@ -22,7 +25,6 @@ VERSIONS = (0, 2)
 
 BROKERS = 1
 CONTROLLERS = 2
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
@@ -38,7 +40,8 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None, "is_fenced": not b.alive}
                     for b in sorted(broker.image.brokers.values(), key=lambda b: b.node_id)
                     if b.alive or req.get("include_fenced_brokers", False)],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authz.operations(
+            ctx, ResourceType.CLUSTER, "kafka-cluster", bool(req.get("include_cluster_authorized_operations", False))),
     }
     endpoint_type = req.get("endpoint_type", BROKERS)
     if endpoint_type != BROKERS:

@@ -5,6 +5,7 @@ tooling such as `kafka-transactions.sh describe-producers` and finding hanging t
   whose marker it saw last, and the first offset of its open transaction (-1 if none).
 - Answered by the partition's leader only: NOT_LEADER_OR_FOLLOWER elsewhere;
   UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist.
+- ACLs (docs/security.md): READ on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 61
@@ -33,7 +35,14 @@ def _partition(ctx: RequestContext, topic: str, index: int) -> dict:
     return out
 
 
+def _refused(index: int) -> dict:
+    return {"partition_index": index, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "error_message": None,
+            "active_producers": []}
+
+
 async def handle(ctx: RequestContext, req: Container) -> Response:
+    denied = authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics))
     return {"throttle_time_ms": 0, "topics": [
-        {"name": t.name, "partitions": [_partition(ctx, t.name, i) for i in t.partition_indexes]}
+        {"name": t.name, "partitions": [_refused(i) if t.name in denied else _partition(ctx, t.name, i)
+                                        for i in t.partition_indexes]}
         for t in req.topics]}

@@ -3,6 +3,9 @@
 of the open transaction, producer id and epoch, and its partitions. Sent to each id's coordinator
 (FindCoordinator key type 1): elsewhere NOT_COORDINATOR; an id never initialised
 TRANSACTIONAL_ID_NOT_FOUND.
+- ACLs (docs/security.md): DESCRIBE on each transactional id, else
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED for it; topics the principal may not DESCRIBE are left
+  out of its partitions.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from typing import Any
 from construct import Container
 
 from kshim.coordinator.transactions.state import TxnMetadata
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 65
@@ -33,6 +37,14 @@ def _state(transactional_id: str, meta: TxnMetadata | ErrorCode) -> dict[str, An
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()]}
 
 
+def _describe(ctx: RequestContext, tid: str) -> dict[str, Any]:
+    if not authz.txn_allowed(ctx, AclOperation.DESCRIBE, tid):
+        return _state(tid, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    state = _state(tid, ctx.transactions.describe(tid))
+    denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, (t["topic"] for t in state["topics"]))
+    state["topics"] = [t for t in state["topics"] if t["topic"] not in denied]
+    return state
+
+
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    return {"throttle_time_ms": 0, "transaction_states": [_state(tid, ctx.transactions.describe(tid))
-                                                          for tid in req.transactional_ids]}
+    return {"throttle_time_ms": 0, "transaction_states": [_describe(ctx, tid) for tid in req.transactional_ids]}

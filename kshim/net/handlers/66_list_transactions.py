@@ -6,6 +6,7 @@ that does not compile is INVALID_REGULAR_EXPRESSION.
 State names kshim does not know come back in unknown_state_filters. While a partition of
 `__transaction_state` is still loading the answer is COORDINATOR_LOAD_IN_PROGRESS, as a partial
 list would silently miss ids.
+- ACLs (docs/security.md): only the transactional ids the principal may DESCRIBE are listed.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import re
 from construct import Container
 
 from kshim.coordinator.transactions import TxnState
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 66
@@ -42,4 +44,5 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         found = []  # only unknown states asked for: none match
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "unknown_state_filters": sorted(states - _NAMES),
             "transaction_states": [{"transactional_id": m.transactional_id, "producer_id": m.producer_id,
-                                    "transaction_state": m.state.value} for m in found]}
+                                    "transaction_state": m.state.value} for m in found
+                                   if authz.txn_allowed(ctx, AclOperation.DESCRIBE, m.transactional_id)]}

@@ -22,6 +22,8 @@
   COORDINATOR_NOT_AVAILABLE like the classic group APIs.
 - The finalized feature group.version at 0 (UpdateFeatures): UNSUPPORTED_VERSION, as Kafka with
   the consumer rebalance protocol disabled.
+- ACLs (docs/security.md): READ on the group, else GROUP_AUTHORIZATION_FAILED; DESCRIBE on every
+  subscribed topic name, else TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ from construct import Container
 
 from kshim.cluster.image import GROUP_VERSION
 from kshim.coordinator.groups.consumer_group import HeartbeatResult, validate_heartbeat
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
+from wire.errors import ErrorCode
 from kshim.net.handlers.group_common import client_host
 from wire.errors import ErrorCode
 
@@ -58,6 +62,12 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                                           else list(req.subscribed_topic_names)),
                   subscribed_topic_regex=regex, server_assignor=req.server_assignor)
     code, message = validate_heartbeat(v, group_id=req.group_id, topic_partitions=req.topic_partitions, **fields)
+    if not code and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+        code, message = ErrorCode.GROUP_AUTHORIZATION_FAILED, f"{ctx.principal} may not READ group {req.group_id!r}"
+    if not code and req.subscribed_topic_names:
+        denied = authz.denied_topics(ctx, AclOperation.DESCRIBE, req.subscribed_topic_names)
+        if denied:
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to describe topics {sorted(denied)}"
     if not code:
         code = coordinator.check(req.group_id)
     if code:

@@ -7,6 +7,8 @@ members, and each member's current and target assignment (topic ids and names).
 - v1 member_type (KIP-1099): always 1 (consumer): kshim has no classic members in consumer groups.
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE per group.
   Authorized operations are not provided (INT32_MIN).
+- ACLs (docs/security.md): DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it;
+  authorized_operations (when asked for) has the bits of what the principal may do on it.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.consumer_group import ConsumerGroup, by_topic
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation, ResourceType
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 69
@@ -61,4 +64,14 @@ def _described(group: ConsumerGroup, topic_name: Callable[[Hashable], str]) -> d
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    return {"throttle_time_ms": 0, "groups": [describe(ctx.groups, g) for g in req.group_ids]}
+    asked = bool(req.get("include_authorized_operations", False))
+    groups = []
+    for g in req.group_ids:
+        if g and not authz.group_allowed(ctx, AclOperation.DESCRIBE, g):
+            groups.append(_error(g, ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
+        entry = describe(ctx.groups, g)
+        if not entry["error_code"]:
+            entry["authorized_operations"] = authz.operations(ctx, ResourceType.GROUP, g, asked)
+        groups.append(entry)
+    return {"throttle_time_ms": 0, "groups": groups}

@@ -34,6 +34,7 @@ class RequestContext:
     header: RequestHeader
     peer: str  # "host:port" of the client, for logs
     supported: Mapping[int, tuple[int, int]]  # api key -> (min, max) served, for ApiVersions
+    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (Kafka's form), for ACLs
 
     @property
     def broker(self) -> Broker:

@@ -70,3 +70,12 @@ def commit_entries(req: Container, code: ErrorCode, metadata_limit: int, epoch_s
                 epoch = p.get("committed_leader_epoch", -1) if version >= epoch_since else -1
                 updates.append((tp, OffsetEntry(p.committed_offset, epoch, metadata, now)))
     return codes, updates
+
+
+def refuse_topics(codes: dict, updates: list, denied: set[str]) -> list:
+    """TOPIC_AUTHORIZATION_FAILED for the partitions of `denied` topics, which are not written;
+    the updates left to write."""
+    for tp in codes:
+        if tp[0] in denied:
+            codes[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    return [(tp, entry) for tp, entry in updates if tp[0] not in denied]
