@@ -37,6 +37,7 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
 """
 from __future__ import annotations
 
+import uuid
 from typing import Awaitable
 
 from construct import Container
@@ -91,11 +92,14 @@ def _denied(ctx: RequestContext, by_id: bool, asked: list[FetchPartition]) -> se
     """The topics (names, or ids from v13) this principal may not READ; unknown ids stay UNKNOWN_TOPIC_ID."""
     if not authz.enabled(ctx):
         return set()
-    keyed = {}
+    keyed: dict = {}
     for a in asked:
-        topic = ctx.broker.topics_by_id.get(a.topic) if by_id else None
-        keyed[a.topic] = topic.name if topic is not None else (None if by_id else a.topic)
-    refused = authz.denied_topics(ctx, AclOperation.READ, {n for n in keyed.values() if n is not None})
+        if isinstance(a.topic, uuid.UUID):
+            topic = ctx.broker.topics_by_id.get(a.topic)
+            keyed[a.topic] = topic.name if topic is not None else None
+        else:
+            keyed[a.topic] = a.topic
+    refused = authz.denied_topics(ctx, AclOperation.READ, {n for n in keyed.values() if isinstance(n, str)})
     return {key for key, name in keyed.items() if name in refused}
 
 
