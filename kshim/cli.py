@@ -106,6 +106,12 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args))
+    auth = settings.authorizer
+    if auth.enabled and not auth.allow_everyone_if_no_acl_found and "User:ANONYMOUS" not in auth.super_users:
+        # brokers fetch from each other unauthenticated: without an ACL for it, replication stops
+        log.warning("--authorizer: followers fetch from leaders as User:ANONYMOUS; allow it CLUSTER_ACTION on the "
+                    "cluster (kafka-acls.sh --add --allow-principal User:ANONYMOUS --operation ClusterAction "
+                    "--cluster) or replication stops (docs/security.md)")
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2
