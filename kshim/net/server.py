@@ -282,9 +282,13 @@ class Server:
     async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
         ctx = RequestContext(self.node, request.header, peer, self.supported)
-        if request.unsupported:
-            return await handler.handle(ctx, None)
-        return await handler.handle(ctx, request.body)
+        started = anyio.current_time()
+        result = await handler.handle(ctx, None if request.unsupported else request.body)
+        if not inspect.isawaitable(result):  # else counted once it completes (_complete)
+            self.node.metrics.observe(request.header.api_key, request.body, result, anyio.current_time() - started)
+        else:
+            request.started = started
+        return result
 
     async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
         # failed until a response exists: a completion cancelled while the connection is torn
@@ -292,6 +296,7 @@ class Server:
         pending.failed = True
         try:
             body = await awaitable
+            self.node.metrics.observe(request.header.api_key, request.body, body, anyio.current_time() - request.started)
             pending.data = ConnectionCore.response_bytes(request, body)
             pending.failed = False
         except Exception:
