@@ -142,8 +142,9 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition)
                 bound = await tg.start(Console(source).serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
-            print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}){console}", flush=True)
+            # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}){console}", flush=True)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     tg.cancel_scope.cancel()

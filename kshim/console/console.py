@@ -103,16 +103,19 @@ class Console:
             addresses = [(b["host"], b["port"]) for b in self.state.get("brokers", [])
                          if b.get("alive") and b.get("process") in ("running", "external")]
             if addresses:
-                self._groups = await self._ask_kafka(ctl_groups.collect(addresses), "groups")
-                self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None), "transactions")
+                self._groups = await self._ask_kafka(ctl_groups.collect(addresses), "groups", self._groups)
+                self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None), "transactions", self._txns)
             await anyio.sleep(GROUPS_POLL_S)
 
-    async def _ask_kafka(self, call: Any, what: str) -> dict[str, Any]:
+    async def _ask_kafka(self, call: Any, what: str, last: dict[str, Any]) -> dict[str, Any]:
         try:
             with anyio.fail_after(GROUPS_TIMEOUT_S):
                 return await call
-        except Exception as e:  # a broker gone meanwhile (ctl's own errors included): shown, asked again later
-            return {what: [], "errors": [f"{type(e).__name__}: {e}"]}
+        except Exception as e:  # a broker gone meanwhile (ctl's own errors included): asked again later
+            problem = f"no answer within {GROUPS_TIMEOUT_S:.0f} s" if isinstance(e, TimeoutError) else \
+                f"{type(e).__name__}: {e}"
+            # the last answer stays on the page, with why it is not newer
+            return {what: last.get(what, []), "errors": [f"{what} not refreshed: {problem}"]}
 
     async def events(self) -> AsyncIterator[str | None]:
         sent = -1

@@ -67,7 +67,8 @@ PAGE = r"""<!doctype html>
 <main>
 <section id="brokers-section"><h2>Brokers</h2><table id="brokers"></table></section>
 <section id="partitions-section">
-  <h2>Partitions</h2>
+  <h2>Partitions <label class="muted" style="font-weight:normal;font-size:12px;margin-left:12px">
+    <input type="checkbox" id="internal"> show internal topics</label></h2>
   <div class="legend">
     <span><i class="seg-committed"></i>COMMITTED and stable (below the last stable offset)</span>
     <span><i class="seg-pending"></i>COMMITTED, in an open transaction (last stable offset to high watermark)</span>
@@ -138,9 +139,12 @@ function bar(r, scale) {
 }
 
 function renderPartitions(s) {
-  if (!s.partitions.length) { $("partitions").innerHTML = '<p class="muted">no topics yet</p>'; return; }
-  let h = "";
-  for (const p of s.partitions) {
+  const internal = $("internal").checked;
+  const shown = s.partitions.filter((p) => internal || !p.topic.startsWith("__"));
+  const hidden = s.partitions.length - shown.length;
+  let h = hidden ? `<p class="muted">${hidden} partitions of internal topics hidden</p>` : "";
+  if (!shown.length) { $("partitions").innerHTML = h || '<p class="muted">no topics yet</p>'; return; }
+  for (const p of shown) {
     const scale = Math.max(1, ...p.replica_states.map((r) => r.log_end_offset ?? 0));
     h += `<div class="partition" data-topic="${esc(p.topic)}" data-partition="${p.partition}" data-leader="${p.leader}" data-isr="${p.isr.join(",")}">` +
          `<div class="title">${esc(p.topic)}-${p.partition}<span>leader ${p.leader >= 0 ? p.leader : "none"} ` +
@@ -211,6 +215,8 @@ function render(s) {
   document.body.dataset.version = s.version;
   renderBrokers(s); renderPartitions(s); renderGroups(s); renderTransactions(s); renderFaults(s);
 }
+
+$("internal").addEventListener("change", () => state && renderPartitions(state));
 
 document.addEventListener("click", async (ev) => {
   const b = ev.target.closest("button[data-action]");
