@@ -65,6 +65,8 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.ReplicaStates(),
+    m.MetricsText(),
 ]
 
 RESULTS = [
@@ -85,6 +87,8 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.ReplicaStates, json.dumps([{"topic": "t", "partition": 0, "high_watermark": 5}])),
+    (m.MetricsText, "# TYPE x gauge\nx 1.0\n"),
 ]
 
 # whose methods serve each kind of operation (messages.Server)
