@@ -103,9 +103,11 @@ async def test_routes_state_and_actions():
     console = Console(source)
     async with anyio.create_task_group() as tg:
         port = await tg.start(console.serve, "127.0.0.1", 0)
+        assert not console.watched  # nobody looks: it polls nothing
         page = await http(port, request("GET", "/"))
         assert status_of(page) == 200 and b"<title>kshim console</title>" in page
         state = json.loads(body_of(await http(port, request("GET", "/state"))))
+        assert console.watched
         [replica0, replica1] = state["partitions"][0]["replica_states"]
         assert (replica0["high_watermark"], replica0["log_end_offset"], replica0["stale"]) == (5, 7, False)
         # broker 1 did not answer: what the controller heard from it, marked stale

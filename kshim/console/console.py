@@ -7,6 +7,9 @@ itself (server-sent events), as JSON, and as Prometheus metrics.
 - Every GROUPS_POLL_S: consumer groups (members, assignments, committed offsets, lag) and
   transactions, asked of the brokers with the Kafka protocol, as `kshim ctl groups` and `kshim
   ctl txns` do.
+- Polling runs only while someone watches: an event stream is open, or /state or /metrics was
+  asked within WATCH_S (each of which refreshes first when the state is older than POLL_S), so
+  an unwatched console costs its brokers nothing.
 - A change of state wakes every event stream; each sends the newest state only, so a slow
   browser never queues states (memory stays bounded).
 - /metrics: the cluster's own gauges, then each broker's metrics with a `broker` label.
@@ -41,6 +44,7 @@ KEEPALIVE_S = 15.0
 MAX_EVENT_STREAMS = 32
 OPEN_TXN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 METRICS_TIMEOUT_S = 2.0
+WATCH_S = 10.0
 
 
 class Console:
@@ -54,16 +58,40 @@ class Console:
         self._groups: dict[str, Any] = {"groups": [], "errors": []}
         self._txns: dict[str, Any] = {"transactions": [], "errors": []}
         self._text = ""
+        self._refreshed = -1.0  # anyio time of the last refresh
+        self._watched_until = 0.0
+        self._watch = anyio.Event()  # set when someone starts watching an idle console
 
     # ------------------------------------------------------------------ state
+    @property
+    def watched(self) -> bool:
+        return self.streams > 0 or anyio.current_time() < self._watched_until
+
+    def touch(self) -> None:
+        """Someone looks: poll for the next WATCH_S."""
+        self._watched_until = anyio.current_time() + WATCH_S
+        self._watch.set()
+        self._watch = anyio.Event()
+
+    async def _until_watched(self) -> None:
+        while not self.watched:
+            await self._watch.wait()
+
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._poll_groups)
             while True:
+                await self._until_watched()
                 await self.refresh()
                 await anyio.sleep(POLL_S)
 
+    async def _fresh(self) -> None:
+        self.touch()
+        if anyio.current_time() - self._refreshed > POLL_S:
+            await self.refresh()
+
     async def refresh(self) -> None:
+        self._refreshed = anyio.current_time()
         try:
             overview = await self.source.overview()
         except (BrokerError, OSError, TimeoutError) as e:
@@ -100,6 +128,7 @@ class Console:
 
     async def _poll_groups(self) -> None:
         while True:
+            await self._until_watched()
             addresses = [(b["host"], b["port"]) for b in self.state.get("brokers", [])
                          if b.get("alive") and b.get("process") in ("running", "external")]
             if addresses:
@@ -163,27 +192,32 @@ class Console:
         path = request.path
         if request.method == "POST" and path == "/action":
             return await self._action(request)
-        if request.method not in ("GET", "HEAD"):
+        if request.method != "GET":
             return HttpResponse.text("only GET, and POST /action\n", 405)
         if path in ("/", "/index.html"):
             return HttpResponse(200, PAGE.encode(), "text/html; charset=utf-8")
         if path == "/state":
+            await self._fresh()
             return HttpResponse.json(self.state)
         if path == "/metrics":
+            await self._fresh()
             return HttpResponse(200, await self.metrics(), CONTENT_TYPE_LATEST)
         if path == "/events":
             if self.streams >= MAX_EVENT_STREAMS:
                 return HttpResponse.text("too many event streams\n", 503)
+            await self._fresh()
             return HttpResponse(events=self._counted_events)
         return HttpResponse.text("not found\n", 404)
 
     async def _counted_events(self) -> AsyncIterator[str | None]:
         self.streams += 1
+        self.touch()
         try:
             async for item in self.events():
                 yield item
         finally:
             self.streams -= 1
+            self.touch()  # a reload reconnects at once: keep polling meanwhile
 
     async def _action(self, request: HttpRequest) -> HttpResponse:
         # a JSON body: a cross-site form cannot send one without the browser asking first (CORS)

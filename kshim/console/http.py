@@ -122,7 +122,10 @@ class HttpServer:
 
     async def serve(self, host: str, port: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Listen on host:port (0: a free one) until cancelled; task_status gets the port bound."""
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        try:
+            listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        except OSError as e:
+            raise OSError(e.errno, f"the console cannot listen on {host}:{port}: {e.strerror}") from None
         async with listener:
             task_status.started(listener.extra(SocketAttribute.local_port))
             await listener.serve(self._connection)

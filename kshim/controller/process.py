@@ -472,6 +472,12 @@ def _check_ports(settings: ClusterSettings) -> None:
             open_listener(settings.host, port).close()
         except OSError as e:
             raise StartupFailed(f"cannot serve broker {node_id} on {settings.host}:{port}: {e}") from None
+    if settings.console_port:  # 0 (a free port) cannot be taken
+        try:
+            open_listener(settings.host, settings.console_port).close()
+        except OSError as e:
+            raise StartupFailed(f"cannot serve the console on {settings.host}:{settings.console_port}: {e} "
+                                "(--console-port 0 picks a free one, --no-console turns it off)") from None
 
 
 async def _wait_controller(service: SupervisorService, timeout_s: float) -> None:
