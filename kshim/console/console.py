@@ -58,6 +58,7 @@ class Console:
         self._groups: dict[str, Any] = {"groups": [], "errors": []}
         self._txns: dict[str, Any] = {"transactions": [], "errors": []}
         self._text = ""
+        self._last_partitions: list[dict[str, Any]] = []
         self._refreshed = -1.0  # anyio time of the last refresh
         self._watched_until = 0.0
         self._watch = anyio.Event()  # set when someone starts watching an idle console
@@ -96,6 +97,10 @@ class Console:
             overview = await self.source.overview()
         except (BrokerError, OSError, TimeoutError) as e:
             overview = {"error": str(e), "brokers": [], "partitions": []}
+        if not overview.get("partitions") and overview.get("controller", {}).get("state") != "running":
+            # the controller is down (being restarted): its partitions as last seen, not none at all
+            overview["partitions"] = self._last_partitions
+        self._last_partitions = overview.get("partitions", [])
         answered: dict[int, list[dict[str, Any]]] = {}
 
         async def ask(node_id: int) -> None:

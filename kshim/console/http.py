@@ -21,6 +21,7 @@ log = logging.getLogger("kshim.console.http")
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024
 READ_TIMEOUT_S = 10.0
+SEND_TIMEOUT_S = 30.0  # a client that stops reading (an event stream's too) is dropped after this
 MAX_CONNECTIONS = 64
 REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
            409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type",
@@ -166,13 +167,20 @@ class HttpServer:
         except Exception:
             log.exception("console: %s %s failed", request.method, request.path)
             response = HttpResponse.text("internal error\n", 500)
-        if response.events is None:
-            await stream.send(_head(response.status, response.content_type, len(response.body), response.headers)
-                              + response.body)
-            return
-        await stream.send(_head(200, "text/event-stream", None, {"Connection": "close", **response.headers}))
-        async for data in response.events():
-            if data is None:  # a comment: finds a browser gone away, keeps proxies from timing out
-                await stream.send(b": keep-alive\n\n")
-            else:
-                await stream.send(("".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode())
+        try:
+            if response.events is None:
+                with anyio.fail_after(SEND_TIMEOUT_S):
+                    await stream.send(_head(response.status, response.content_type, len(response.body),
+                                            response.headers) + response.body)
+                return
+            with anyio.fail_after(SEND_TIMEOUT_S):
+                await stream.send(_head(200, "text/event-stream", None, {"Connection": "close", **response.headers}))
+            async for data in response.events():
+                if data is None:  # a comment: finds a browser gone away, keeps proxies from timing out
+                    chunk = b": keep-alive\n\n"
+                else:
+                    chunk = ("".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()
+                with anyio.fail_after(SEND_TIMEOUT_S):
+                    await stream.send(chunk)
+        except TimeoutError:
+            log.info("console: dropping a client that stopped reading")
