@@ -85,14 +85,6 @@ class ClusterSource:
         return None  # FAULT RULES (h15-faults): ask the supervisor for the rules here
 
 
-class StandaloneHost(Protocol):
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def image(self) -> MetadataImage: ...
-
-
 class StandaloneSource:
     """A single `kshim serve`: the broker in this process (no node actions: it is the console's host)."""
     mode = "single"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from prometheus_client import CollectorRegistry, Counter as PromCounter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -33,7 +33,7 @@ def api_name(api_key: int) -> str:
     """Kafka's request name (`Produce`, `Fetch`, ...), as its RequestMetrics label them."""
     try:
         return message(api_key, "request").name.removesuffix("Request")
-    except (KeyError, ValueError):
+    except KeyError:
         return f"api-{api_key}"
 
 
@@ -65,10 +65,10 @@ class _Scraped(Collector):
 
 class BrokerMetrics:
     def __init__(self, host: MetricsHost, isr_changes: IsrChanges | None = None,
-                 coordinators: Any = None) -> None:
+                 coordinators: Callable[[], CoordinatorCounts] | None = None) -> None:
         self.host = host
-        self.isr_changes = isr_changes or IsrChanges()
-        self.coordinators = coordinators  # a callable answering CoordinatorCounts, or None
+        self.isr_changes = isr_changes if isr_changes is not None else IsrChanges()
+        self.coordinators = coordinators
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = PromCounter("kafka_network_requestmetrics_requests", "Requests handled, by API",
                                     ["request"], registry=self.registry)
@@ -81,15 +81,16 @@ class BrokerMetrics:
                                      "Record bytes fetched from this broker (consumers and followers), by topic",
                                      ["topic"], registry=self.registry)
         self.registry.register(_Scraped(self))
-        self._names: dict[int, str] = {}
+        self._per_api: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled counter and histogram
 
     def observe(self, api_key: int, request: Any, response: Any, seconds: float) -> None:
         """One request handled (its response ready) after `seconds`."""
-        name = self._names.get(api_key)
-        if name is None:
-            name = self._names[api_key] = api_name(api_key)
-        self.requests.labels(name).inc()
-        self.total_time.labels(name).observe(seconds * 1000)
+        children = self._per_api.get(api_key)
+        if children is None:  # once per API: labels() is a locked lookup, too slow for every request
+            name = api_name(api_key)
+            children = self._per_api[api_key] = (self.requests.labels(name), self.total_time.labels(name))
+        children[0].inc()
+        children[1].observe(seconds * 1000)
         try:
             if api_key == PRODUCE and request is not None:
                 for t in request.topic_data:
@@ -157,7 +158,7 @@ class BrokerMetrics:
         yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expands proposed by this broker "
                                   "and accepted by the controller", value=self.isr_changes.expands)
         if self.coordinators is not None:
-            counts: CoordinatorCounts = self.coordinators()
+            counts = self.coordinators()
             groups = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups",
                                        "Consumer groups this broker coordinates, by state", labels=["state"])
             for state, n in sorted(counts.groups.items()):
