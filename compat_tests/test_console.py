@@ -34,8 +34,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 PAGE_TIMEOUT_MS = 30_000
 # the window in which the paused follower is still in the ISR, so the leader's new records stay
 # UNCOMMITTED: the follower leaves the ISR after the lag time, or when fenced (session timeout)
-REPLICA_LAG_MS = 8000
-SESSION_TIMEOUT_MS = 12000
+REPLICA_LAG_MS = 12000
+SESSION_TIMEOUT_MS = 20000
 
 
 def console_url(process: KshimProcess) -> str:
