@@ -6,7 +6,9 @@ The browser test produces, pauses a follower with the page's own button, produce
 watches the leader's bar grow an UNCOMMITTED region (high watermark below the log end) while the
 paused follower's bar stands still; then the ISR shrinks, the region becomes COMMITTED, and the
 page's resume button brings the follower back into the ISR at the leader's log end. The page is
-never reloaded: every change arrives over server-sent events.
+never reloaded: every change arrives over server-sent events. On a single broker, /metrics is
+scraped after produce, consume and an open transaction, which the console's state lists with its
+partition's last stable offset below the high watermark.
 
 KSHIM_CONSOLE_SCREENSHOT=docs/console.png python -m pytest compat_tests/test_console.py -k browser
 writes the page at its most telling moment (a record range UNCOMMITTED) where docs/console.md shows it.
@@ -20,6 +22,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 from playwright.sync_api import sync_playwright
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -249,12 +252,30 @@ def test_metrics_scraped_and_parsed_on_a_single_broker(tmp_path):
         assert sample(metrics, "kafka_controller_kafkacontroller_activebrokercount") == 1
         assert sample(metrics, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
 
-        # the JSON state behind the page, and what the console refuses
-        status, text = get(url + "state")
-        state = json.loads(text)
-        assert status == 200 and state["mode"] == "single"
+        # an open transaction: on the page's state, its records COMMITTED above the last stable offset
+        producer = Producer({"bootstrap.servers": process.bootstrap, "transactional.id": "console-txn",
+                             "log_level": 3})
+        producer.init_transactions(20)
+        producer.begin_transaction()
+        producer.produce("metered", b"pending", partition=0)
+        assert producer.flush(20) == 0
+
+        def open_txn():
+            status, text = get(url + "state")
+            assert status == 200
+            s = json.loads(text)
+            return s if [t["state"] for t in s["transactions"] if t["transactional_id"] == "console-txn"] \
+                == ["Ongoing"] else None
+
+        state = wait_until(open_txn, timeout=30, message="the open transaction on the console")
+        assert state["mode"] == "single"
         [p] = [p for p in state["partitions"] if p["topic"] == "metered"]
-        assert p["replica_states"][0]["high_watermark"] == 25
+        r = p["replica_states"][0]
+        assert (r["last_stable_offset"], r["high_watermark"], r["log_end_offset"]) == (25, 26, 26)
+        metrics = scrape(url)
+        assert sample(metrics, "kshim_transaction_coordinator_transactions", state="Ongoing", **broker) == 1
+        assert sample(metrics, "kshim_partition_last_stable_offset", topic="metered", partition="0", **broker) == 25
+        producer.abort_transaction(20)
         assert get(url + "nothing-here")[0] == 404
         assert post(url + "action", b"action=kill&node=0", "application/x-www-form-urlencoded")[0] == 415
         status, answer = post(url + "action", b'{"action": "kill", "node": 0}', "application/json")
