@@ -73,7 +73,7 @@ PAGE = r"""<!doctype html>
     <span><i class="seg-committed"></i>COMMITTED and stable (below the last stable offset)</span>
     <span><i class="seg-pending"></i>COMMITTED, in an open transaction (last stable offset to high watermark)</span>
     <span><i class="seg-uncommitted"></i>UNCOMMITTED (high watermark to log end)</span>
-    <span><i class="seg-deleted"></i>deleted (below the log start)</span>
+    <span><i class="seg-deleted"></i>deleted on this replica (below its log start)</span>
   </div>
   <div id="partitions"></div>
 </section>
@@ -126,16 +126,16 @@ function renderBrokers(s) {
   $("brokers").innerHTML = h;
 }
 
-function pct(v, scale) { return scale > 0 ? (100 * v / scale) : 0; }
-
-function bar(r, scale) {
+// a partition's bars share one scale, from the lowest log start of its replicas to the highest log end
+function bar(r, from, to) {
   if (r.log_end_offset == null) return '<div class="bar"></div>';
-  const leo = r.log_end_offset, hw = Math.min(r.high_watermark ?? 0, leo);
-  const start = Math.min(r.log_start_offset ?? 0, hw), lso = Math.min(r.last_stable_offset ?? hw, hw);
-  const seg = (cls, a, b) => b > a ? `<div class="${cls}" style="left:${pct(a, scale)}%;width:${pct(b - a, scale)}%"></div>` : "";
-  return '<div class="bar">' + seg("seg-deleted", 0, start) + seg("seg-committed", start, lso) +
+  const pct = (v) => to > from ? 100 * (v - from) / (to - from) : 0;
+  const leo = r.log_end_offset, hw = Math.min(r.high_watermark ?? from, leo);
+  const start = Math.max(from, Math.min(r.log_start_offset ?? from, hw)), lso = Math.min(r.last_stable_offset ?? hw, hw);
+  const seg = (cls, a, b) => b > a ? `<div class="${cls}" style="left:${pct(a)}%;width:${pct(b) - pct(a)}%"></div>` : "";
+  return '<div class="bar">' + seg("seg-deleted", from, start) + seg("seg-committed", start, lso) +
          seg("seg-pending", lso, hw) + seg("seg-uncommitted", hw, leo) +
-         `<div class="mark-hw" style="left:${pct(hw, scale)}%"></div></div>`;
+         `<div class="mark-hw" style="left:${pct(hw)}%"></div></div>`;
 }
 
 function renderPartitions(s) {
@@ -145,7 +145,10 @@ function renderPartitions(s) {
   let h = hidden ? `<p class="muted">${hidden} partitions of internal topics hidden</p>` : "";
   if (!shown.length) { $("partitions").innerHTML = h || '<p class="muted">no topics yet</p>'; return; }
   for (const p of shown) {
-    const scale = Math.max(1, ...p.replica_states.map((r) => r.log_end_offset ?? 0));
+    const known = p.replica_states.filter((r) => r.log_end_offset != null);
+    const starts = known.filter((r) => r.log_start_offset != null).map((r) => r.log_start_offset);
+    const from = starts.length ? Math.min(...starts) : 0;
+    const to = Math.max(from + 1, ...known.map((r) => r.log_end_offset));
     h += `<div class="partition" data-topic="${esc(p.topic)}" data-partition="${p.partition}" data-leader="${p.leader}" data-isr="${p.isr.join(",")}">` +
          `<div class="title">${esc(p.topic)}-${p.partition}<span>leader ${p.leader >= 0 ? p.leader : "none"} ` +
          `(epoch ${p.leader_epoch}) &middot; replicas [${p.replicas.join(", ")}] &middot; ISR [${p.isr.join(", ")}]</span></div>`;
@@ -157,7 +160,7 @@ function renderPartitions(s) {
       h += `<div class="${cls}" data-node="${r.node}" data-in-isr="${r.in_isr}" data-stale="${r.stale}" ` +
            `data-log-start="${r.log_start_offset ?? ""}" data-lso="${r.last_stable_offset ?? ""}" ` +
            `data-hw="${r.high_watermark ?? ""}" data-leo="${r.log_end_offset ?? ""}">` +
-           `<div class="who">broker ${r.node}${tags}</div>${bar(r, scale)}` +
+           `<div class="who">broker ${r.node}${tags}</div>${bar(r, from, to)}` +
            `<div class="nums">start ${esc(r.log_start_offset)} &middot; LSO ${esc(r.last_stable_offset)} &middot; ` +
            `HW ${esc(r.high_watermark)} &middot; LEO ${esc(r.log_end_offset)}</div></div>`;
     }
