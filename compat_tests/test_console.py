@@ -244,6 +244,7 @@ def test_metrics_scraped_and_parsed_on_a_single_broker(tmp_path):
         assert sample(metrics, "kafka_network_requestmetrics_totaltimems_count", request="Produce", **broker) >= 1
         assert sample(metrics, "kafka_server_brokertopicmetrics_bytesin_total", topic="metered", **broker) >= 25 * 100
         assert sample(metrics, "kafka_server_brokertopicmetrics_bytesout_total", topic="metered", **broker) >= 25 * 100
+        assert sample(metrics, "kafka_server_brokertopicmetrics_messagesin_total", topic="metered", **broker) == 25
         for name in ("kafka_log_log_logendoffset", "kshim_partition_high_watermark",
                      "kshim_partition_last_stable_offset"):
             assert sample(metrics, name, topic="metered", partition="0", **broker) == 25, name

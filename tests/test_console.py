@@ -225,7 +225,10 @@ async def test_broker_metrics_count_requests_bytes_and_offsets(standalone):
     request = Container(topic_data=[Container(name="t", partition_data=[Container(index=0, records=data)])])
     out = standalone.replica_manager.append(1, 5, [("t", 0, data)])
     assert isinstance(out, list)
-    metrics.observe(0, request, {}, 0.002)
+    ok = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0}]}]}
+    metrics.observe(0, request, ok, 0.002)
+    refused = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 87}]}]}
+    metrics.observe(0, request, refused, 0.001)  # not appended: its bytes and records are not counted
     fetched = standalone.replica_manager.fetch(FetchParams(-1, 0, 0, 1 << 20, 0), [FetchPartition("t", 0, 0, 1 << 20)])
     assert isinstance(fetched, list)
     response = {"responses": [{"topic": None, "topic_id": standalone.image.topics["t"].topic_id,
@@ -233,9 +236,10 @@ async def test_broker_metrics_count_requests_bytes_and_offsets(standalone):
     metrics.observe(1, None, response, 0.001)
 
     m = parse(metrics)
-    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 1
+    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 2
+    assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 3
     assert m[("kafka_network_requestmetrics_totaltimems_count", (("request", "Fetch"),))] == 1
-    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "2.5"), ("request", "Produce")))] == 1
+    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "2.5"), ("request", "Produce")))] == 2
     assert m[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == len(data)
     assert m[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == len(data)  # by topic id
     tp = (("partition", "0"), ("topic", "t"))

@@ -10,6 +10,7 @@ brokers may share a process in tests); the console (kshim.console) serves them a
 """
 from __future__ import annotations
 
+import struct
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ from kshim.replication.isr import IsrChanges
 from wire.codec import message
 
 PRODUCE, FETCH = 0, 1
+# RecordBatch v2: base offset (8) and length (4) are the log overhead; the records count is the
+# header's last field, at byte 57
+LENGTH_AT, LOG_OVERHEAD, RECORDS_COUNT_AT, BATCH_HEADER_BYTES = 8, 12, 57, 61
 # Kafka's request-time histogram is in milliseconds; its buckets, in ms, span a local broker's range
 TIME_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
 
@@ -76,7 +80,10 @@ class BrokerMetrics:
                                     "Time from a request's arrival to its response being ready, in ms, by API",
                                     ["request"], buckets=TIME_BUCKETS_MS, registry=self.registry)
         self.bytes_in = PromCounter("kafka_server_brokertopicmetrics_bytesin",
-                                    "Record bytes produced to this broker, by topic", ["topic"], registry=self.registry)
+                                    "Record bytes appended by produce requests, by topic", ["topic"],
+                                    registry=self.registry)
+        self.messages_in = PromCounter("kafka_server_brokertopicmetrics_messagesin",
+                                       "Records produced to this broker, by topic", ["topic"], registry=self.registry)
         self.bytes_out = PromCounter("kafka_server_brokertopicmetrics_bytesout",
                                      "Record bytes fetched from this broker (consumers and followers), by topic",
                                      ["topic"], registry=self.registry)
@@ -93,10 +100,7 @@ class BrokerMetrics:
         children[1].observe(seconds * 1000)
         try:
             if api_key == PRODUCE and request is not None:
-                for t in request.topic_data:
-                    n = sum(len(pd.records) for pd in t.partition_data if pd.records is not None)
-                    if n:
-                        self.bytes_in.labels(t.name).inc(n)
+                self._produced(request, response)
             elif api_key == FETCH and isinstance(response, Mapping):
                 for t in response.get("responses") or ():
                     n = sum(len(p["records"]) for p in t["partitions"] if p.get("records") is not None)
@@ -104,6 +108,23 @@ class BrokerMetrics:
                         self.bytes_out.labels(self._topic_name(t)).inc(n)
         except (AttributeError, KeyError, TypeError):  # a malformed request was answered with an error
             pass
+
+    def _produced(self, request: Any, response: Any) -> None:
+        """Bytes and records of the partitions appended (as Kafka counts them, after the append);
+        an acks=0 produce has no answer and counts as appended."""
+        failed = set()
+        if isinstance(response, Mapping):
+            failed = {(t["name"], p["index"]) for t in response.get("responses") or ()
+                      for p in t["partition_responses"] if p["error_code"]}
+        for t in request.topic_data:
+            size = count = 0
+            for pd in t.partition_data:
+                if pd.records is not None and (t.name, pd.index) not in failed:
+                    size += len(pd.records)
+                    count += record_count(pd.records)
+            if size:
+                self.bytes_in.labels(t.name).inc(size)
+                self.messages_in.labels(t.name).inc(count)
 
     def _topic_name(self, t: Mapping[str, Any]) -> str:
         if t.get("topic"):
@@ -169,6 +190,18 @@ class BrokerMetrics:
                 txns.add_metric([state], n)
             yield groups
             yield txns
+
+
+def record_count(data: bytes | memoryview) -> int:
+    """Records in a run of RecordBatch v2 (each header's count); a torn tail counts nothing."""
+    view = memoryview(data)
+    pos = total = 0
+    while pos + BATCH_HEADER_BYTES <= len(view):
+        (length,) = struct.unpack_from(">i", view, pos + LENGTH_AT)
+        (count,) = struct.unpack_from(">i", view, pos + RECORDS_COUNT_AT)
+        total += max(count, 0)
+        pos += LOG_OVERHEAD + max(length, 0)
+    return total
 
 
 def count_states(states: Any) -> dict[str, int]:
