@@ -21,6 +21,8 @@ from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
 from kshim.configs.options import (add_authorizer_options, add_connection_options, authorizer_config,
                                    connection_settings, positive)
+from kshim.console.console import Console
+from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
@@ -44,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
     add_authorizer_options(serve)
+    serve.add_argument("--console-port", type=int, default=0,
+                       help="port of the web console and /metrics (docs/console.md); 0 picks a free one, "
+                            "printed on the ready line (default 0)")
+    serve.add_argument("--no-console", action="store_true", help="serve no web console and no /metrics")
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
@@ -105,7 +111,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
-        max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args))
+        max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
+        console_port=None if args.no_console else args.console_port)
     auth = settings.authorizer
     if auth.enabled and not auth.allow_everyone_if_no_acl_found and "User:ANONYMOUS" not in auth.super_users:
         # brokers fetch from each other unauthenticated: without an ACL for it, replication stops
@@ -118,7 +125,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     return anyio.run(run_cluster, settings)
 
 
-async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
+async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listener
@@ -132,12 +139,20 @@ async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
         raise
     try:
         async with anyio.create_task_group() as tg:
-            port = await tg.start(Server(BrokerServer(broker)).serve, listener)
-            await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
+            node = BrokerServer(broker)
+            port = await tg.start(Server(node).serve, listener)
+            # `kshim ctl compact`; the replica offsets and metrics of the console
+            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
-            print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
+            console = ""
+            if console_port is not None:
+                source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition)
+                bound = await tg.start(Console(source).serve, config.host, console_port)
+                console = f"; console http://{config.host}:{bound}/"
+            # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}){console}", flush=True)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     tg.cancel_scope.cancel()
@@ -182,5 +197,6 @@ def main(argv: list[str] | None = None) -> int:
         except (DataDirInUse, OSError) as e:
             print(f"kshim: {e}", file=sys.stderr)
             return 1
-        return run_server(_serve, config, lock, name="kshim", address=f"{args.host}:{args.port}")
+        return run_server(_serve, config, lock, None if args.no_console else args.console_port,
+                          name="kshim", address=f"{args.host}:{args.port}")
     return 2

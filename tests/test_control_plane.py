@@ -78,6 +78,8 @@ REQUESTS = [
     m.UnregisterBroker(2),
     m.CreateAcls(IMAGE.acls),
     m.DeleteAcls((ACL_FILTER, AclFilter(2, "t", 4, None, "*", 8, 1))),
+    m.ReplicaStates(),
+    m.MetricsText(),
 ]
 
 RESULTS = [
@@ -105,6 +107,8 @@ RESULTS = [
     (m.UnregisterBroker, None),
     (m.CreateAcls, None),
     (m.DeleteAcls, (m.DeletedAcls(IMAGE.acls), m.DeletedAcls(()))),
+    (m.ReplicaStates, json.dumps([{"topic": "t", "partition": 0, "high_watermark": 5}])),
+    (m.MetricsText, "# TYPE x gauge\nx 1.0\n"),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -1,6 +1,7 @@
 """A broker's local admin socket, ``<broker data dir>/broker.sock``: the control-plane RPC
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
-one broker's own replicas and have no Kafka API, today `kshim ctl compact`. Served by `kshim serve`
+one broker's own replicas and have no Kafka API, today `kshim ctl compact`, and for the console
+(kshim.console): the replicas' offsets and the broker's metrics. Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
 (``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 import anyio
 
@@ -38,8 +39,17 @@ class AdminHost(Protocol):
 
 
 class BrokerAdmin:
-    def __init__(self, broker: AdminHost) -> None:
+    def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None) -> None:
         self.broker = broker
+        self.metrics = metrics
+
+    async def replica_states(self) -> str:
+        return json.dumps(replica_states(self.broker))
+
+    async def metrics_text(self) -> str:
+        if self.metrics is None:
+            raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "this broker keeps no metrics")
+        return self.metrics().decode()
 
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
@@ -68,7 +78,18 @@ class BrokerAdmin:
         return json.dumps(out)
 
 
-async def serve(broker: AdminHost, data_dir: Path, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+def replica_states(broker: AdminHost) -> list[dict]:
+    """Every replica hosted here, for the console."""
+    return [{"topic": p.topic, "partition": p.index, "node": broker.node_id, "leader": p.leader_id,
+             "is_leader": p.is_leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr),
+             "replicas": list(p.replicas), "log_start_offset": p.log_start_offset,
+             "last_stable_offset": p.last_stable_offset, "high_watermark": p.high_watermark,
+             "log_end_offset": p.log_end_offset}
+            for p in sorted(broker.replica_manager.replicas(), key=lambda r: (r.topic, r.index))]
+
+
+async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None, *,
+                task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
     try:
@@ -81,4 +102,4 @@ async def serve(broker: AdminHost, data_dir: Path, *, task_status=anyio.TASK_STA
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker).handle).serve(path, task_status=task_status)
+    await rpc.RpcServer(BrokerAdmin(broker, metrics).handle).serve(path, task_status=task_status)

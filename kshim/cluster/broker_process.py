@@ -27,6 +27,7 @@ from kshim.configs.options import (add_authorizer_options, add_connection_option
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
+from kshim.replication.isr import IsrChanges
 
 log = logging.getLogger("kshim.broker_process")
 
@@ -97,11 +98,15 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
-                port = await tg.start(Server(BrokerServer(broker)).serve, listener)
-                await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
+                isr_changes = IsrChanges()
+                node = BrokerServer(broker, isr_changes)
+                port = await tg.start(Server(node).serve, listener)
+                # `kshim ctl compact`; the console's replica offsets and metrics
+                await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
-                tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))
+                tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,
+                                      isr_changes=isr_changes))
                 if supervisor_fd is not None:
                     tg.start_soon(_stop_when_orphaned, supervisor_fd, tg.cancel_scope)
                 log.info("broker %d (pid %d) listening on %s:%d", config.node_id, os.getpid(), config.host, port)

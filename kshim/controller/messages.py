@@ -343,6 +343,17 @@ class CompactNow(Operation[str], code=40, served_by=Server.BROKER):
     partition: Int32 = -1
 
 
+@dataclass(frozen=True)
+class ReplicaStates(Operation[str], code=150, served_by=Server.BROKER):
+    """The console (kshim.console): every replica the broker hosts, as JSON: its log start, last
+    stable, high watermark and log end offsets, whether it leads, and the ISR it knows."""
+
+
+@dataclass(frozen=True)
+class MetricsText(Operation[str], code=151, served_by=Server.BROKER):
+    """The console's /metrics: the broker's own metrics in Prometheus's text format."""
+
+
 # ---------------------------------------------------------------------------------------- frames
 _RequestHead = Struct("correlation_id" / Int32sb, "code" / Int16ub)
 _ResponseHead = Struct("correlation_id" / Int32sb, "code" / Int16ub, "error_code" / Int16sb,

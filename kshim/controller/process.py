@@ -10,7 +10,8 @@ SIGINT stops the brokers, then the controller, then itself.
 The controller is restarted as soon as it dies (after a back-off only when it keeps dying right
 after its start); its state is on disk and the brokers reconnect to it. A broker is restarted by
 nothing but `kshim ctl start`. `kshim ctl` talks to this process on <data-dir>/supervisor.sock:
-status (its processes merged with the controller's view) and the process commands. Signals go only
+status (its processes merged with the controller's view) and the process commands. It also
+serves the web console (kshim.console) on --console-port. Signals go only
 to the processes it started, by their Popen handles, which are never reaped behind its back, so a
 PID can never be reused under it. Every child dies with it, even when it is killed with SIGKILL
 (kshim.cluster.lifeline), so a new `serve` on the same data dir and ports can start.
@@ -34,6 +35,8 @@ from kshim.acls import AuthorizerConfig
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
 from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv
+from kshim.console.console import Console
+from kshim.console.sources import ClusterSource
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
@@ -84,6 +87,7 @@ class ClusterSettings:
     max_partitions_per_broker: int = 10_000
     max_open_segment_files: int | None = None  # the brokers' default: from their open-file limit
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)  # every broker enforces the same ACLs
+    console_port: int | None = None  # the web console's port (0: a free one); None: no console
 
     @property
     def rf(self) -> int:
@@ -470,6 +474,12 @@ def _check_ports(settings: ClusterSettings) -> None:
             open_listener(settings.host, port).close()
         except OSError as e:
             raise StartupFailed(f"cannot serve broker {node_id} on {settings.host}:{port}: {e}") from None
+    if settings.console_port:  # 0 (a free port) cannot be taken
+        try:
+            open_listener(settings.host, settings.console_port).close()
+        except OSError as e:
+            raise StartupFailed(f"cannot serve the console on {settings.host}:{settings.console_port}: {e} "
+                                "(--console-port 0 picks a free one, --no-console turns it off)") from None
 
 
 async def _wait_controller(service: SupervisorService, timeout_s: float) -> None:
@@ -530,8 +540,13 @@ async def run_cluster(settings: ClusterSettings) -> int:
                     await supervisor.stop_all()
                     tg.cancel_scope.cancel()
                     return code
+                console = ""
+                if settings.console_port is not None:
+                    source = ClusterSource(service, settings.broker_dir)
+                    bound = await tg.start(Console(source).serve, settings.host, settings.console_port)
+                    console = f"; console http://{settings.host}:{bound}/"
                 bootstrap = ",".join(f"{settings.host}:{settings.port + i}" for i in range(settings.brokers))
-                print(f"kshim ready: bootstrap {bootstrap} ({settings.brokers} brokers, data in {data_dir})",
+                print(f"kshim ready: bootstrap {bootstrap} ({settings.brokers} brokers, data in {data_dir}){console}",
                       flush=True)
     finally:
         with anyio.CancelScope(shield=True):

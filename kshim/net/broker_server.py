@@ -12,17 +12,25 @@ import anyio
 from kshim.broker import Broker
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
+from kshim.net.metrics import BrokerMetrics, CoordinatorCounts, count_states
+from kshim.replication.isr import IsrChanges
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, isr_changes: IsrChanges | None = None) -> None:
         self.broker = broker
         self.groups = GroupCoordinator(broker)
         self.transactions = TransactionCoordinator(broker)
+        self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
         broker.image_listeners += [self.groups.on_image, self.transactions.on_image]
         broker.replica_manager.marker_listeners.append(self.groups.on_marker_committed)
         self.groups.on_image()  # an image applied before the coordinators existed
         self.transactions.on_image()
+
+    def coordinator_counts(self) -> CoordinatorCounts:
+        """The groups and transactional ids this broker coordinates, by state (for its metrics)."""
+        return CoordinatorCounts(count_states(g.state for g in self.groups.groups.values()),
+                                 count_states(t.state.value for t in self.transactions.txns.values()))
 
     async def run(self) -> None:
         """The background work: replica housekeeping and the coordinators' loading and timers."""

@@ -33,6 +33,7 @@ class Request:
     body: Container | None  # None when `unsupported`
     size: int
     unsupported: bool = False
+    started: float = 0.0  # when the server began handling it (its clock), for the request-time metric
 
     @property
     def response_version(self) -> int:

@@ -285,9 +285,13 @@ class Server:
             log.debug("request %s v%d from %s (%s)", handler.name, request.header.api_version, peer,
                       request.header.client_id)
         ctx = RequestContext(self.node, request.header, peer, self.supported)
-        if request.unsupported:
-            return await handler.handle(ctx, None)
-        return await handler.handle(ctx, request.body)
+        started = anyio.current_time()
+        result = await handler.handle(ctx, None if request.unsupported else request.body)
+        if not inspect.isawaitable(result):  # else counted once it completes (_complete)
+            self.node.metrics.observe(request.header.api_key, request.body, result, anyio.current_time() - started)
+        else:
+            request.started = started
+        return result
 
     async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
         # failed until a response exists: a completion cancelled while the connection is torn
@@ -295,6 +299,7 @@ class Server:
         pending.failed = True
         try:
             body = await awaitable
+            self.node.metrics.observe(request.header.api_key, request.body, body, anyio.current_time() - request.started)
             pending.data = ConnectionCore.response_bytes(request, body)
             pending.failed = False
         except Exception:

@@ -10,16 +10,17 @@ import logging
 import anyio
 
 from kshim.replication.fetcher import Fetcher
-from kshim.replication.isr import maintain_isr
+from kshim.replication.isr import IsrChanges, maintain_isr
 from kshim.replication.host import ReplicaHost
 
 
 log = logging.getLogger("kshim.replication")
 
 
-async def run_replication(broker: ReplicaHost, *, replica_lag_time_max_ms: int = 30000) -> None:
+async def run_replication(broker: ReplicaHost, *, replica_lag_time_max_ms: int = 30000,
+                          isr_changes: IsrChanges | None = None) -> None:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(maintain_isr, broker, replica_lag_time_max_ms)
+        tg.start_soon(maintain_isr, broker, replica_lag_time_max_ms, isr_changes)
         fetchers: dict[int, tuple[Fetcher, anyio.CancelScope]] = {}
         while True:
             leaders = {p.leader_id for p in broker.replicas() if not p.is_leader and p.leader_id >= 0}

@@ -10,6 +10,7 @@ caught up, through the controller (Kafka's AlterPartition), which persists and p
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import anyio
 
@@ -21,7 +22,16 @@ from kshim.replication.host import ReplicaHost
 log = logging.getLogger("kshim.replication.isr")
 
 
-async def maintain_isr(broker: ReplicaHost, replica_lag_time_max_ms: int) -> None:
+@dataclass
+class IsrChanges:
+    """ISR changes this broker proposed and the controller accepted (Kafka's IsrShrinksPerSec and
+    IsrExpandsPerSec), for the broker's metrics."""
+    shrinks: int = 0
+    expands: int = 0
+
+
+async def maintain_isr(broker: ReplicaHost, replica_lag_time_max_ms: int, changes: IsrChanges | None = None) -> None:
+    changes = changes if changes is not None else IsrChanges()
     interval = min(max(replica_lag_time_max_ms / 4000, 0.05), 0.25)
     while True:
         await anyio.sleep(interval)
@@ -42,6 +52,8 @@ async def maintain_isr(broker: ReplicaHost, replica_lag_time_max_ms: int) -> Non
             try:
                 await broker.controller.alter_partition(p.topic, p.index, p.leader_epoch, p.partition_epoch, new_isr)
                 log.info("%s-%d: ISR %s -> %s", p.topic, p.index, old_isr, new_isr)
+                changes.shrinks += bool(lagging)
+                changes.expands += bool(joining)
             except BrokerError as e:
                 log.debug("%s-%d: ISR change to %s refused: %s", p.topic, p.index, new_isr, e.message)
             except Exception as e:  # the controller is unreachable (or a bug): retry next round

@@ -1,0 +1,208 @@
+"""One broker's Prometheus metrics (prometheus_client), by Kafka's JMX names as the Prometheus JMX
+exporter spells them where Kafka has the metric, `kshim_...` where it does not.
+
+Counted as requests pass through the server (`observe`): requests and their time per API, bytes
+in (produce records) and out (fetch records, followers included, as Kafka counts them) per topic.
+Read from the broker when scraped (`collect`): each hosted replica's offsets, partition and leader
+counts, under-replicated partitions, ISR shrinks and expands of the partitions it leads, and the
+groups and transactions its coordinators hold. Each broker has a registry of its own (several
+brokers may share a process in tests); the console (kshim.console) serves them at /metrics.
+"""
+from __future__ import annotations
+
+import struct
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Protocol
+
+from prometheus_client import CollectorRegistry, Counter as PromCounter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kshim.cluster.image import MetadataImage
+from kshim.partition import Partition
+from kshim.replication.isr import IsrChanges
+from wire.codec import message
+
+PRODUCE, FETCH = 0, 1
+# RecordBatch v2: base offset (8) and length (4) are the log overhead; the records count is the
+# header's last field, at byte 57
+LENGTH_AT, LOG_OVERHEAD, RECORDS_COUNT_AT, BATCH_HEADER_BYTES = 8, 12, 57, 61
+# Kafka's request-time histogram is in milliseconds; its buckets, in ms, span a local broker's range
+TIME_BUCKETS_MS = (0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's request name (`Produce`, `Fetch`, ...), as its RequestMetrics label them."""
+    try:
+        return message(api_key, "request").name.removesuffix("Request")
+    except KeyError:
+        return f"api-{api_key}"
+
+
+class MetricsHost(Protocol):
+    """What the metrics read of the broker when scraped."""
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def image(self) -> MetadataImage: ...
+
+    def replicas(self) -> list[Partition]: ...
+
+
+@dataclass
+class CoordinatorCounts:
+    """Group states and transaction states, counted by whoever holds the coordinators."""
+    groups: Mapping[str, int]
+    transactions: Mapping[str, int]
+
+
+class _Scraped(Collector):
+    def __init__(self, metrics: "BrokerMetrics") -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        return self.metrics.scrape()
+
+
+class BrokerMetrics:
+    def __init__(self, host: MetricsHost, isr_changes: IsrChanges | None = None,
+                 coordinators: Callable[[], CoordinatorCounts] | None = None) -> None:
+        self.host = host
+        self.isr_changes = isr_changes if isr_changes is not None else IsrChanges()
+        self.coordinators = coordinators
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = PromCounter("kafka_network_requestmetrics_requests", "Requests handled, by API",
+                                    ["request"], registry=self.registry)
+        self.total_time = Histogram("kafka_network_requestmetrics_totaltimems",
+                                    "Time from a request's arrival to its response being ready, in ms, by API",
+                                    ["request"], buckets=TIME_BUCKETS_MS, registry=self.registry)
+        self.bytes_in = PromCounter("kafka_server_brokertopicmetrics_bytesin",
+                                    "Record bytes appended by produce requests, by topic", ["topic"],
+                                    registry=self.registry)
+        self.messages_in = PromCounter("kafka_server_brokertopicmetrics_messagesin",
+                                       "Records produced to this broker, by topic", ["topic"], registry=self.registry)
+        self.bytes_out = PromCounter("kafka_server_brokertopicmetrics_bytesout",
+                                     "Record bytes fetched from this broker (consumers and followers), by topic",
+                                     ["topic"], registry=self.registry)
+        self.registry.register(_Scraped(self))
+        self._per_api: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled counter and histogram
+
+    def observe(self, api_key: int, request: Any, response: Any, seconds: float) -> None:
+        """One request handled (its response ready) after `seconds`."""
+        children = self._per_api.get(api_key)
+        if children is None:  # once per API: labels() is a locked lookup, too slow for every request
+            name = api_name(api_key)
+            children = self._per_api[api_key] = (self.requests.labels(name), self.total_time.labels(name))
+        children[0].inc()
+        children[1].observe(seconds * 1000)
+        try:
+            if api_key == PRODUCE and request is not None:
+                self._produced(request, response)
+            elif api_key == FETCH and isinstance(response, Mapping):
+                for t in response.get("responses") or ():
+                    n = sum(len(p["records"]) for p in t["partitions"] if p.get("records") is not None)
+                    if n:
+                        self.bytes_out.labels(self._topic_name(t)).inc(n)
+        except (AttributeError, KeyError, TypeError):  # a malformed request was answered with an error
+            pass
+
+    def _produced(self, request: Any, response: Any) -> None:
+        """Bytes and records of the partitions appended (as Kafka counts them, after the append);
+        an acks=0 produce has no answer and counts as appended."""
+        failed = set()
+        if isinstance(response, Mapping):
+            failed = {(t["name"], p["index"]) for t in response.get("responses") or ()
+                      for p in t["partition_responses"] if p["error_code"]}
+        for t in request.topic_data:
+            size = count = 0
+            for pd in t.partition_data:
+                if pd.records is not None and (t.name, pd.index) not in failed:
+                    size += len(pd.records)
+                    count += record_count(pd.records)
+            if size:
+                self.bytes_in.labels(t.name).inc(size)
+                self.messages_in.labels(t.name).inc(count)
+
+    def _topic_name(self, t: Mapping[str, Any]) -> str:
+        if t.get("topic"):
+            return str(t["topic"])
+        topic_id = t.get("topic_id")
+        info = self.host.image.topic_by_id(topic_id) if isinstance(topic_id, uuid.UUID) else None
+        return info.name if info else str(topic_id)
+
+    def exposition(self) -> bytes:
+        """The text format (version 0.0.4) of every metric of this broker."""
+        return generate_latest(self.registry)
+
+    def scrape(self) -> Iterator[Any]:
+        labels = ["topic", "partition"]
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "First offset of the replica's log", labels=labels)
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "Offset after the replica's last record", labels=labels)
+        hw = GaugeMetricFamily("kshim_partition_high_watermark",
+                               "The replica's high watermark: records below it are COMMITTED", labels=labels)
+        lso = GaugeMetricFamily("kshim_partition_last_stable_offset",
+                                "The replica's last stable offset: read_committed reads stop here", labels=labels)
+        isr = GaugeMetricFamily("kafka_cluster_partition_insyncreplicascount",
+                                "In-sync replicas of a partition this broker leads", labels=labels)
+        under = GaugeMetricFamily("kafka_cluster_partition_underreplicated",
+                                  "1 when a partition this broker leads has fewer in-sync replicas than replicas",
+                                  labels=labels)
+        partitions = leaders = under_count = under_min = 0
+        for p in sorted(self.host.replicas(), key=lambda r: (r.topic, r.index)):
+            key = [p.topic, str(p.index)]
+            partitions += 1
+            start.add_metric(key, p.log_start_offset)
+            end.add_metric(key, p.log_end_offset)
+            hw.add_metric(key, p.high_watermark)
+            lso.add_metric(key, p.last_stable_offset)
+            if p.is_leader:
+                leaders += 1
+                lagging = len(p.isr) < len(p.replicas)
+                under_count += lagging
+                under_min += len(p.isr) < p.min_insync_replicas
+                isr.add_metric(key, len(p.isr))
+                under.add_metric(key, int(lagging))
+        yield from (start, end, hw, lso, isr, under)
+        for name, text, value in (
+                ("partitioncount", "Partition replicas hosted by this broker", partitions),
+                ("leadercount", "Partitions this broker leads", leaders),
+                ("underreplicatedpartitions", "Partitions led here with fewer in-sync replicas than replicas",
+                 under_count),
+                ("underminisrpartitioncount", "Partitions led here with fewer in-sync replicas than "
+                                              "min.insync.replicas", under_min)):
+            yield GaugeMetricFamily(f"kafka_server_replicamanager_{name}", text, value=value)
+        yield CounterMetricFamily("kafka_server_replicamanager_isrshrinks", "ISR shrinks proposed by this broker "
+                                  "and accepted by the controller", value=self.isr_changes.shrinks)
+        yield CounterMetricFamily("kafka_server_replicamanager_isrexpands", "ISR expands proposed by this broker "
+                                  "and accepted by the controller", value=self.isr_changes.expands)
+        if self.coordinators is not None:
+            counts = self.coordinators()
+            groups = GaugeMetricFamily("kafka_coordinator_group_groupmetadatamanager_numgroups",
+                                       "Consumer groups this broker coordinates, by state", labels=["state"])
+            for state, n in sorted(counts.groups.items()):
+                groups.add_metric([state], n)
+            txns = GaugeMetricFamily("kshim_transaction_coordinator_transactions",
+                                     "Transactional ids this broker coordinates, by state", labels=["state"])
+            for state, n in sorted(counts.transactions.items()):
+                txns.add_metric([state], n)
+            yield groups
+            yield txns
+
+
+def record_count(data: bytes | memoryview) -> int:
+    """Records in a run of RecordBatch v2 (each header's count); a torn tail counts nothing."""
+    view = memoryview(data)
+    pos = total = 0
+    while pos + BATCH_HEADER_BYTES <= len(view):
+        (length,) = struct.unpack_from(">i", view, pos + LENGTH_AT)
+        (count,) = struct.unpack_from(">i", view, pos + RECORDS_COUNT_AT)
+        total += max(count, 0)
+        pos += LOG_OVERHEAD + max(length, 0)
+    return total
+
+
+def count_states(states: Any) -> dict[str, int]:
+    return dict(Counter(states))
