@@ -23,7 +23,6 @@ from typing import Mapping
 from construct import Container
 
 from kshim.cluster.image import TopicInfo
-
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import commit_entries, commit_response
