@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from compat_tests.java_client import JavaClient, build
-from compat_tests.kshim_process import KshimProcess
+from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import FETCH, RawConnection
 from wire.errors import ErrorCode
 
@@ -144,3 +144,30 @@ def test_session_rules_on_the_wire(kshim, topic_name):
         assert (closing.error_code, closing.session_id) == (0, 0)
         gone = conn.request(FETCH, 18, raw_fetch(sid, 3, None))
         assert gone.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_java_consumer_opens_a_new_session_when_a_restarted_broker_forgot_its_own(java, tmp_path, topic_name):
+    """A restarted broker knows no session (sessions live in memory, as in Kafka): the consumer,
+    whose connection dropped, starts over with a full fetch that opens a new session, and reads
+    on from its positions; on close() it closes the session (epoch -1)."""
+    proc = KshimProcess(tmp_path / "kshim-data", "--partitions", "3", "--log-level", "debug").start()
+    try:
+        first = java.run("produce", proc.bootstrap, topic_name, 60).of("sent")
+        # assigned partitions, no group: positions stay in the consumer across the restart
+        run = java.start("consume", proc.bootstrap, topic_name, "-", 120, "--assign", "--timeout-ms", 80_000,
+                         timeout=90)
+        wait_until(lambda: any(len(e) >= 2 for _, e in sessions_since(proc, 0).values()), 60,
+                   message="the consumer fetching incrementally")
+        assert proc.terminate() == 0
+        mark = len(proc.output)
+        proc.restart()
+        second = java.run("produce", proc.bootstrap, topic_name, 60).of("sent")
+        records = java.finish(run).of("record")
+        assert sorted((r["partition"], r["offset"]) for r in records) == \
+            sorted((s["partition"], s["offset"]) for s in first + second)
+        renewed = sessions_since(proc, mark)
+        assert any(epochs for _, epochs in renewed.values()), f"no new incremental session: {renewed}"
+        after = "\n".join(proc.output[mark:])
+        assert any(f"fetch session {sid} closed by its client" in after for sid in renewed), "not closed on close()"
+    finally:
+        proc.kill()

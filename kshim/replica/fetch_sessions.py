@@ -237,6 +237,11 @@ class FetchContext:
         return self.cache.maybe_create(self.privileged, self.uses_topic_ids, cached), answered
 
 
+def _refused(session_id: int, epoch: int, code: ErrorCode) -> FetchContext:
+    log.debug("fetch session %d: incremental fetch at epoch %d refused: %s", session_id, epoch, code.name)
+    return FetchContext([], code)
+
+
 def new_context(cache: FetchSessionCache, version: int, session_id: int, epoch: int, privileged: bool,
                 asked: list[FetchPartition], forgotten: list[PartitionKey]) -> FetchContext:
     """Kafka's FetchManager.newContext: see the module notes."""
@@ -251,11 +256,11 @@ def new_context(cache: FetchSessionCache, version: int, session_id: int, epoch: 
         return FetchContext(asked, full=True, privileged=privileged, uses_topic_ids=uses_ids, cache=cache)
     session = cache.get(session_id)
     if session is None:
-        return FetchContext([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+        return _refused(session_id, epoch, ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if session.epoch != epoch:
-        return FetchContext([], ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+        return _refused(session_id, epoch, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     if session.uses_topic_ids != uses_ids:
-        return FetchContext([], ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
+        return _refused(session_id, epoch, ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR)
     joining = {(p.topic, p.index) for p in asked} - session.partitions.keys()
     if joining and cache.partitions_held() + len(joining) > cache.max_partitions:
         cache.remove(session.id, f"closed: {len(joining)} more partitions would pass the sessions' bound")

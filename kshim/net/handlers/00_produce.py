@@ -111,8 +111,8 @@ async def _when_committed(req: Container, pending: Awaitable[list[PartitionAppen
 def _response(req: Container, results: list[PartitionAppend]) -> dict:
     answers = iter(results)
     return {"throttle_time_ms": 0, "responses": [
-        {**({"topic_id": t.topic_id} if "topic_id" in t else {"name": t.name}), "partition_responses": [_partition_response(pd.index, next(answers))
-                                                 for pd in t.partition_data]}
+        {**({"topic_id": t.topic_id} if "topic_id" in t else {"name": t.name}),  # as the request named it
+         "partition_responses": [_partition_response(pd.index, next(answers)) for pd in t.partition_data]}
         for t in req.topic_data]}
 
 

@@ -25,7 +25,6 @@ from typing import Mapping
 from construct import Container
 
 from kshim.cluster.image import TopicInfo
-
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, Response, authz
