@@ -104,6 +104,23 @@ def test_preferred_election_moves_leadership_back_to_the_first_replica(controlle
     assert results(controller.elect_leaders(Election.PREFERRED, {"t": (0,)})) == {("t", 0): ErrorCode.ELECTION_NOT_NEEDED}
 
 
+def test_preferred_election_under_the_majority_quorum_waits_for_the_leaders_log_end(controller):
+    controller.create_topic("t", 1, 3, {"kshim.commit.quorum": "majority"})
+    first = controller.image.topics["t"].partitions[0].replicas[0]
+    controller.fence(first)
+    controller.register_broker(first, "127.0.0.1", 9092 + first)
+    p = controller.image.topics["t"].partitions[0]
+    controller.alter_partition(p.leader, controller.image.brokers[p.leader].epoch, "t", 0, p.leader_epoch,
+                               p.partition_epoch, p.replicas)
+    controller.report_log_ends(p.leader, {("t", 0): 100})
+    controller.report_log_ends(first, {("t", 0): 60})  # in the ISR, but a majority may hold more
+    assert results(controller.elect_leaders(Election.PREFERRED, {"t": (0,)})) == {
+        ("t", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    controller.report_log_ends(first, {("t", 0): 100})
+    assert results(controller.elect_leaders(Election.PREFERRED, {"t": (0,)})) == {("t", 0): ErrorCode.NONE}
+    assert controller.image.topics["t"].partitions[0].leader == first
+
+
 def test_all_partitions_leaves_out_the_elections_not_needed(controller):
     controller.create_topic("a", 3, 1)
     controller.create_topic("b", 1, 3)

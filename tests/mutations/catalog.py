@@ -115,6 +115,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("        in_sync = [r for r in p.replicas if r in p.isr and r in alive]",
          "        in_sync = [r for r in p.replicas if r in alive]"),),
         "any alive replica may be elected leader"),
+    Mutation("an admin's preferred leader election", "kshim/controller/controller.py", (
+        ("            if preferred not in p.isr or preferred not in alive or not self._holds_the_leaders_log(topic, p, preferred):",
+         "            if preferred not in alive:"),),
+        "a preferred election hands leadership to an out-of-sync replica"),
     # ------------------------------------------------------------------ transactions
     Mutation("become visible to read_committed all at once when it commits", "kshim/coordinator/groups/coordinator.py", (
         ("        if not committed or index not in self.loaded:\n            return",
