@@ -299,4 +299,4 @@ def test_unregister_a_broker_gone_for_good(cluster, kadmin, java, topic_name):
         assert run_ctl(cluster.data_dir, "start", str(gone)).returncode == 0
         wait_until(lambda: any(b["id"] == gone and b["alive"] for b in cluster.status()["brokers"]),
                    timeout=FENCE_DEADLINE_S, message="broker 2 registered again")
-    assert cluster.broker(gone)["epoch"] == epoch + 1  # anew, past the epoch it had
+    assert cluster.broker(gone)["epoch"] > epoch  # anew, past the epoch it had
