@@ -19,7 +19,9 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
-from kshim.configs.options import add_connection_options, connection_settings, positive
+from kshim.configs.options import (
+    add_connection_options, add_security_options, connection_settings, positive, security_config)
+from kshim.configs.security import Listener, SecurityConfigError
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.runner import run_server
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
+    add_security_options(serve)
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
@@ -87,6 +90,15 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     # lazy, like the server below: only `serve --brokers` runs the controller process
     from kshim.controller.process import ClusterSettings, run_cluster
 
+    if args.listeners is not None:
+        print("kshim: --listeners is not supported with --brokers yet: a cluster has PLAINTEXT listeners only",
+              file=sys.stderr)
+        return 2
+    try:
+        security_config(args)  # TLS or SASL options without a listener for them are refused
+    except SecurityConfigError as e:
+        print(f"kshim: {e}", file=sys.stderr)
+        return 2
     if args.port == 0:
         print("kshim: --port 0 is not supported with --brokers: the brokers listen on PORT..PORT+N-1, "
               "which must be known; give a fixed --port", file=sys.stderr)
@@ -113,21 +125,29 @@ def _serve_cluster(args: argparse.Namespace) -> int:
 async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
-    from kshim.net.server import Server, open_listener
+    from kshim.net.server import Server, open_listeners
 
     # bind before opening any log: a serve whose port is taken leaves the data directory as it was
-    listener = open_listener(config.host, config.port)
+    listeners = open_listeners(config.security.listeners or [Listener("PLAINTEXT", config.host, config.port)])
     try:
         broker = open_standalone(config)
     except BaseException:
-        listener.close()
+        for _, sock in listeners:
+            sock.close()
         raise
     try:
         async with anyio.create_task_group() as tg:
-            port = await tg.start(Server(BrokerServer(broker)).serve, listener)
+            server = Server(BrokerServer(broker))
+            port = await tg.start(server.serve, listeners)
             await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
+            if config.security.listeners:
+                config.security.listeners = server.bound  # Metadata advertises the bound ports
+                for listener in server.bound:
+                    print(f"kshim listener {listener.url()}", flush=True)
+            if server.dev_ca is not None:
+                print(f"kshim tls-dev: clients trust the CA in {server.dev_ca.resolve()}", flush=True)
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
@@ -157,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             print(f"kshim: {', '.join(given)} need --brokers (a cluster)", file=sys.stderr)
             return 2
+        try:
+            security = security_config(args)
+        except SecurityConfigError as e:
+            print(f"kshim: {e}", file=sys.stderr)
+            return 2
+        if security.listeners:  # the first listener is the broker's address (its bootstrap)
+            args.host, args.port = security.listeners[0].host, security.listeners[0].port
         tuning.keep_freed_buffers()
         topic_defaults = {}
         if args.min_insync_replicas is not None:
@@ -167,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
-            max_partitions_per_broker=_partition_budget(args),
+            max_partitions_per_broker=_partition_budget(args), security=security,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kshim.configs.security import SecurityConfig
+
 
 @dataclass
 class BrokerConfig:
@@ -34,6 +36,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     log_cleaner_backoff_ms: int = 15_000
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # listeners, TLS, SASL (docs/security.md)
 
     @property
     def advertised(self) -> str:

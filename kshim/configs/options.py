@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from pathlib import Path
 from typing import TypedDict, cast
 
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.security import (
+    CLIENT_AUTH, MECHANISMS, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig
 OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -69,3 +72,56 @@ def connection_argv(settings: ConnectionSettings | None) -> list[str]:
     """The same budgets as options for a broker process (none: the broker's defaults)."""
     given: dict = dict(settings or {})
     return [arg for option, name, _ in OPTIONS if name in given for arg in (option, str(given[name]))]
+
+
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("listeners, TLS and SASL (docs/security.md)")
+    group.add_argument("--listeners", default=None,
+                       help="NAME://HOST:PORT,... with NAME one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+                            "(port 0: a free one); replaces --host/--port; the first is the bootstrap the ready "
+                            "line names (default: PLAINTEXT on --host/--port)")
+    group.add_argument("--sasl-mechanisms", default=",".join(MECHANISMS),
+                       help=f"SASL mechanisms enabled on SASL listeners (default {','.join(MECHANISMS)})")
+    group.add_argument("--sasl-users", type=Path, default=None, metavar="FILE",
+                       help="SASL users, one NAME:PASSWORD per line, for PLAIN and SCRAM")
+    group.add_argument("--sasl-user", action="append", default=[], metavar="NAME:PASSWORD",
+                       help="a SASL user (repeatable); visible to other local users in the process list: "
+                            "prefer --sasl-users")
+    group.add_argument("--tls-cert", type=Path, default=None, help="the broker's certificate chain (PEM)")
+    group.add_argument("--tls-key", type=Path, default=None, help="the broker's private key (PEM, unencrypted)")
+    group.add_argument("--tls-ca", type=Path, default=None, help="CA certificates that client certificates must chain to")
+    group.add_argument("--tls-dev", action="store_true",
+                       help="generate a CA and a certificate for 127.0.0.1/localhost into DATA_DIR/tls on first "
+                            "start (development only); the CA file for clients is printed at start")
+    group.add_argument("--tls-client-auth", choices=CLIENT_AUTH, default="none",
+                       help="client certificates (mTLS): none, requested or required (Kafka's ssl.client.auth); "
+                            "the principal is User:<subject DN>")
+    group.add_argument("--connection-failed-authentication-delay-ms", type=int, default=100,
+                       help="a failed authentication is answered, and its connection closed, after this delay "
+                            "(Kafka's connection.failed.authentication.delay.ms, default 100)")
+    group.add_argument("--connections-max-reauth-ms", type=int, default=0,
+                       help="SASL sessions last this long; clients re-authenticate before the end (KIP-368); "
+                            "0: no end (default)")
+
+
+def security_config(args: argparse.Namespace) -> SecurityConfig:
+    """The security options as a checked SecurityConfig; SecurityConfigError if unusable."""
+    users: dict[str, str] = {}
+    if args.sasl_users is not None:
+        try:
+            lines = args.sasl_users.read_text().splitlines()
+        except OSError as e:
+            raise SecurityConfigError(f"cannot read --sasl-users: {e}") from None
+        users.update(parse_users(lines, str(args.sasl_users)))
+    users.update(parse_users(args.sasl_user, "--sasl-user"))
+    if args.connection_failed_authentication_delay_ms < 0 or args.connections_max_reauth_ms < 0:
+        raise SecurityConfigError("authentication delays and session lifetimes cannot be negative")
+    config = SecurityConfig(
+        listeners=parse_listeners(args.listeners) if args.listeners else [],
+        sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
+        users=users, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key, tls_ca_file=args.tls_ca,
+        tls_dev=args.tls_dev, tls_client_auth=args.tls_client_auth,
+        failed_auth_delay_ms=args.connection_failed_authentication_delay_ms,
+        max_reauth_ms=args.connections_max_reauth_ms)
+    config.check()
+    return config

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from construct import Container
 
 from kshim.net.handlers import RequestContext
+from kshim.net.handlers.endpoints import endpoint
 from wire.errors import ErrorCode
 
 API_KEY = 60
@@ -33,8 +34,8 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "cluster_id": broker.cluster_id,
         # a live broker that forwards to the controller, -1 while it cannot reach it (see Metadata)
         "controller_id": broker.node_id if broker.controller.connected else -1,
-        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-                    for b in broker.image.alive_brokers()],
+        "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None}
+                    for b in broker.image.alive_brokers() for host, port in [endpoint(ctx, b)]],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
     endpoint_type = req.get("endpoint_type", BROKERS)
