@@ -207,3 +207,35 @@ def test_plaintext_client_on_a_tls_port_is_closed(broker):
             ssl.create_default_context().wrap_socket(raw, server_hostname="localhost")
     admin = AdminClient(confluent_settings(broker, "SASL_SSL", "PLAIN"))
     assert admin.list_topics(timeout=20).brokers
+
+
+def test_scram_credentials_set_with_the_admin_api_authenticate(broker, topic_name):
+    from confluent_kafka.admin import (
+        ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion, UserScramCredentialUpsertion)
+    admin = AdminClient(confluent_settings(broker, "SASL_SSL", "SCRAM-SHA-512"))
+    carol = f"carol-{uuid.uuid4().hex[:6]}"
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion(carol, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-pw")])
+    futures[carol].result(30)
+    described = admin.describe_user_scram_credentials([carol])[carol].result(30)
+    infos = described.scram_credential_infos
+    assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+    carol_settings = confluent_settings(broker, "SASL_PLAINTEXT", "SCRAM-SHA-256", **{
+        "sasl.username": carol, "sasl.password": "carol-pw"})
+    confluent_round_trip(carol_settings, topic_name, n=5)
+    # Kafka's answers to bad alterations, one per user
+    bad = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw"),
+        UserScramCredentialDeletion("nobody", ScramMechanism.SCRAM_SHA_512)])
+    for user, code in (("dave", "UNACCEPTABLE_CREDENTIAL"), ("nobody", "RESOURCE_NOT_FOUND")):
+        with pytest.raises(KafkaException) as e:
+            bad[user].result(30)
+        assert e.value.args[0].name() == code
+    with pytest.raises(KafkaException) as e:
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(30)
+    assert e.value.args[0].name() == "RESOURCE_NOT_FOUND"
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion(carol, ScramMechanism.SCRAM_SHA_256)])[carol].result(30)
+    errors: list = []
+    gone = AdminClient({**carol_settings, "error_cb": errors.append})
+    wait_until(lambda: gone.poll(0.1) >= 0 and any(e.code() == KafkaError._AUTHENTICATION for e in errors), 30,
+               message="the deleted credential to fail authentication")

@@ -15,7 +15,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
-from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.cluster.admin import BrokerAdmin
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
@@ -46,6 +46,7 @@ IMAGE = MetadataImage(
                                             (PartitionInfo(0, (1,), 1, 0, (1,)),)),
     },
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
+    scram=(ScramEntry("alice", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096),),
 )
 
 REQUESTS = [
@@ -65,6 +66,7 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.AlterScramCredentials((m.ScramDeletion("bob", "SCRAM-SHA-256"),), IMAGE.scram),
 ]
 
 RESULTS = [
@@ -85,6 +87,7 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.AlterScramCredentials, (m.ScramResult("alice", 0, None), m.ScramResult("bob", 91, "does not exist"))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -60,6 +60,17 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class ScramEntry:
+    """A user's SCRAM credential as the controller stores it (salted; never the password), base64."""
+    user: str
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     version: int
     cluster_id: str
@@ -69,6 +80,8 @@ class MetadataImage:
     # dynamic broker configs set with AlterConfigs: "" holds the cluster-wide defaults, str(node id)
     # one broker's own settings (kshim.configs.BrokerLevel reads them)
     broker_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
+    # SCRAM credentials set with AlterUserScramCredentials, every broker authenticates with them
+    scram: tuple[ScramEntry, ...] = ()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         for topic in self.topics.values():

@@ -27,8 +27,10 @@ from typing import Callable
 import anyio
 
 from kshim.clock import SYSTEM, Clock
-from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import (
+    INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, ScramEntry, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
+from kshim.controller.messages import ScramDeletion, ScramResult
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -97,6 +99,7 @@ class Controller:
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
         self._broker_configs = store.load_broker_configs()
+        self._scram = {(e.user, e.mechanism): e for e in store.load_scram()}
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -109,7 +112,8 @@ class Controller:
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
-        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs)
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
+                             tuple(self._scram[key] for key in sorted(self._scram)))
 
     def _publish(self) -> None:
         self.version += 1
@@ -394,6 +398,42 @@ class Controller:
             self._broker_configs.pop(resource, None)
         log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
         self._publish()
+
+    def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
+                                upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:
+        """Kafka's ScramControlManager: a user named twice in one request is DUPLICATE_RESOURCE, a
+        deletion of a credential that does not exist RESOURCE_NOT_FOUND; each user's alterations
+        apply or fail together (the broker checked mechanisms and iterations)."""
+        named = Counter([d.user for d in deletions] + [u.user for u in upsertions])
+        results: dict[str, ScramResult] = {}
+        delete: list[tuple[str, str]] = []
+        upsert: list[ScramEntry] = []
+        for user, count in named.items():
+            if count > 1:
+                results[user] = ScramResult(user, ErrorCode.DUPLICATE_RESOURCE,
+                                            "A user credential cannot be altered twice in the same request")
+        for d in deletions:
+            if d.user in results:
+                continue
+            if (d.user, d.mechanism) not in self._scram:
+                results[d.user] = ScramResult(d.user, ErrorCode.RESOURCE_NOT_FOUND,
+                                              "Attempt to delete a user credential that does not exist")
+                continue
+            delete.append((d.user, d.mechanism))
+            results[d.user] = ScramResult(d.user, ErrorCode.NONE, None)
+        for u in upsertions:
+            if u.user not in results:
+                upsert.append(u)
+                results[u.user] = ScramResult(u.user, ErrorCode.NONE, None)
+        if delete or upsert:
+            self.store.alter_scram(delete, upsert)  # the store first: memory changes only once it is written
+            for key in delete:
+                self._scram.pop(key, None)
+            for entry in upsert:
+                self._scram[(entry.user, entry.mechanism)] = entry
+            log.info("SCRAM credentials: %d set, %d deleted", len(upsert), len(delete))
+            self._publish()
+        return tuple(results[user] for user in named)
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
-from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -186,6 +186,26 @@ class SetBrokerConfigs(Operation[None], code=12, publishes=True):
     resource: str  # "" for the cluster-wide defaults, else a node id
     configs: dict[str, str | None]  # the resource's whole set of dynamic settings
     validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class ScramResult:
+    user: str
+    error_code: Int32
+    error_message: str | None
+
+
+@dataclass(frozen=True)
+class AlterScramCredentials(Operation[tuple[ScramResult, ...]], code=120, publishes=True):
+    """AlterUserScramCredentials: one result per user named; credentials arrive salted."""
+    deletions: tuple[ScramDeletion, ...]
+    upsertions: tuple[ScramEntry, ...]
 
 
 @dataclass(frozen=True)

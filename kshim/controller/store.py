@@ -1,5 +1,5 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-dynamic broker configs,
+dynamic broker configs, SCRAM credentials (salted),
 partition state (replicas, leader, leader epoch, ISR), registered brokers, and the producer-id
 counter. Only the controller writes it.
 
@@ -14,6 +14,8 @@ import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from kshim.cluster.image import ScramEntry
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -45,6 +47,15 @@ CREATE TABLE IF NOT EXISTS broker_configs (
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     PRIMARY KEY (resource, key)
+);
+CREATE TABLE IF NOT EXISTS scram_credentials (
+    user TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    salt TEXT NOT NULL,
+    stored_key TEXT NOT NULL,
+    server_key TEXT NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user, mechanism)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -172,6 +183,21 @@ class MetadataStore:
             self._db.execute("DELETE FROM topic_configs WHERE topic = ?", (name,))
             self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
                                  [(name, k, v) for k, v in configs.items()])
+
+    def load_scram(self) -> list[ScramEntry]:
+        return [ScramEntry(*row) for row in self._db.execute(
+            "SELECT user, mechanism, salt, stored_key, server_key, iterations FROM scram_credentials "
+            "ORDER BY user, mechanism")]
+
+    def alter_scram(self, deletions: list[tuple[str, str]], upsertions: list[ScramEntry]) -> None:
+        """Delete (user, mechanism) credentials and insert or replace others, in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?", deletions)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO scram_credentials (user, mechanism, salt, stored_key, server_key, iterations) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(e.user, e.mechanism, e.salt, e.stored_key, e.server_key, e.iterations) for e in upsertions])
 
     def load_broker_configs(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

@@ -19,6 +19,7 @@ answered after connection.failed.authentication.delay.ms and then the connection
 """
 from __future__ import annotations
 
+import base64
 import inspect
 import logging
 import math
@@ -36,6 +37,7 @@ from kshim.configs.security import ANONYMOUS, Listener
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.net.tls import certificate_principal, server_context
 
@@ -195,12 +197,19 @@ class Server:
         self.per_ip: dict[str, int] = {}
         self.refusals = _Refusals()
         security = cfg.security
-        self.credentials = StaticCredentials(security.users, security.scram_iterations)
+        self.credentials = StaticCredentials(security.users, security.scram_iterations, self._stored_scram)
         self.tls: ssl.SSLContext | None = None
         self.dev_ca = None  # the CA file clients trust, with --tls-dev
         if security.needs_tls:
             self.tls, self.dev_ca = server_context(security, cfg.data_dir)
         self.bound: list[Listener] = []  # the listeners with the ports they were bound to
+
+    def _stored_scram(self, mechanism: str, user: str) -> ScramCredential | None:
+        entry = self.broker.scram_credential(user, mechanism)
+        if entry is None:
+            return None
+        return ScramCredential(base64.b64decode(entry.salt), base64.b64decode(entry.stored_key),
+                               base64.b64decode(entry.server_key), entry.iterations)
 
     async def serve(self, listeners: list[tuple[Listener, socket.socket]] | socket.socket | None = None, *,
                     task_status=anyio.TASK_STATUS_IGNORED) -> None:
