@@ -239,3 +239,46 @@ def test_scram_credentials_set_with_the_admin_api_authenticate(broker, topic_nam
     gone = AdminClient({**carol_settings, "error_cb": errors.append})
     wait_until(lambda: gone.poll(0.1) >= 0 and any(e.code() == KafkaError._AUTHENTICATION for e in errors), 30,
                message="the deleted credential to fail authentication")
+
+
+# -- the Apache Kafka Java client ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def java(tmp_path_factory):
+    from compat_tests.java_client import build
+    return build(tmp_path_factory.mktemp("java-client"))
+
+
+def java_props(b: SecureBroker, listener: str, mechanism: str | None = None) -> dict:
+    props = {"security.protocol": listener}
+    if listener.endswith("SSL"):
+        props.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": b.ca})
+    if mechanism == "OAUTHBEARER":
+        props.update({"sasl.mechanism": mechanism, "sasl.jaas.config":
+                      "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+                      f'unsecuredLoginStringClaim_sub="{USER}";'})
+    elif mechanism:
+        module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+        props.update({"sasl.mechanism": mechanism, "sasl.jaas.config":
+                      f'org.apache.kafka.common.security.{module} required username="{USER}" password="{PASSWORD}";'})
+    return props
+
+
+@pytest.mark.java
+@pytest.mark.parametrize("listener,mechanism", [("SASL_SSL", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "PLAIN"),
+                                                ("SASL_SSL", "OAUTHBEARER"), ("SSL", None)])
+def test_java_client_produces_consumes_and_commits_transactions(broker, java, topic_name, listener, mechanism,
+                                                                tmp_path):
+    props = java_props(broker, listener, mechanism)
+    if listener == "SSL":  # mTLS: the client's key and certificate in one PEM keystore
+        keystore = tmp_path / "client-keystore.pem"
+        keystore.write_text(broker.client_key.read_text() + broker.client_cert.read_text())
+        props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)})
+    bootstrap = broker.listeners[listener]
+    sent = java.run("produce", bootstrap, topic_name, 50, props=props).of("sent")
+    assert len(sent) == 50
+    consumed = java.run("consume", bootstrap, topic_name, f"g-{topic_name}", 50, props=props).of("record")
+    assert sorted(r["value"] for r in consumed) == sorted(s["value"] for s in sent)
+    java.run("txn", bootstrap, f"tx-{topic_name}", topic_name, "commit:5,abort:3", props=props)
+    committed = java.run("consume", bootstrap, topic_name, f"rc-{topic_name}", 55, "--isolation", "read_committed",
+                         "--extra-ms", 1000, props=props)
+    assert len(committed.of("record")) == 55 and committed.of("extra") == []
