@@ -282,3 +282,49 @@ def test_java_client_produces_consumes_and_commits_transactions(broker, java, to
     committed = java.run("consume", bootstrap, topic_name, f"rc-{topic_name}", 55, "--isolation", "read_committed",
                          "--extra-ms", 1000, props=props)
     assert len(committed.of("record")) == 55 and committed.of("extra") == []
+
+
+# -- session lifetime and re-authentication (KIP-368) ---------------------------------------------
+@pytest.fixture(scope="module")
+def reauth_broker(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reauth")
+    proc = KshimProcess(tmp / "data", "--listeners", "SASL_PLAINTEXT://127.0.0.1:0", "--sasl-user",
+                        f"{USER}:{PASSWORD}", "--connections-max-reauth-ms", "1500").start()
+    yield proc
+    proc.terminate()
+
+
+def test_clients_reauthenticate_before_their_session_ends(reauth_broker, topic_name):
+    settings = {"bootstrap.servers": reauth_broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": USER, "sasl.password": PASSWORD}
+    p = Producer(settings)
+    c = Consumer({**settings, "group.id": f"g-{topic_name}", "auto.offset.reset": "earliest"})
+    c.subscribe([topic_name])
+    got: list[bytes] = []
+    started = time.monotonic()
+    i = 0
+    while time.monotonic() - started < 6:  # four session lifetimes, on the same connections
+        p.produce(topic_name, value=f"r{i}".encode())
+        p.poll(0)
+        i += 1
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    assert p.flush(20) == 0
+    wait_until(lambda: [got.append(m.value()) for m in c.consume(100, 0.5) if m.error() is None] is not None
+               and len(got) >= i, 30, message="every record")
+    c.close()
+    assert sorted(got) == sorted(f"r{k}".encode() for k in range(i))
+    assert "session expired" not in reauth_broker.logs()  # librdkafka re-authenticated in time
+
+
+def test_a_connection_that_does_not_reauthenticate_is_closed(reauth_broker):
+    with RawConnection(reauth_broker.bootstrap) as conn:
+        assert conn.request(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == 0
+        answer = conn.request(SASL_AUTHENTICATE, 2, {"auth_bytes": f"\0{USER}\0{PASSWORD}".encode()})
+        assert answer.error_code == 0 and answer.session_lifetime_ms == 1500
+        assert conn.api_versions().error_code == 0
+        time.sleep(1.6)  # past the session's end, which the broker told the client
+        conn.send_request(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                         "include_topic_authorized_operations": False})
+        assert conn.wait_closed()
