@@ -264,3 +264,37 @@ def test_client_certificate_subject_is_the_principal(tmp_path):
             tls.send(b"x")
         t.join(10)
     assert result == ["User:CN=alice,O=kshim dev"]
+
+
+def test_frames_before_authentication_are_bounded_as_kafka_bounds_them():
+    sec = security()
+    core = ConnectionCore(SUPPORTED, 100 << 20, sec)
+    core.receive_data(struct.pack(">i", 600 * 1024))  # a 600 KiB frame announced before authenticating
+    with pytest.raises(ProtocolError, match="outside"):
+        core.next_request()
+    sec.handshake("PLAIN", 1)
+    sec.authenticate(b"\0alice\0alice-secret")
+    after = ConnectionCore(SUPPORTED, 100 << 20, sec)
+    after.receive_data(struct.pack(">i", 600 * 1024) + b"\0" * 100)
+    assert after.next_request() is None and after.frame_size == 600 * 1024  # now allowed, still arriving
+
+
+def test_scram_credentials_are_stored_salted_and_survive_a_controller_restart(tmp_path):
+    from kshim.cluster.image import ScramEntry
+    from kshim.controller.controller import Controller, ControllerConfig
+    from kshim.controller.messages import ScramDeletion
+    from kshim.controller.store import MetadataStore
+
+    entry = ScramEntry("carol", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096)
+    controller = Controller(MetadataStore(tmp_path / "m.sqlite"), ControllerConfig(node_id=0))
+    results = controller.alter_scram_credentials((ScramDeletion("nobody", "SCRAM-SHA-256"),), (entry,))
+    assert [(r.user, r.error_code) for r in results] == [("nobody", ErrorCode.RESOURCE_NOT_FOUND), ("carol", 0)]
+    twice = controller.alter_scram_credentials((ScramDeletion("carol", "SCRAM-SHA-512"),), (entry,))
+    assert [(r.user, r.error_code) for r in twice] == [("carol", ErrorCode.DUPLICATE_RESOURCE)]
+    assert controller.image.scram == (entry,)
+    controller.close()
+    again = Controller(MetadataStore(tmp_path / "m.sqlite"), ControllerConfig(node_id=0))
+    assert again.image.scram == (entry,)
+    again.alter_scram_credentials((ScramDeletion("carol", "SCRAM-SHA-512"),), ())
+    assert again.image.scram == ()
+    again.close()

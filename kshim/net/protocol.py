@@ -2,7 +2,9 @@
 
 The server feeds it whatever the socket gave and asks for complete requests; tests feed it bytes
 directly. It enforces the frame rules that decide whether a connection may go on:
-- a negative frame size, or one above max_request_bytes, is fatal (ProtocolError);
+- a negative frame size, or one above max_request_bytes, is fatal (ProtocolError); on a SASL
+  listener, before authentication, the limit is Kafka's sasl.server.max.receive.size (512 KiB), so
+  an unauthenticated peer cannot make the broker take in large frames;
 - an unparsable header or an api key that is not served is fatal;
 - ApiVersions at a version outside what is served is NOT fatal: it yields a request marked
   `unsupported`, answered with UNSUPPORTED_VERSION in a v0 body so any client can read it;
@@ -25,6 +27,7 @@ from wire.headers import API_VERSIONS_KEY, RequestHeader, decode_request_header,
 from wire.primitives import DecodeError, GatherStream
 
 _SIZE = struct.Struct(">i")
+SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
 class ProtocolError(Exception):
@@ -153,8 +156,11 @@ class ConnectionCore:
         if available < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
-        if size < 0 or size > self.max_request_bytes:
-            raise ProtocolError(f"frame size {size} is outside [0, {self.max_request_bytes}]")
+        limit = self.max_request_bytes
+        if self.security is not None and not self.security.authenticated:
+            limit = min(limit, SASL_MAX_RECEIVE_BYTES)
+        if size < 0 or size > limit:
+            raise ProtocolError(f"frame size {size} is outside [0, {limit}]")
         start = self._pos + 4
         available -= 4
         if available >= size:
