@@ -328,3 +328,16 @@ def test_a_connection_that_does_not_reauthenticate_is_closed(reauth_broker):
         conn.send_request(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                          "include_topic_authorized_operations": False})
         assert conn.wait_closed()
+
+
+def test_describe_configs_reports_listeners_and_no_password(broker):
+    from confluent_kafka.admin import ConfigResource
+    admin = AdminClient(confluent_settings(broker, "SASL_SSL", "SCRAM-SHA-256"))
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    listeners = configs["listeners"].value.split(",")
+    assert sorted(listeners) == sorted(f"{name}://{addr}" for name, addr in broker.listeners.items())
+    assert configs["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER"
+    assert configs["connection.failed.authentication.delay.ms"].value == "300"
+    everything = " ".join(f"{k}={c.value}" for k, c in configs.items())
+    assert PASSWORD not in everything and "bob-secret" not in everything

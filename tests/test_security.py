@@ -25,8 +25,13 @@ SASL = Listener("SASL_PLAINTEXT", "127.0.0.1", 9093)
 USERS = {"alice": "alice-secret"}
 
 
+_CREDS: list[StaticCredentials] = []
+
+
 def creds() -> StaticCredentials:
-    return StaticCredentials(USERS)
+    if not _CREDS:  # salting takes a while: once per module
+        _CREDS.append(StaticCredentials(USERS))
+    return _CREDS[0]
 
 
 # ---------------------------------------------------------------- mechanisms
@@ -298,3 +303,37 @@ def test_scram_credentials_are_stored_salted_and_survive_a_controller_restart(tm
     again.alter_scram_credentials((ScramDeletion("carol", "SCRAM-SHA-512"),), ())
     assert again.image.scram == ()
     again.close()
+
+
+# ---------------------------------------------------------------- fuzzing: nothing gets through unauthenticated
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.test_fuzz_connection_core import EXAMPLES, mutated  # noqa: E402
+
+SASL_EXCHANGE = [request(17, 1, struct.pack(">h", 5) + b"PLAIN"), request(36, 0, struct.pack(">i", 3) + b"\0a\0"),
+                 request(17, 0, struct.pack(">h", 13) + b"SCRAM-SHA-512")]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(mutated(), st.sampled_from(SASL_EXCHANGE)), min_size=1, max_size=6))
+def test_no_request_passes_before_authentication(frames):
+    """Whatever frames arrive (real SASL frames among mutated requests, answered as the handlers
+    would), the core hands out only the SASL exchange and ApiVersions until authentication
+    succeeds, or refuses the connection."""
+    sec = security()
+    core = ConnectionCore(SUPPORTED, 1 << 20, sec)
+    try:
+        for data in frames:
+            core.receive_data(data)
+            while (req := core.next_request()) is not None:
+                assert not sec.authenticated  # the wrong password below never authenticates
+                assert req.header.api_key in (17, 18, 36), req.header.api_key
+                if req.header.api_key == 17:
+                    sec.handshake(req.body.mechanism, req.header.api_version)
+                elif req.header.api_key == 36:
+                    sec.authenticate(bytes(req.body.auth_bytes))
+                if sec.failed:
+                    return  # the server answers this one and closes
+    except ProtocolError:
+        pass
