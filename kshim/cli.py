@@ -20,10 +20,11 @@ from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
 from kshim.configs.options import (
-    add_connection_options, add_security_options, connection_settings, positive, security_config)
+    add_connection_options, add_security_options, connection_settings, positive, security_argv, security_config)
 from kshim.configs.security import Listener, SecurityConfigError
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.net.tls import dev_files
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -90,15 +91,34 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     # lazy, like the server below: only `serve --brokers` runs the controller process
     from kshim.controller.process import ClusterSettings, run_cluster
 
-    if args.listeners is not None:
-        print("kshim: --listeners is not supported with --brokers yet: a cluster has PLAINTEXT listeners only",
-              file=sys.stderr)
-        return 2
     try:
-        security_config(args)  # TLS or SASL options without a listener for them are refused
+        security = security_config(args)  # TLS or SASL options without a listener for them are refused
     except SecurityConfigError as e:
         print(f"kshim: {e}", file=sys.stderr)
         return 2
+    broker_security: list[list[str]] = []
+    inter_broker = None
+    if security.listeners:
+        if any(listener.port == 0 for listener in security.listeners):
+            print("kshim: --brokers needs fixed listener ports (each broker offsets them by its index)", file=sys.stderr)
+            return 2
+        inter = security.inter_broker()
+        assert inter is not None
+        if inter.sasl and security.inter_broker_user is None:
+            print(f"kshim: the inter-broker listener {inter.name} needs --inter-broker-user", file=sys.stderr)
+            return 2
+        # one development CA for the whole cluster, made by the supervisor
+        tls_files = None
+        if security.tls_dev:
+            ca, cert, key = dev_files(args.data_dir)
+            tls_files = (cert, key, args.tls_ca or ca)
+            print(f"kshim tls-dev: clients trust the CA in {ca.resolve()}", flush=True)
+        broker_security = [security_argv(args, i, tls_files) for i in range(args.brokers)]
+        inter_broker = (inter.host, inter.port)
+        args.host, args.port = security.listeners[0].host, security.listeners[0].port  # the bootstrap
+        for listener in security.listeners:
+            urls = ",".join(listener.url(port=listener.port + i) for i in range(args.brokers))
+            print(f"kshim listener {urls}", flush=True)
     if args.port == 0:
         print("kshim: --port 0 is not supported with --brokers: the brokers listen on PORT..PORT+N-1, "
               "which must be known; give a fixed --port", file=sys.stderr)
@@ -115,7 +135,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         replica_lag_time_max_ms=args.replica_lag_time_max_ms, max_request_bytes=args.max_request_bytes,
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
-        max_open_segment_files=args.max_open_segment_files)
+        max_open_segment_files=args.max_open_segment_files, broker_security=broker_security,
+        inter_broker=inter_broker)
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from typing import TypedDict, cast
 
 from kshim.configs.broker import BrokerConfig
 from kshim.configs.security import (
-    CLIENT_AUTH, MECHANISMS, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
+    CLIENT_AUTH, MECHANISMS, Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig
 OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -99,6 +99,14 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--connection-failed-authentication-delay-ms", type=int, default=100,
                        help="a failed authentication is answered, and its connection closed, after this delay "
                             "(Kafka's connection.failed.authentication.delay.ms, default 100)")
+    group.add_argument("--inter-broker-listener", default=None, metavar="NAME",
+                       help="with --brokers: the listener replication and transaction markers use (default the "
+                            "first); on a SASL one, brokers authenticate as --inter-broker-user")
+    group.add_argument("--inter-broker-user", default=None, metavar="NAME",
+                       help="the SASL user brokers authenticate as to each other (one of the SASL users)")
+    group.add_argument("--inter-broker-sasl-mechanism", default="SCRAM-SHA-512",
+                       choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+                       help="the mechanism brokers use with each other (Kafka's sasl.mechanism.inter.broker.protocol)")
     group.add_argument("--connections-max-reauth-ms", type=int, default=0,
                        help="SASL sessions last this long; clients re-authenticate before the end (KIP-368); "
                             "0: no end (default)")
@@ -122,6 +130,34 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
         users=users, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key, tls_ca_file=args.tls_ca,
         tls_dev=args.tls_dev, tls_client_auth=args.tls_client_auth,
         failed_auth_delay_ms=args.connection_failed_authentication_delay_ms,
-        max_reauth_ms=args.connections_max_reauth_ms)
+        max_reauth_ms=args.connections_max_reauth_ms, inter_broker_listener=args.inter_broker_listener,
+        inter_broker_user=args.inter_broker_user, inter_broker_mechanism=args.inter_broker_sasl_mechanism)
     config.check()
     return config
+
+
+def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, Path, Path] | None) -> list[str]:
+    """The security options again, for broker process `offset` of a cluster: every listener's port
+    moved by the offset, and the cluster's TLS files in place of --tls-dev (one CA for the cluster)."""
+    out: list[str] = []
+    if args.listeners:
+        moved = [Listener(x.name, x.host, x.port + offset) for x in parse_listeners(args.listeners)]
+        out += ["--listeners", ",".join(x.url() for x in moved)]
+    out += ["--sasl-mechanisms", args.sasl_mechanisms]
+    if args.sasl_users is not None:
+        out += ["--sasl-users", str(args.sasl_users.resolve())]
+    for user in args.sasl_user:
+        out += ["--sasl-user", user]
+    cert, key, ca = tls_files or (args.tls_cert, args.tls_key, args.tls_ca)
+    for option, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", ca)):
+        if path is not None:
+            out += [option, str(Path(path).resolve())]
+    out += ["--tls-client-auth", args.tls_client_auth,
+            "--connection-failed-authentication-delay-ms", str(args.connection_failed_authentication_delay_ms),
+            "--connections-max-reauth-ms", str(args.connections_max_reauth_ms),
+            "--inter-broker-sasl-mechanism", args.inter_broker_sasl_mechanism]
+    if args.inter_broker_listener:
+        out += ["--inter-broker-listener", args.inter_broker_listener]
+    if args.inter_broker_user:
+        out += ["--inter-broker-user", args.inter_broker_user]
+    return out

@@ -95,6 +95,16 @@ class SecurityConfig:
     failed_auth_delay_ms: int = 100  # connection.failed.authentication.delay.ms
     max_reauth_ms: int = 0  # connections.max.reauth.ms: 0 = sessions do not expire
     oauth_allowed_skew_s: int = 0  # unsecured OAUTHBEARER: clock skew allowed on exp/iat
+    # a cluster: the listener replication and transaction markers use, and its SASL identity
+    inter_broker_listener: str | None = None  # default: the first listener
+    inter_broker_user: str | None = None
+    inter_broker_mechanism: str = "SCRAM-SHA-512"
+
+    def inter_broker(self) -> Listener | None:
+        if not self.listeners:
+            return None
+        name = self.inter_broker_listener or self.listeners[0].name
+        return next(listener for listener in self.listeners if listener.name == name)
 
     @property
     def needs_tls(self) -> bool:
@@ -122,5 +132,14 @@ class SecurityConfig:
                 raise SecurityConfigError("an SSL or SASL_SSL listener needs --tls-cert and --tls-key, or --tls-dev")
             if self.tls_client_auth != "none" and not (self.tls_ca_file or self.tls_dev):
                 raise SecurityConfigError("--tls-client-auth needs --tls-ca (the CA of client certificates)")
+        if self.inter_broker_listener is not None and \
+                all(listener.name != self.inter_broker_listener for listener in self.listeners):
+            raise SecurityConfigError(f"--inter-broker-listener {self.inter_broker_listener} is not in --listeners")
+        inter = self.inter_broker()
+        if inter is not None and inter.sasl and self.inter_broker_user is not None:
+            if self.inter_broker_user not in self.users:
+                raise SecurityConfigError(f"--inter-broker-user {self.inter_broker_user} is not a SASL user")
+            if self.inter_broker_mechanism not in self.sasl_mechanisms or self.inter_broker_mechanism == "OAUTHBEARER":
+                raise SecurityConfigError("--inter-broker-sasl-mechanism must be an enabled PLAIN or SCRAM mechanism")
         if self.users and not self.needs_sasl:
             raise SecurityConfigError("SASL users need a SASL_PLAINTEXT or SASL_SSL listener in --listeners")
