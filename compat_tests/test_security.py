@@ -341,3 +341,29 @@ def test_describe_configs_reports_listeners_and_no_password(broker):
     assert configs["connection.failed.authentication.delay.ms"].value == "300"
     everything = " ".join(f"{k}={c.value}" for k, c in configs.items())
     assert PASSWORD not in everything and "bob-secret" not in everything
+
+
+def test_kafka_python_oauthbearer_unsecured_jwt(broker, topic_name):
+    import base64
+    import json
+
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class UnsecuredToken(AbstractTokenProvider):
+        def token(self) -> str:
+            def enc(d: dict) -> str:
+                return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+            return f"{enc({'alg': 'none'})}.{enc({'sub': USER, 'exp': time.time() + 3600, 'iat': time.time()})}."
+
+        def extensions(self) -> dict:
+            return {}
+
+    settings = dict(bootstrap_servers=broker.listeners["SASL_SSL"], security_protocol="SASL_SSL",
+                    ssl_cafile=broker.ca, sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=UnsecuredToken())
+    producer = KafkaProducer(acks="all", **settings)
+    producer.send(topic_name, value=b"oauth").get(timeout=30)
+    producer.close()
+    consumer = KafkaConsumer(topic_name, group_id=None, auto_offset_reset="earliest", consumer_timeout_ms=20000,
+                             **settings)
+    assert [r.value for r in consumer][:1] == [b"oauth"]
+    consumer.close()
