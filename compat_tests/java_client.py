@@ -32,6 +32,11 @@ REQUIRED_JARS = {
     "lz4-java": r"lz4-java-[\w.]*\.jar",
     "snappy-java": r"snappy-java-[\w.]*\.jar",
     "zstd-jni": r"zstd-jni-[\w.-]*\.jar",
+    # SASL/OAUTHBEARER (compat_tests/test_security.py): the login module parses its tokens with Jackson
+    "jackson-databind": r"jackson-databind-2\.[\w.]*\.jar",
+    "jackson-core": r"jackson-core-2\.[\w.]*\.jar",
+    "jackson-annotations": r"jackson-annotations-2\.[\w.]*\.jar",
+    "jose4j": r"jose4j-[\w.]*\.jar",
 }
 # a logging backend, so that the client's own warnings reach stderr (and test failure messages)
 LOGGING_JARS = {

@@ -14,13 +14,13 @@ from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import anyio
 
-from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election, ElectionResult,
-    ElectLeaders, FeatureUpdate, Operation, QuorumState, SetBrokerConfigs, SetTopicConfigs, UnregisterBroker,
-    UpdateFeatures)
+    AllocateProducerIds, AlterScramCredentials, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election,
+    ElectionResult, ElectLeaders, FeatureUpdate, Operation, QuorumState, ScramDeletion, ScramResult, SetBrokerConfigs,
+    SetTopicConfigs, UnregisterBroker, UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -182,6 +182,18 @@ class Broker:
                                  validate_only: bool = False) -> None:
         """Replace the dynamic settings of the cluster-wide default ("") or of one broker (its id)."""
         await self.controller.call(SetBrokerConfigs(resource, dict(configs), validate_only))
+
+    async def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
+                                      upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:
+        """Set or delete SCRAM credentials (salted) through the controller; one result per user."""
+        return await self.controller.call(AlterScramCredentials(deletions, upsertions))
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramEntry | None:
+        """A credential stored by the controller, as this broker's last image has it."""
+        for entry in self.image.scram:
+            if entry.user == user and entry.mechanism == mechanism:
+                return entry
+        return None
 
     def broker_level(self) -> BrokerLevel:
         """The broker-level settings topic configs fall back to on this broker."""

@@ -19,12 +19,14 @@ import anyio
 from kshim import ctl, tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
-from kshim.configs.options import (add_authorizer_options, add_connection_options, authorizer_config,
-                                   connection_settings, positive)
+from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
+                                   authorizer_config, connection_settings, positive, security_argv, security_config)
+from kshim.configs.security import Listener, SecurityConfigError
 from kshim.console.console import Console
 from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.net.tls import dev_files
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(serve)
     add_authorizer_options(serve)
+    add_security_options(serve)
     serve.add_argument("--console-port", type=int, default=0,
                        help="port of the web console and /metrics (docs/console.md); 0 picks a free one, "
                             "printed on the ready line (default 0)")
@@ -95,6 +98,34 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     # lazy, like the server below: only `serve --brokers` runs the controller process
     from kshim.controller.process import ClusterSettings, run_cluster
 
+    try:
+        security = security_config(args)  # TLS or SASL options without a listener for them are refused
+    except SecurityConfigError as e:
+        print(f"kshim: {e}", file=sys.stderr)
+        return 2
+    broker_security: list[list[str]] = []
+    inter_broker = None
+    if security.listeners:
+        if any(listener.port == 0 for listener in security.listeners):
+            print("kshim: --brokers needs fixed listener ports (each broker offsets them by its index)", file=sys.stderr)
+            return 2
+        inter = security.inter_broker()
+        assert inter is not None
+        if inter.sasl and security.inter_broker_user is None:
+            print(f"kshim: the inter-broker listener {inter.name} needs --inter-broker-user", file=sys.stderr)
+            return 2
+        # one development CA for the whole cluster, made by the supervisor
+        tls_files = None
+        if security.tls_dev:
+            ca, cert, key = dev_files(args.data_dir)
+            tls_files = (cert, key, args.tls_ca or ca)
+            print(f"kshim tls-dev: clients trust the CA in {ca.resolve()}", flush=True)
+        broker_security = [security_argv(args, i, tls_files) for i in range(args.brokers)]
+        inter_broker = (inter.host, inter.port)
+        args.host, args.port = security.listeners[0].host, security.listeners[0].port  # the bootstrap
+        for listener in security.listeners:
+            urls = ",".join(listener.url(port=listener.port + i) for i in range(args.brokers))
+            print(f"kshim listener {urls}", flush=True)
     if args.port == 0:
         print("kshim: --port 0 is not supported with --brokers: the brokers listen on PORT..PORT+N-1, "
               "which must be known; give a fixed --port", file=sys.stderr)
@@ -112,13 +143,16 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         auto_create_topics=not args.no_auto_create_topics, log_level=args.log_level,
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
-        console_port=None if args.no_console else args.console_port)
+        console_port=None if args.no_console else args.console_port, broker_security=broker_security,
+        inter_broker=inter_broker)
     auth = settings.authorizer
-    if auth.enabled and not auth.allow_everyone_if_no_acl_found and "User:ANONYMOUS" not in auth.super_users:
-        # brokers fetch from each other unauthenticated: without an ACL for it, replication stops
-        log.warning("--authorizer: followers fetch from leaders as User:ANONYMOUS; allow it CLUSTER_ACTION on the "
-                    "cluster (kafka-acls.sh --add --allow-principal User:ANONYMOUS --operation ClusterAction "
-                    "--cluster) or replication stops (docs/security.md)")
+    inter = security.inter_broker() if security.listeners else None
+    fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
+    if auth.enabled and not auth.allow_everyone_if_no_acl_found and fetcher not in auth.super_users:
+        # followers fetch from leaders as the inter-broker principal: without an ACL for it, replication stops
+        log.warning("--authorizer: followers fetch from leaders as %s; make it a super user or allow it "
+                    "CLUSTER_ACTION on the cluster (kafka-acls.sh --add --allow-principal %s --operation "
+                    "ClusterAction --cluster) or replication stops (docs/security.md)", fetcher, fetcher)
     if settings.rf > settings.brokers:
         print(f"kshim: --replication-factor {settings.rf} is more than --brokers {settings.brokers}", file=sys.stderr)
         return 2
@@ -128,23 +162,31 @@ def _serve_cluster(args: argparse.Namespace) -> int:
 async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
-    from kshim.net.server import Server, open_listener
+    from kshim.net.server import Server, open_listeners
 
     # bind before opening any log: a serve whose port is taken leaves the data directory as it was
-    listener = open_listener(config.host, config.port)
+    listeners = open_listeners(config.security.listeners or [Listener("PLAINTEXT", config.host, config.port)])
     try:
         broker = open_standalone(config)
     except BaseException:
-        listener.close()
+        for _, sock in listeners:
+            sock.close()
         raise
     try:
         async with anyio.create_task_group() as tg:
             node = BrokerServer(broker)
-            port = await tg.start(Server(node).serve, listener)
+            server = Server(node)
+            port = await tg.start(server.serve, listeners)
             # `kshim ctl compact`; the replica offsets and metrics of the console
             await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
+            if config.security.listeners:
+                config.security.listeners = server.bound  # Metadata advertises the bound ports
+                for listener in server.bound:
+                    print(f"kshim listener {listener.url()}", flush=True)
+            if server.dev_ca is not None:
+                print(f"kshim tls-dev: clients trust the CA in {server.dev_ca.resolve()}", flush=True)
             console = ""
             if console_port is not None:
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition)
@@ -180,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             print(f"kshim: {', '.join(given)} need --brokers (a cluster)", file=sys.stderr)
             return 2
+        try:
+            security = security_config(args)
+        except SecurityConfigError as e:
+            print(f"kshim: {e}", file=sys.stderr)
+            return 2
+        if security.listeners:  # the first listener is the broker's address (its bootstrap)
+            args.host, args.port = security.listeners[0].host, security.listeners[0].port
         tuning.keep_freed_buffers()
         topic_defaults = {}
         if args.min_insync_replicas is not None:
@@ -190,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
-            max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args),
+            max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

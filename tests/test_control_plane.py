@@ -16,7 +16,7 @@ import pytest
 from kshim.acls import AclBinding, AclFilter
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
-from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.cluster.admin import BrokerAdmin
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
@@ -49,6 +49,7 @@ IMAGE = MetadataImage(
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
     features={"metadata.version": 30, "group.version": 1}, features_epoch=41,
     acls=(AclBinding(2, "orders", 3, "User:alice", "*", 3, 3), AclBinding(4, "kafka-cluster", 4, "User:*", "::1", 2, 2)),
+    scram=(ScramEntry("alice", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096),),
 )
 ACL_FILTER = AclFilter(1, None, 2, "User:bob", None, 1, 3)
 
@@ -80,6 +81,7 @@ REQUESTS = [
     m.DeleteAcls((ACL_FILTER, AclFilter(2, "t", 4, None, "*", 8, 1))),
     m.ReplicaStates(),
     m.MetricsText(),
+    m.AlterScramCredentials((m.ScramDeletion("bob", "SCRAM-SHA-256"),), IMAGE.scram),
 ]
 
 RESULTS = [
@@ -109,6 +111,7 @@ RESULTS = [
     (m.DeleteAcls, (m.DeletedAcls(IMAGE.acls), m.DeletedAcls(()))),
     (m.ReplicaStates, json.dumps([{"topic": "t", "partition": 0, "high_watermark": 5}])),
     (m.MetricsText, "# TYPE x gauge\nx 1.0\n"),
+    (m.AlterScramCredentials, (m.ScramResult("alice", 0, None), m.ScramResult("bob", 91, "does not exist"))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -22,11 +22,13 @@ from kshim import tuning
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
-from kshim.configs.options import (add_authorizer_options, add_connection_options, authorizer_config,
-                                   connection_settings, positive)
+from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
+                                   authorizer_config, connection_settings, positive, security_config)
+from kshim.configs.security import Listener
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.runner import run_server
 from kshim.replication import run_replication
+from kshim.replication.client import BrokerConnection, inter_broker_client
 from kshim.replication.isr import IsrChanges
 
 log = logging.getLogger("kshim.broker_process")
@@ -66,6 +68,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_connection_options(p)
     add_authorizer_options(p)
+    add_security_options(p)
     return p
 
 
@@ -76,7 +79,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
                         "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
-        **connection_settings(args), authorizer=authorizer_config(args),
+        **connection_settings(args), authorizer=authorizer_config(args), security=security_config(args),
     )
 
 
@@ -84,15 +87,17 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                      supervisor_fd: int | None = None) -> None:
     # lazy: `kshim` imports this module for its options; ctl and the controller need no server
     from kshim.net.broker_server import BrokerServer
-    from kshim.net.server import Server, open_listener
+    from kshim.net.server import Server, open_listeners
 
     # bind before opening any log: a broker whose port is taken leaves its data directory as it was
-    listener = open_listener(config.host, config.port)
+    listeners = open_listeners(config.security.listeners or [Listener("PLAINTEXT", config.host, config.port)])
     client = RemoteControllerClient(controller_socket, config.node_id)
+    BrokerConnection.inter_broker = inter_broker_client(config.security)
     try:
         broker = Broker(config, client)
     except BaseException:
-        listener.close()
+        for _, sock in listeners:
+            sock.close()
         raise
     client.attach(broker)
     try:
@@ -100,7 +105,9 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
             async with anyio.create_task_group() as tg:
                 isr_changes = IsrChanges()
                 node = BrokerServer(broker, isr_changes)
-                port = await tg.start(Server(node).serve, listener)
+                port = await tg.start(Server(node).serve, listeners)
+                if config.security.listeners:
+                    port = config.port  # the inter-broker listener's (fixed) port is what brokers register
                 # `kshim ctl compact`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
                 config.port = port

@@ -76,6 +76,17 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class ScramEntry:
+    """A user's SCRAM credential as the controller stores it (salted; never the password), base64."""
+    user: str
+    mechanism: str  # SCRAM-SHA-256 or SCRAM-SHA-512
+    salt: str
+    stored_key: str
+    server_key: str
+    iterations: int
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     version: int
     cluster_id: str
@@ -90,6 +101,8 @@ class MetadataImage:
     features_epoch: int = -1
 
     acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.acls)
+    # SCRAM credentials set with AlterUserScramCredentials, every broker authenticates with them
+    scram: tuple[ScramEntry, ...] = ()
 
     def feature(self, name: str) -> int:
         return self.features.get(name, 0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kshim.acls import AuthorizerConfig
+from kshim.configs.security import SecurityConfig
 
 
 @dataclass
@@ -43,6 +44,7 @@ class BrokerConfig:
     max_incremental_fetch_session_cache_slots: int = 1000
     # ACLs (docs/security.md): off by default, as in Kafka; then every request is allowed
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # listeners, TLS, SASL (docs/security.md)
 
     @property
     def advertised(self) -> str:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from pathlib import Path
 from typing import TypedDict, cast
 
 from kshim.acls import AuthorizerConfig, InvalidAcl, parse_super_users
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.security import (
+    CLIENT_AUTH, MECHANISMS, Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig
 OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -125,3 +128,90 @@ def authorizer_argv(config: AuthorizerConfig) -> list[str]:
     if config.allow_everyone_if_no_acl_found:
         argv.append("--allow-everyone-if-no-acl-found")
     return argv
+def add_security_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("listeners, TLS and SASL (docs/security.md)")
+    group.add_argument("--listeners", default=None,
+                       help="NAME://HOST:PORT,... with NAME one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+                            "(port 0: a free one); replaces --host/--port; the first is the bootstrap the ready "
+                            "line names (default: PLAINTEXT on --host/--port)")
+    group.add_argument("--sasl-mechanisms", default=",".join(MECHANISMS),
+                       help=f"SASL mechanisms enabled on SASL listeners (default {','.join(MECHANISMS)})")
+    group.add_argument("--sasl-users", type=Path, default=None, metavar="FILE",
+                       help="SASL users, one NAME:PASSWORD per line, for PLAIN and SCRAM")
+    group.add_argument("--sasl-user", action="append", default=[], metavar="NAME:PASSWORD",
+                       help="a SASL user (repeatable); visible to other local users in the process list: "
+                            "prefer --sasl-users")
+    group.add_argument("--tls-cert", type=Path, default=None, help="the broker's certificate chain (PEM)")
+    group.add_argument("--tls-key", type=Path, default=None, help="the broker's private key (PEM, unencrypted)")
+    group.add_argument("--tls-ca", type=Path, default=None, help="CA certificates that client certificates must chain to")
+    group.add_argument("--tls-dev", action="store_true",
+                       help="generate a CA and a certificate for 127.0.0.1/localhost into DATA_DIR/tls on first "
+                            "start (development only); the CA file for clients is printed at start")
+    group.add_argument("--tls-client-auth", choices=CLIENT_AUTH, default="none",
+                       help="client certificates (mTLS): none, requested or required (Kafka's ssl.client.auth); "
+                            "the principal is User:<subject DN>")
+    group.add_argument("--connection-failed-authentication-delay-ms", type=int, default=100,
+                       help="a failed authentication is answered, and its connection closed, after this delay "
+                            "(Kafka's connection.failed.authentication.delay.ms, default 100)")
+    group.add_argument("--inter-broker-listener", default=None, metavar="NAME",
+                       help="with --brokers: the listener replication and transaction markers use (default the "
+                            "first); on a SASL one, brokers authenticate as --inter-broker-user")
+    group.add_argument("--inter-broker-user", default=None, metavar="NAME",
+                       help="the SASL user brokers authenticate as to each other (one of the SASL users)")
+    group.add_argument("--inter-broker-sasl-mechanism", default="SCRAM-SHA-512",
+                       choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+                       help="the mechanism brokers use with each other (Kafka's sasl.mechanism.inter.broker.protocol)")
+    group.add_argument("--connections-max-reauth-ms", type=int, default=0,
+                       help="SASL sessions last this long; clients re-authenticate before the end (KIP-368); "
+                            "0: no end (default)")
+
+
+def security_config(args: argparse.Namespace) -> SecurityConfig:
+    """The security options as a checked SecurityConfig; SecurityConfigError if unusable."""
+    users: dict[str, str] = {}
+    if args.sasl_users is not None:
+        try:
+            lines = args.sasl_users.read_text().splitlines()
+        except OSError as e:
+            raise SecurityConfigError(f"cannot read --sasl-users: {e}") from None
+        users.update(parse_users(lines, str(args.sasl_users)))
+    users.update(parse_users(args.sasl_user, "--sasl-user"))
+    if args.connection_failed_authentication_delay_ms < 0 or args.connections_max_reauth_ms < 0:
+        raise SecurityConfigError("authentication delays and session lifetimes cannot be negative")
+    config = SecurityConfig(
+        listeners=parse_listeners(args.listeners) if args.listeners else [],
+        sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
+        users=users, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key, tls_ca_file=args.tls_ca,
+        tls_dev=args.tls_dev, tls_client_auth=args.tls_client_auth,
+        failed_auth_delay_ms=args.connection_failed_authentication_delay_ms,
+        max_reauth_ms=args.connections_max_reauth_ms, inter_broker_listener=args.inter_broker_listener,
+        inter_broker_user=args.inter_broker_user, inter_broker_mechanism=args.inter_broker_sasl_mechanism)
+    config.check()
+    return config
+
+
+def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, Path, Path] | None) -> list[str]:
+    """The security options again, for broker process `offset` of a cluster: every listener's port
+    moved by the offset, and the cluster's TLS files in place of --tls-dev (one CA for the cluster)."""
+    out: list[str] = []
+    if args.listeners:
+        moved = [Listener(x.name, x.host, x.port + offset) for x in parse_listeners(args.listeners)]
+        out += ["--listeners", ",".join(x.url() for x in moved)]
+    out += ["--sasl-mechanisms", args.sasl_mechanisms]
+    if args.sasl_users is not None:
+        out += ["--sasl-users", str(args.sasl_users.resolve())]
+    for user in args.sasl_user:
+        out += ["--sasl-user", user]
+    cert, key, ca = tls_files or (args.tls_cert, args.tls_key, args.tls_ca)
+    for option, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", ca)):
+        if path is not None:
+            out += [option, str(Path(path).resolve())]
+    out += ["--tls-client-auth", args.tls_client_auth,
+            "--connection-failed-authentication-delay-ms", str(args.connection_failed_authentication_delay_ms),
+            "--connections-max-reauth-ms", str(args.connections_max_reauth_ms),
+            "--inter-broker-sasl-mechanism", args.inter_broker_sasl_mechanism]
+    if args.inter_broker_listener:
+        out += ["--inter-broker-listener", args.inter_broker_listener]
+    if args.inter_broker_user:
+        out += ["--inter-broker-user", args.inter_broker_user]
+    return out

@@ -171,12 +171,22 @@ def _resolved(definition: ConfigDef, raw: str | None, source: Source, chain: tup
     return Resolved(definition, None if raw is None else definition.parse(raw), raw, source, chain)
 
 
+def _listeners(c: BrokerConfig) -> str:
+    # never a password: SASL users are not broker configs here
+    return ",".join(listener.url() for listener in c.security.listeners) or f"PLAINTEXT://{c.advertised}:{c.port}"
+
+
 # broker settings taken from the command line; the others are the broker's topic-config settings
 # (message.max.bytes) or their defaults
 _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str | None]] = {
     "broker.id": lambda c: str(c.node_id),
     "node.id": lambda c: str(c.node_id),
-    "advertised.listeners": lambda c: f"PLAINTEXT://{c.advertised}:{c.port}",
+    "advertised.listeners": lambda c: _listeners(c),
+    "listeners": lambda c: _listeners(c),
+    "sasl.enabled.mechanisms": lambda c: ",".join(c.security.sasl_mechanisms),
+    "ssl.client.auth": lambda c: c.security.tls_client_auth,
+    "connection.failed.authentication.delay.ms": lambda c: str(c.security.failed_auth_delay_ms),
+    "connections.max.reauth.ms": lambda c: str(c.security.max_reauth_ms),
     "num.partitions": lambda c: str(c.default_partitions),
     "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
     "default.replication.factor": lambda c: str(c.default_replication_factor),

@@ -30,11 +30,11 @@ from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, MetadataImage,
-    PartitionInfo, TopicInfo)
+    PartitionInfo, ScramEntry, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
 from kshim.controller.messages import (
-    Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState)
-from kshim.controller.messages import DeletedAcls
+    DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState, ScramDeletion,
+    ScramResult)
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -114,6 +114,7 @@ class Controller:
         self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
         self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
         self._acls: dict[AclBinding, None] = dict.fromkeys(store.load_acls())  # ordered set
+        self._scram = {(e.user, e.mechanism): e for e in store.load_scram()}
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -127,7 +128,8 @@ class Controller:
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
-                             dict(self._features), self._features_epoch, tuple(self._acls))
+                             dict(self._features), self._features_epoch, tuple(self._acls),
+                             tuple(self._scram[key] for key in sorted(self._scram)))
 
     def _publish(self) -> None:
         self.version += 1
@@ -614,6 +616,41 @@ class Controller:
             log.info("deleted %d ACL(s)", len(gone))
             self._publish()
         return matched
+    def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
+                                upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:
+        """Kafka's ScramControlManager: a user named twice in one request is DUPLICATE_RESOURCE, a
+        deletion of a credential that does not exist RESOURCE_NOT_FOUND; each user's alterations
+        apply or fail together (the broker checked mechanisms and iterations)."""
+        named = Counter([d.user for d in deletions] + [u.user for u in upsertions])
+        results: dict[str, ScramResult] = {}
+        delete: list[tuple[str, str]] = []
+        upsert: list[ScramEntry] = []
+        for user, count in named.items():
+            if count > 1:
+                results[user] = ScramResult(user, ErrorCode.DUPLICATE_RESOURCE,
+                                            "A user credential cannot be altered twice in the same request")
+        for d in deletions:
+            if d.user in results:
+                continue
+            if (d.user, d.mechanism) not in self._scram:
+                results[d.user] = ScramResult(d.user, ErrorCode.RESOURCE_NOT_FOUND,
+                                              "Attempt to delete a user credential that does not exist")
+                continue
+            delete.append((d.user, d.mechanism))
+            results[d.user] = ScramResult(d.user, ErrorCode.NONE, None)
+        for u in upsertions:
+            if u.user not in results:
+                upsert.append(u)
+                results[u.user] = ScramResult(u.user, ErrorCode.NONE, None)
+        if delete or upsert:
+            self.store.alter_scram(delete, upsert)  # the store first: memory changes only once it is written
+            for key in delete:
+                self._scram.pop(key, None)
+            for entry in upsert:
+                self._scram[(entry.user, entry.mechanism)] = entry
+            log.info("SCRAM credentials: %d set, %d deleted", len(upsert), len(delete))
+            self._publish()
+        return tuple(results[user] for user in named)
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
 from kshim.acls import AclBinding, AclFilter
-from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -206,6 +206,26 @@ class DeletedAcls:
 class DeleteAcls(Operation[tuple[DeletedAcls, ...]], code=131, publishes=True):
     """Delete the bindings each filter matches; answers what each filter deleted, in order."""
     filters: tuple[AclFilter, ...]
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    user: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class ScramResult:
+    user: str
+    error_code: Int32
+    error_message: str | None
+
+
+@dataclass(frozen=True)
+class AlterScramCredentials(Operation[tuple[ScramResult, ...]], code=120, publishes=True):
+    """AlterUserScramCredentials: one result per user named; credentials arrive salted."""
+    deletions: tuple[ScramDeletion, ...]
+    upsertions: tuple[ScramEntry, ...]
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,10 @@ class ClusterSettings:
     max_open_segment_files: int | None = None  # the brokers' default: from their open-file limit
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)  # every broker enforces the same ACLs
     console_port: int | None = None  # the web console's port (0: a free one); None: no console
+    # --listeners (docs/security.md): each broker's security options, and the base address of the
+    # inter-broker listener, which brokers register (None: host and port above)
+    broker_security: list[list[str]] = field(default_factory=list)
+    inter_broker: tuple[str, int] | None = None
 
     @property
     def rf(self) -> int:
@@ -106,8 +110,9 @@ class ClusterSettings:
                 "--max-partitions-per-broker", str(self.max_partitions_per_broker)]
 
     def broker_command(self, node_id: int) -> list[str]:
-        cmd = [sys.executable, "-m", "kshim", "broker", "--node-id", str(node_id), "--host", self.host,
-               "--port", str(self.port + node_id), "--data-dir", str(self.broker_dir(node_id)),
+        host, port = self.inter_broker or (self.host, self.port)
+        cmd = [sys.executable, "-m", "kshim", "broker", "--node-id", str(node_id), "--host", host,
+               "--port", str(port + node_id), "--data-dir", str(self.broker_dir(node_id)),
                "--controller-socket", str(socket_path(self.data_dir)),
                "--partitions", str(self.partitions), "--replication-factor", str(self.rf),
                "--max-request-bytes", str(self.max_request_bytes),
@@ -119,6 +124,8 @@ class ClusterSettings:
             cmd += ["--max-open-segment-files", str(self.max_open_segment_files)]
         if self.replica_lag_time_max_ms is not None:
             cmd += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
+        if self.broker_security:
+            cmd += self.broker_security[node_id]
         return cmd + connection_argv(self.connection) + authorizer_argv(self.authorizer)
 
     def broker_dir(self, node_id: int) -> Path:

@@ -1,7 +1,6 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-dynamic broker configs,
-partition state (replicas, leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id
-counter. Only the controller writes it.
+dynamic broker configs, SCRAM credentials (salted), partition state (replicas, leader, leader
+epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
 format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kshim.acls import AclBinding
+from kshim.cluster.image import ScramEntry
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -57,6 +57,15 @@ CREATE TABLE IF NOT EXISTS acls (
     operation INTEGER NOT NULL,
     permission INTEGER NOT NULL,
     PRIMARY KEY (resource_type, resource_name, pattern_type, principal, host, operation, permission)
+);
+CREATE TABLE IF NOT EXISTS scram_credentials (
+    user TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    salt TEXT NOT NULL,
+    stored_key TEXT NOT NULL,
+    server_key TEXT NOT NULL,
+    iterations INTEGER NOT NULL,
+    PRIMARY KEY (user, mechanism)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -211,6 +220,21 @@ class MetadataStore:
             self._db.execute("DELETE FROM topic_configs WHERE topic = ?", (name,))
             self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
                                  [(name, k, v) for k, v in configs.items()])
+
+    def load_scram(self) -> list[ScramEntry]:
+        return [ScramEntry(*row) for row in self._db.execute(
+            "SELECT user, mechanism, salt, stored_key, server_key, iterations FROM scram_credentials "
+            "ORDER BY user, mechanism")]
+
+    def alter_scram(self, deletions: list[tuple[str, str]], upsertions: list[ScramEntry]) -> None:
+        """Delete (user, mechanism) credentials and insert or replace others, in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("DELETE FROM scram_credentials WHERE user = ? AND mechanism = ?", deletions)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO scram_credentials (user, mechanism, salt, stored_key, server_key, iterations) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(e.user, e.mechanism, e.salt, e.stored_key, e.server_key, e.iterations) for e in upsertions])
 
     def load_broker_configs(self) -> dict[str, dict[str, str]]:
         out: dict[str, dict[str, str]] = {}

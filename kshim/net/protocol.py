@@ -2,11 +2,16 @@
 
 The server feeds it whatever the socket gave and asks for complete requests; tests feed it bytes
 directly. It enforces the frame rules that decide whether a connection may go on:
-- a negative frame size, or one above max_request_bytes, is fatal (ProtocolError);
+- a negative frame size, or one above max_request_bytes, is fatal (ProtocolError); on a SASL
+  listener, before authentication, the limit is Kafka's sasl.server.max.receive.size (512 KiB), so
+  an unauthenticated peer cannot make the broker take in large frames;
 - an unparsable header or an api key that is not served is fatal;
 - ApiVersions at a version outside what is served is NOT fatal: it yields a request marked
   `unsupported`, answered with UNSUPPORTED_VERSION in a v0 body so any client can read it;
-- any other api at an unsupported version, or a body that does not parse, is fatal, as in Kafka.
+- any other api at an unsupported version, or a body that does not parse, is fatal, as in Kafka;
+- on a SASL listener, a request its ConnectionSecurity does not admit yet (anything but
+  ApiVersions and the SASL exchange before authentication) is fatal; after SaslHandshake v0 the
+  next frames are bare SASL tokens, handed on as `raw` SaslAuthenticate v0 requests.
 """
 from __future__ import annotations
 
@@ -16,11 +21,13 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.net.security import SASL_AUTHENTICATE_KEY, ConnectionSecurity
 from wire import codec
 from wire.headers import API_VERSIONS_KEY, RequestHeader, decode_request_header, encode_response_header
 from wire.primitives import DecodeError, GatherStream
 
 _SIZE = struct.Struct(">i")
+SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
 class ProtocolError(Exception):
@@ -34,6 +41,8 @@ class Request:
     size: int
     unsupported: bool = False
     started: float = 0.0  # when the server began handling it (its clock), for the request-time metric
+    raw: bool = False  # a bare SASL token (after SaslHandshake v0): answered with a bare token
+
 
     @property
     def response_version(self) -> int:
@@ -60,8 +69,10 @@ class ConnectionCore:
     INITIAL_BUFFER = 8 * 1024
     FRAME_STEP = 64 * 1024  # a large frame's first buffer holds at least this much
 
-    def __init__(self, supported: Mapping[int, tuple[int, int]], max_request_bytes: int) -> None:
+    def __init__(self, supported: Mapping[int, tuple[int, int]], max_request_bytes: int,
+                 security: ConnectionSecurity | None = None) -> None:
         self.supported = supported
+        self.security = security  # None: every request is admitted (no SASL on this connection)
         self.max_request_bytes = max_request_bytes
         self._buf = bytearray(self.INITIAL_BUFFER)
         self._pos = 0  # start of unconsumed bytes in _buf
@@ -146,8 +157,11 @@ class ConnectionCore:
         if available < 4:
             return None
         (size,) = _SIZE.unpack_from(self._buf, self._pos)
-        if size < 0 or size > self.max_request_bytes:
-            raise ProtocolError(f"frame size {size} is outside [0, {self.max_request_bytes}]")
+        limit = self.max_request_bytes
+        if self.security is not None and not self.security.authenticated:
+            limit = min(limit, SASL_MAX_RECEIVE_BYTES)
+        if size < 0 or size > limit:
+            raise ProtocolError(f"frame size {size} is outside [0, {limit}]")
         start = self._pos + 4
         available -= 4
         if available >= size:
@@ -171,6 +185,10 @@ class ConnectionCore:
         return None
 
     def _parse(self, frame: bytearray, size: int) -> Request:
+        security = self.security
+        if security is not None and security.raw_tokens:
+            header = RequestHeader(SASL_AUTHENTICATE_KEY, 0, 0, None, 0)
+            return Request(header, Container(auth_bytes=bytes(frame)), size, raw=True)
         try:
             header = decode_request_header(frame)
         except DecodeError as e:
@@ -178,6 +196,8 @@ class ConnectionCore:
         served = self.supported.get(header.api_key)
         if served is None:
             raise ProtocolError(f"api key {header.api_key} is not served")
+        if security is not None and (refused := security.admit(header.api_key)) is not None:
+            raise ProtocolError(refused)
         in_range = served[0] <= header.api_version <= served[1]
         if not in_range:
             if header.api_key == API_VERSIONS_KEY:
@@ -194,6 +214,9 @@ class ConnectionCore:
         """A whole response frame (size prefix, header, body) as buffers to send in order.
         Records (megabytes in a fetch response) stay their own chunks, never copied here."""
         h = request.header
+        if request.raw:
+            token = body["auth_bytes"]
+            return [_SIZE.pack(len(token)), token]
         version = request.response_version
         stream = GatherStream(b"\0\0\0\0" + encode_response_header(h.api_key, version, h.correlation_id))
         codec.encode_into(h.api_key, version, "response", body, stream)

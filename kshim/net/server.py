@@ -9,14 +9,23 @@ response and takes no place in the order.
 Sockets are non-blocking and driven with anyio.wait_readable / wait_writable: the reader
 recv_into()s the buffer the connection core hands out (a large produce frame is read straight
 into its own buffer), which saves the copy and the 256 KiB chunking of a stream transport.
+
+Listeners (docs/security.md): one accept loop per listener. On SSL and SASL_SSL ones the socket
+is wrapped in TLS (the handshake bounded by request_stall_timeout_ms; a failed one, a plaintext
+client included, closes the connection with one log line) and responses go out through
+SSLSocket.send, since sendmsg cannot encrypt; plaintext listeners keep the sendmsg path. On SASL
+listeners the connection's ConnectionSecurity admits requests; an authentication failure is
+answered after connection.failed.authentication.delay.ms and then the connection closes.
 """
 from __future__ import annotations
 
+import base64
 import inspect
 import logging
 import math
 import socket
-from typing import Any, Awaitable, Mapping
+import ssl
+from typing import Any, Awaitable, Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
@@ -24,16 +33,23 @@ from anyio.lowlevel import checkpoint
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from kshim.broker import Broker
+from kshim.configs.security import ANONYMOUS, Listener
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.sasl import ScramCredential
+from kshim.net.security import ConnectionSecurity, StaticCredentials
+from kshim.net.tls import certificate_principal, server_context
 
 log = logging.getLogger("kshim.server")
 
 LISTEN_BACKLOG = 128
 ACCEPT_BACKOFF_S = 0.1
 # the peer went away: reading or writing fails; this ends its connection, quietly
-_PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError)
+_PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError,
+              ssl.SSLEOFError, ssl.SSLZeroReturnError)
+TLS_CHUNK = 256 * 1024  # bytes joined per SSLSocket.send: records are encrypted (copied) anyway
+TLS_RETRY_S = 0.005  # a TLS read that must write (or the reverse) retries after this: one task per direction
 
 
 def open_listener(host: str, port: int) -> socket.socket:
@@ -71,6 +87,39 @@ async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryv
             else:
                 views[i] = views[i][sent:]
                 sent = 0
+async def send_all_tls(sock: ssl.SSLSocket, chunks: list[bytes | bytearray | memoryview]) -> None:
+    """Send the buffers in order through TLS, joined into pieces of up to TLS_CHUNK bytes."""
+    piece = bytearray()
+    for i, chunk in enumerate(chunks):
+        piece += chunk
+        if len(piece) < TLS_CHUNK and i + 1 < len(chunks):
+            continue
+        view = memoryview(piece)
+        while view:
+            try:
+                view = view[sock.send(view):]
+            except ssl.SSLWantWriteError:
+                await anyio.wait_writable(sock)
+            except ssl.SSLWantReadError:
+                await anyio.sleep(TLS_RETRY_S)  # the reader task waits for readability, not this one
+        view.release()
+        piece = bytearray()
+
+
+def open_listeners(listeners: list[Listener]) -> list[tuple[Listener, socket.socket]]:
+    """Bind every listener (port 0: a free one; the Listener returned carries the bound port)."""
+    out: list[tuple[Listener, socket.socket]] = []
+    try:
+        for listener in listeners:
+            sock = open_listener(listener.host, listener.port)
+            out.append((Listener(listener.name, listener.host, sock.getsockname()[1]), sock))
+    except BaseException:
+        for _, sock in out:
+            sock.close()
+        raise
+    return out
+
+
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
 REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged once, then summed up at most this often
 
@@ -147,43 +196,67 @@ class Server:
         self.open_connections = 0
         self.per_ip: dict[str, int] = {}
         self.refusals = _Refusals()
+        security = cfg.security
+        self.credentials = StaticCredentials(security.users, security.scram_iterations, self._stored_scram)
+        self.tls: ssl.SSLContext | None = None
+        self.dev_ca = None  # the CA file clients trust, with --tls-dev
+        if security.needs_tls:
+            self.tls, self.dev_ca = server_context(security, cfg.data_dir)
+        self.bound: list[Listener] = []  # the listeners with the ports they were bound to
 
-    async def serve(self, listener: socket.socket | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        """Accept on `listener` (bound by the caller before it opened any log) or on a new one."""
-        if listener is None:
-            cfg = self.broker.config
-            listener = open_listener(cfg.host, cfg.port)
+    def _stored_scram(self, mechanism: str, user: str) -> ScramCredential | None:
+        entry = self.broker.scram_credential(user, mechanism)
+        if entry is None:
+            return None
+        return ScramCredential(base64.b64decode(entry.salt), base64.b64decode(entry.stored_key),
+                               base64.b64decode(entry.server_key), entry.iterations)
+
+    async def serve(self, listeners: list[tuple[Listener, socket.socket]] | socket.socket | None = None, *,
+                    task_status=anyio.TASK_STATUS_IGNORED) -> None:
+        """Accept on `listeners` (bound by the caller before it opened any log) or on new ones;
+        a bare socket is one PLAINTEXT listener. Started with the first listener's port."""
+        cfg = self.broker.config
+        if listeners is None:
+            listeners = open_listeners(cfg.security.listeners or [Listener("PLAINTEXT", cfg.host, cfg.port)])
+        elif isinstance(listeners, socket.socket):
+            listeners = [(Listener("PLAINTEXT", cfg.host, listeners.getsockname()[1]), listeners)]
+        self.bound = [listener for listener, _ in listeners]
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self.node.run)
-                task_status.started(listener.getsockname()[1])
-                while True:
-                    await anyio.wait_readable(listener)
-                    try:
-                        conn, address = listener.accept()
-                    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                        continue
-                    except OSError as e:
-                        # out of file descriptors or memory: refuse this one, keep serving the others
-                        log.warning("cannot accept a connection: %s", e)
-                        await anyio.sleep(ACCEPT_BACKOFF_S)
-                        continue
-                    peer = "%s:%s" % address[:2]
-                    over = self._over_limit(address[0])
-                    if over:
-                        self.refusals.note(peer, over)
-                        conn.close()
-                        continue
-                    try:
-                        conn.setblocking(False)
-                        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    except OSError as e:
-                        log.warning("dropping a connection from %s: %s", address, e)
-                        conn.close()
-                        continue
-                    tg.start_soon(self._connection, conn, peer, address[0])
+                for listener, sock in listeners:
+                    tg.start_soon(self._accept, listener, sock, tg)
+                task_status.started(listeners[0][1].getsockname()[1])
         finally:
-            listener.close()
+            for _, sock in listeners:
+                sock.close()
+
+    async def _accept(self, listener: Listener, sock: socket.socket, tg: TaskGroup) -> None:
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as e:
+                # out of file descriptors or memory: refuse this one, keep serving the others
+                log.warning("cannot accept a connection: %s", e)
+                await anyio.sleep(ACCEPT_BACKOFF_S)
+                continue
+            peer = "%s:%s" % address[:2]
+            over = self._over_limit(address[0])
+            if over:
+                self.refusals.note(peer, over)
+                conn.close()
+                continue
+            try:
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as e:
+                log.warning("dropping a connection from %s: %s", address, e)
+                conn.close()
+                continue
+            tg.start_soon(self._connection, conn, peer, address[0], listener)
 
     def _over_limit(self, ip: str) -> str | None:
         cfg = self.broker.config
@@ -194,27 +267,68 @@ class Server:
                    f"(max.connections.per.ip={cfg.max_connections_per_ip})"
         return None
 
-    async def _connection(self, conn: socket.socket, peer: str, ip: str) -> None:
-        core = ConnectionCore(self.supported, self.broker.config.max_request_bytes)
-        state = _Connection(ip)
+    async def _tls_handshake(self, conn: socket.socket, peer: str) -> ssl.SSLSocket | None:
+        """The TLS handshake within request_stall_timeout_ms; None (logged once) if it fails."""
+        assert self.tls is not None
+        try:
+            tls = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+        except (OSError, ValueError) as e:
+            log.info("closing connection from %s: cannot start TLS: %s", peer, e)
+            return None
+        timeout = self.broker.config.request_stall_timeout_ms / 1000
+        with anyio.move_on_after(timeout):
+            while True:
+                try:
+                    tls.do_handshake()
+                    return tls
+                except ssl.SSLWantReadError:
+                    await anyio.wait_readable(tls)
+                except ssl.SSLWantWriteError:
+                    await anyio.wait_writable(tls)
+                except (ssl.SSLError, OSError) as e:
+                    log.warning("closing connection from %s: TLS handshake failed: %s", peer,
+                                getattr(e, "reason", None) or e)
+                    tls.close()
+                    return None
+        log.warning("closing connection from %s: no TLS handshake within %.1f s", peer, timeout)
+        tls.close()
+        return None
+
+    async def _connection(self, conn: socket.socket, peer: str, ip: str, listener: Listener | None = None) -> None:
+        listener = listener or Listener("PLAINTEXT", self.broker.config.host, self.broker.config.port)
         self.open_connections += 1
         self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
-        send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
+        state = _Connection(ip)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._writer, conn, receive, tg, state)
-                try:
-                    async with send:
-                        await self._reader(conn, core, send, tg, peer, state)
-                except ProtocolError as e:
-                    log.warning("closing connection from %s: %s", peer, e)
-                    tg.cancel_scope.cancel()
-                except _PEER_GONE:
-                    tg.cancel_scope.cancel()
-        except Exception:
-            # a handler bug must cost this connection only, never the server: anything escaping
-            # here would end the accept loop's task group, and with it the broker
-            log.exception("closing connection from %s after an internal error", peer)
+            if listener.tls:
+                wrapped = await self._tls_handshake(conn, peer)
+                if wrapped is None:
+                    return
+                conn = wrapped
+            principal = certificate_principal(conn) if isinstance(conn, ssl.SSLSocket) else ANONYMOUS
+            security = ConnectionSecurity(listener, self.broker.config.security, self.credentials, principal)
+            core = ConnectionCore(self.supported, self.broker.config.max_request_bytes,
+                                  security if listener.sasl else None)
+            sender: Callable[[Any, list], Awaitable[None]] = send_all_tls if listener.tls else send_all
+            send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._writer, conn, receive, tg, state, sender)
+                    try:
+                        async with send:
+                            await self._reader(conn, core, send, tg, peer, state, security)
+                    except ProtocolError as e:
+                        log.warning("closing connection from %s: %s", peer, e)
+                        tg.cancel_scope.cancel()
+                    except _PEER_GONE:
+                        tg.cancel_scope.cancel()
+                    except ssl.SSLError as e:
+                        log.warning("closing connection from %s: TLS error: %s", peer, getattr(e, "reason", None) or e)
+                        tg.cancel_scope.cancel()
+            except Exception:
+                # a handler bug must cost this connection only, never the server: anything escaping
+                # here would end the accept loop's task group, and with it the broker
+                log.exception("closing connection from %s after an internal error", peer)
         finally:
             conn.close()
             if state.reserved:
@@ -225,14 +339,19 @@ class Server:
                 del self.per_ip[ip]
 
     async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str,
-                      state: _Connection) -> None:
+                      state: _Connection, security: ConnectionSecurity) -> None:
         cfg = self.broker.config
         while True:
             with core.receive_buffer() as view:
                 try:
                     n = conn.recv_into(view)
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError):
                     n = -1
+                except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
+                    n = -2
+            if n == -2:
+                await anyio.sleep(TLS_RETRY_S)
+                continue
             if n < 0:  # nothing to read now: wait, within the connection's time limits
                 if core.in_frame:
                     timeout = cfg.request_stall_timeout_ms / 1000
@@ -261,10 +380,19 @@ class Server:
             core.received(n)
             await checkpoint()  # a peer that always has bytes ready must not starve the others
             while (request := core.next_request()) is not None:
-                result = await self._dispatch(request, peer)
+                result = await self._dispatch(request, peer, security)
                 if state.reserved and request.size == state.reserved:  # the large frame is handled
                     self.memory.release(state.reserved)
                     state.reserved = 0
+                if security.failed:
+                    # answered after the delay, then closed: one try per delay per connection
+                    log.warning("closing connection from %s on %s: authentication failed: %s",
+                                peer, security.listener.name, security.failure)
+                    await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
+                    if result is not None and not request.raw and not inspect.isawaitable(result):
+                        state.outstanding += 1
+                        await send.send(core.response_bytes(request, result))
+                    return
                 if result is None:
                     continue
                 state.outstanding += 1
@@ -279,12 +407,13 @@ class Server:
                 state.reserved = core.frame_size
                 await self.memory.reserve(state.reserved)
 
-    async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
+    async def _dispatch(self, request: Request, peer: str,
+                        security: ConnectionSecurity) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
         if log.isEnabledFor(logging.DEBUG):  # which versions clients really send (compat tests read it)
             log.debug("request %s v%d from %s (%s)", handler.name, request.header.api_version, peer,
                       request.header.client_id)
-        ctx = RequestContext(self.node, request.header, peer, self.supported)
+        ctx = RequestContext(self.node, request.header, peer, self.supported, security.principal, security)
         started = anyio.current_time()
         result = await handler.handle(ctx, None if request.unsupported else request.body)
         if not inspect.isawaitable(result):  # else counted once it completes (_complete)
@@ -308,7 +437,7 @@ class Server:
             pending.done.set()
 
     async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup,
-                      state: _Connection) -> None:
+                      state: _Connection, sender: Callable[[Any, list], Awaitable[None]] = send_all) -> None:
         try:
             async with receive:
                 async for item in receive:
@@ -317,10 +446,10 @@ class Server:
                         if item.failed:
                             return
                         item = item.data
-                    await send_all(conn, item)
+                    await sender(conn, item)
                     state.outstanding -= 1
                     state.last_sent = anyio.current_time()
-        except _PEER_GONE:
+        except (*_PEER_GONE, ssl.SSLError):
             pass  # the peer closed (or reset) while responses were still going out to it
         finally:
             # done, failed, or the reader finished (peer closed its side): end the connection

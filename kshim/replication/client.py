@@ -1,15 +1,27 @@
 """A minimal Kafka client connection for broker-to-broker requests (followers fetching from
-leaders). Sequential: one request in flight; the wire layer does the encoding."""
+leaders, transaction markers). Sequential: one request in flight; the wire layer does the encoding.
+
+In a cluster whose inter-broker listener has TLS or SASL (docs/security.md), the broker process
+sets `BrokerConnection.inter_broker` once at start: every connection then speaks TLS (trusting the
+cluster's CA) and authenticates with SASL PLAIN or SCRAM as the inter-broker user before its
+first request."""
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import itertools
+import os
+import ssl
 import struct
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from construct import Container
 
+from kshim.configs.security import SecurityConfig
 from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame
 
@@ -19,17 +31,91 @@ CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.Broke
                    anyio.ClosedResourceError, TimeoutError, ConnectionError)
 
 
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+
+
+class AuthenticationError(ConnectionError):
+    """The peer refused this broker's SASL credentials (a misconfiguration, retried like a lost peer)."""
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How this broker connects to the others: TLS (a context trusting the cluster's CA) and SASL."""
+    tls: ssl.SSLContext | None = None
+    mechanism: str | None = None  # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
+def _scram_exchange(mechanism: str, username: str, password: str):
+    """RFC 5802's client side as a generator: yields each client message, is sent each server one."""
+    algo = _HASHES[mechanism]
+    nonce = base64.b64encode(os.urandom(24)).decode()
+    name = username.replace("=", "=3D").replace(",", "=2C")
+    first_bare = f"n={name},r={nonce}"
+    server_first = (yield f"n,,{first_bare}".encode()).decode()
+    attrs = dict(part.split("=", 1) for part in server_first.split(","))
+    if not attrs.get("r", "").startswith(nonce):
+        raise AuthenticationError("SCRAM: the server's nonce does not extend ours")
+    salted = hashlib.pbkdf2_hmac(algo, password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", algo).digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth = f"{first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.new(algo, client_key).digest(), auth, algo).digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+    server_final = (yield f"{without_proof},p={proof}".encode()).decode()
+    server_key = hmac.new(salted, b"Server Key", algo).digest()
+    expected = base64.b64encode(hmac.new(server_key, auth, algo).digest()).decode()
+    if server_final != f"v={expected}":
+        raise AuthenticationError("SCRAM: the server's signature does not match")
+    yield b""
+
+
 class BrokerConnection:
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    inter_broker: ClassVar[ClientSecurity | None] = None  # set once per broker process (see above)
+
+    def __init__(self, host: str, port: int, client_id: str, security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
-        self._stream: anyio.abc.SocketStream | None = None
+        self.security = security if security is not None else BrokerConnection.inter_broker
+        self._stream: anyio.abc.ByteStream | None = None
         self._reader: BufferedByteReceiveStream | None = None
         self._ids = itertools.count(1)
 
     async def connect(self, timeout_s: float = 5.0) -> None:
+        sec = self.security
         with anyio.fail_after(timeout_s):
-            self._stream = await anyio.connect_tcp(self.host, self.port)
-        self._reader = BufferedByteReceiveStream(self._stream)
+            if sec is not None and sec.tls is not None:
+                self._stream = await anyio.connect_tcp(self.host, self.port, ssl_context=sec.tls,
+                                                       tls_standard_compatible=False)
+            else:
+                self._stream = await anyio.connect_tcp(self.host, self.port)
+            self._reader = BufferedByteReceiveStream(self._stream)
+            if sec is not None and sec.mechanism is not None:
+                await self._authenticate(sec)
+
+    async def _authenticate(self, sec: ClientSecurity) -> None:
+        assert sec.mechanism is not None
+        answer = await self.request(SASL_HANDSHAKE, 1, {"mechanism": sec.mechanism})
+        if answer.error_code:
+            raise AuthenticationError(f"SaslHandshake {sec.mechanism} to {self.host}:{self.port}: "
+                                      f"error {answer.error_code}")
+        exchange = None
+        if sec.mechanism == "PLAIN":
+            token = f"\0{sec.username}\0{sec.password}".encode()
+        else:
+            exchange = _scram_exchange(sec.mechanism, sec.username, sec.password)
+            token = next(exchange)
+        while True:
+            answer = await self.request(SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if answer.error_code:
+                raise AuthenticationError(f"SASL {sec.mechanism} to {self.host}:{self.port}: "
+                                          f"{answer.error_message or answer.error_code}")
+            if exchange is None:
+                return
+            token = exchange.send(bytes(answer.auth_bytes))
+            if not token:
+                return
 
     async def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Container:
         assert self._stream is not None and self._reader is not None, "not connected"
@@ -50,3 +136,18 @@ class BrokerConnection:
         if self._stream is not None:
             await self._stream.aclose()
             self._stream = self._reader = None
+
+
+def inter_broker_client(config: SecurityConfig) -> ClientSecurity | None:
+    """How this broker reaches the others on the inter-broker listener; None for PLAINTEXT."""
+    listener = config.inter_broker()
+    if listener is None or listener.name == "PLAINTEXT":
+        return None
+    tls = None
+    if listener.tls:
+        tls = ssl.create_default_context(cafile=str(config.tls_ca_file) if config.tls_ca_file else None)
+        if config.tls_client_auth != "none" and config.tls_cert_file and config.tls_key_file:
+            tls.load_cert_chain(config.tls_cert_file, config.tls_key_file)  # the broker's own certificate
+    user = config.inter_broker_user or ""
+    return ClientSecurity(tls, config.inter_broker_mechanism if listener.sasl else None, user,
+                          config.users.get(user, ""))

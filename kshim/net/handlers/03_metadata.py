@@ -1,5 +1,6 @@
 """Metadata: brokers, cluster id, controller, and topics with their partitions and leaders.
 
+- Brokers are given at their endpoints on the listener this request came in on.
 - Everything comes from the metadata image this broker last applied: live brokers only, and per
   partition its leader, leader epoch, replicas, ISR and the replicas on fenced brokers (offline).
   A partition with no leader reports LEADER_NOT_AVAILABLE, and clients retry.
@@ -31,6 +32,7 @@ from kshim.cluster.image import TopicInfo
 from kshim.acls import AclOperation, ResourceType
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.endpoints import endpoint
 from wire.errors import ErrorCode
 
 API_KEY = 3
@@ -38,8 +40,8 @@ VERSIONS = (0, 13)
 
 
 def broker_list(ctx: RequestContext) -> list[dict]:
-    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-            for b in ctx.broker.image.alive_brokers()]
+    return [{"node_id": b.node_id, "host": host, "port": port, "rack": None}
+            for b in ctx.broker.image.alive_brokers() for host, port in [endpoint(ctx, b)]]
 
 
 def topic_entry(ctx: RequestContext, topic: TopicInfo, operations: bool = False) -> dict:

@@ -18,6 +18,7 @@ from kshim.cluster.image import BrokerInfo
 from kshim.errors import BrokerError
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.endpoints import endpoint
 from wire.errors import ErrorCode
 
 API_KEY = 10
@@ -35,8 +36,9 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
         node: BrokerInfo = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
     except BrokerError as e:
         return {"error_code": e.code, "error_message": e.message, "node_id": -1, "host": "", "port": -1}
+    host, port = endpoint(ctx, node)  # on the listener this request came in on
     return {"error_code": ErrorCode.NONE, "error_message": None, "node_id": node.node_id,
-            "host": node.host, "port": node.port}
+            "host": host, "port": port}
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:

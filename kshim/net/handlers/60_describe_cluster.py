@@ -18,6 +18,7 @@ from construct import Container
 
 from kshim.acls import ResourceType
 from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers.endpoints import endpoint
 from wire.errors import ErrorCode
 
 API_KEY = 60
@@ -37,9 +38,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         "cluster_id": broker.cluster_id,
         # a live broker that forwards to the controller, -1 while it cannot reach it (see Metadata)
         "controller_id": broker.node_id if broker.controller.connected else -1,
-        "brokers": [{"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None, "is_fenced": not b.alive}
+        "brokers": [{"broker_id": b.node_id, "host": host, "port": port, "rack": None, "is_fenced": not b.alive}
                     for b in sorted(broker.image.brokers.values(), key=lambda b: b.node_id)
-                    if b.alive or req.get("include_fenced_brokers", False)],
+                    if b.alive or req.get("include_fenced_brokers", False) for host, port in [endpoint(ctx, b)]],
         "cluster_authorized_operations": authz.operations(
             ctx, ResourceType.CLUSTER, "kafka-cluster", bool(req.get("include_cluster_authorized_operations", False))),
     }

@@ -20,9 +20,11 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 from construct import Container
 
 from kshim.broker import Broker
+from kshim.configs.security import ANONYMOUS
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
+from kshim.net.security import ConnectionSecurity
 from wire.headers import RequestHeader
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]
@@ -34,7 +36,8 @@ class RequestContext:
     header: RequestHeader
     peer: str  # "host:port" of the client, for logs
     supported: Mapping[int, tuple[int, int]]  # api key -> (min, max) served, for ApiVersions
-    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (Kafka's form), for ACLs
+    principal: str = ANONYMOUS  # Kafka's form, "User:alice": from SASL or the TLS client certificate (ACLs read it)
+    security: ConnectionSecurity | None = None  # the connection's listener and SASL state
 
     @property
     def broker(self) -> Broker:
