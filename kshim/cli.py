@@ -21,7 +21,9 @@ from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
 from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.controller import service as controller_service
+from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -124,8 +126,9 @@ async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
         raise
     try:
         async with anyio.create_task_group() as tg:
-            port = await tg.start(Server(BrokerServer(broker)).serve, listener)
-            await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
+            faults, requests = FaultRules(), RequestLog(config.request_log_entries)
+            port = await tg.start(Server(BrokerServer(broker), faults, requests).serve, listener)
+            await tg.start(admin.serve, broker, config.data_dir, faults, requests)  # `kshim ctl compact, fault, requests`
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir})", flush=True)

@@ -65,6 +65,10 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.FaultAdd('{"action": "drop"}'),
+    m.FaultList(),
+    m.FaultClear(3),
+    m.RequestLogRead(17, 100),
 ]
 
 RESULTS = [
@@ -85,6 +89,10 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.FaultAdd, json.dumps({"id": 1, "action": "drop"})),
+    (m.RequestLogRead, json.dumps({"entries": [], "last": 0})),
+    (m.FaultList, "[]"),
+    (m.FaultClear, json.dumps({"cleared": 2})),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -1,6 +1,7 @@
 """A broker's local admin socket, ``<broker data dir>/broker.sock``: the control-plane RPC
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
-one broker's own replicas and have no Kafka API, today `kshim ctl compact`. Served by `kshim serve`
+one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
+(this broker's fault rules, kshim.faults) and `kshim ctl requests` (its request log, kshim.requestlog). Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
 (``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
 """
@@ -16,8 +17,10 @@ import anyio
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
+from kshim.faults import FaultError, FaultRules
 from kshim.log.cleaner import CleanResult
 from kshim.replica.manager import ReplicaManager
+from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.cluster.admin")
@@ -38,8 +41,36 @@ class AdminHost(Protocol):
 
 
 class BrokerAdmin:
-    def __init__(self, broker: AdminHost) -> None:
+    def __init__(self, broker: AdminHost, faults: FaultRules | None = None, requests: RequestLog | None = None) -> None:
         self.broker = broker
+        self.faults = faults if faults is not None else FaultRules()
+        self.requests = requests if requests is not None else RequestLog(0)
+
+    async def fault_add(self, rule: str) -> str:
+        try:
+            spec = json.loads(rule)
+            if not isinstance(spec, dict):
+                raise FaultError("a rule is a JSON object")
+            added = self.faults.add(spec)
+        except (ValueError, FaultError) as e:  # FaultError is a ValueError, as is bad JSON
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        log.info("fault rule added: %s", added)
+        return json.dumps({"node": self.broker.node_id, **added})
+
+    async def fault_list(self) -> str:
+        return json.dumps([{"node": self.broker.node_id, **r} for r in self.faults.list()])
+
+    async def fault_clear(self, rule_id: int = -1) -> str:
+        cleared = self.faults.clear(None if rule_id < 0 else rule_id)
+        if cleared:
+            log.info("fault rules cleared: %d", cleared)
+        return json.dumps({"node": self.broker.node_id, "cleared": cleared})
+
+    async def request_log_read(self, since: int = 0, limit: int = 1000) -> str:
+        entries, dropped = self.requests.since(since, limit)
+        entries = [{**e, "node": self.broker.node_id} for e in entries]
+        return json.dumps({"node": self.broker.node_id, "entries": entries, "dropped": dropped,
+                           "last": self.requests.seq, "capacity": self.requests.capacity})
 
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
@@ -68,17 +99,18 @@ class BrokerAdmin:
         return json.dumps(out)
 
 
-async def serve(broker: AdminHost, data_dir: Path, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def serve(broker: AdminHost, data_dir: Path, faults: FaultRules | None = None,
+                requests: RequestLog | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
     try:
         rpc.check_socket_path(path)
     except (BrokerError, ValueError, OSError) as e:
-        log.warning("no admin socket (`kshim ctl compact` cannot reach this broker): %s", e)
+        log.warning("no admin socket (`kshim ctl compact`, `fault` and `requests` cannot reach this broker): %s", e)
         task_status.started()
         return
     try:
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker).handle).serve(path, task_status=task_status)
+    await rpc.RpcServer(BrokerAdmin(broker, faults, requests).handle).serve(path, task_status=task_status)

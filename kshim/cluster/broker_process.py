@@ -23,7 +23,9 @@ from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.options import add_connection_options, connection_settings, positive
+from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
+from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.replication import run_replication
 
@@ -95,8 +97,9 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
-                port = await tg.start(Server(BrokerServer(broker)).serve, listener)
-                await tg.start(admin.serve, broker, config.data_dir)  # `kshim ctl compact`
+                faults, requests = FaultRules(), RequestLog(config.request_log_entries)
+                port = await tg.start(Server(BrokerServer(broker), faults, requests).serve, listener)
+                await tg.start(admin.serve, broker, config.data_dir, faults, requests)  # `kshim ctl compact, fault, requests`
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms))

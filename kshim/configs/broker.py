@@ -34,6 +34,7 @@ class BrokerConfig:
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
     log_cleaner_backoff_ms: int = 15_000
+    request_log_entries: int = 10_000  # requests kept in the broker's request log (kshim.requestlog); 0: off
 
     @property
     def advertised(self) -> str:

@@ -27,7 +27,10 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
      "dirty section is cleaned over several rounds"),
     ("--log-cleaner-backoff-ms", "log_cleaner_backoff_ms",
      "pause between the cleaner's looks at the compacted partitions (Kafka's log.cleaner.backoff.ms)"),
+    ("--request-log-entries", "request_log_entries",
+     "requests the broker keeps in its request log, the oldest dropped first (`kshim ctl requests`); 0 turns it off"),
 )
+_MAY_BE_ZERO = {"request_log_entries"}
 _DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
 
 
@@ -40,6 +43,7 @@ class ConnectionSettings(TypedDict):
     log_cleaner_io_max_bytes_per_second: int
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_backoff_ms: int
+    request_log_entries: int
 
 
 def positive(text: str) -> int:
@@ -49,10 +53,18 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("connection budgets (docs/robustness.md)")
     for option, name, text in OPTIONS:
-        group.add_argument(option, dest=name, type=positive, default=_DEFAULTS[name],
+        group.add_argument(option, dest=name, type=non_negative if name in _MAY_BE_ZERO else positive,
+                           default=_DEFAULTS[name],
                            help=f"{text} (default {_DEFAULTS[name]})")
 
 

@@ -253,6 +253,32 @@ class CompactNow(Operation[str], code=40, served_by=Server.BROKER):
     partition: Int32 = -1
 
 
+@dataclass(frozen=True)
+class FaultAdd(Operation[str], code=140, served_by=Server.BROKER):
+    """`kshim ctl fault add`: a fault rule (kshim.faults, a JSON object) for this broker's requests;
+    answers the rule as stored, with its id, as JSON."""
+    rule: str
+
+
+@dataclass(frozen=True)
+class FaultList(Operation[str], code=141, served_by=Server.BROKER):
+    """`kshim ctl fault list`: this broker's live fault rules, a JSON list."""
+
+
+@dataclass(frozen=True)
+class FaultClear(Operation[str], code=142, served_by=Server.BROKER):
+    """`kshim ctl fault clear [ID]`: remove one rule, or all (-1); answers {"cleared": n} as JSON."""
+    rule_id: Int32 = -1
+
+
+@dataclass(frozen=True)
+class RequestLogRead(Operation[str], code=143, served_by=Server.BROKER):
+    """`kshim ctl requests`: entries of this broker's request log (kshim.requestlog) numbered after
+    `since`, at most `limit`; answers {"node", "entries", "dropped", "last", "capacity"} as JSON."""
+    since: Int64 = 0
+    limit: Int32 = 1000
+
+
 # ---------------------------------------------------------------------------------------- frames
 _RequestHead = Struct("correlation_id" / Int32sb, "code" / Int16ub)
 _ResponseHead = Struct("correlation_id" / Int32sb, "code" / Int16ub, "error_code" / Int16sb,

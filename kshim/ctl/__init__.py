@@ -24,13 +24,23 @@ broker or any Kafka cluster).
     compact TOPIC [PARTITION]
                        clean a compacted topic's logs now on every broker (also a single
                        `kshim serve`): each broker's <data dir>/broker.sock; JSON per replica
+    fault add ACTION [--api API] [--topic T [--partition P]] [--client-id ID] [--error CODE]
+              [--delay-ms MS] [--after N] [--count N] [--duration-ms MS] [--broker NODE]
+    fault list | fault clear [ID]
+                       request fault rules of every broker (or --broker NODE), also a single
+                       `kshim serve`: error, delay, drop, timeout (docs/faults.md)
+    requests [--follow] [--api API] [--client-id ID] [--broker NODE]
+                       the brokers' request logs as JSON lines: api, version, client id,
+                       partitions, errors, latency, the fault rule applied
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from kshim.ctl import compact, groups, status, txns
+from kshim.ctl import compact, faults, groups, status, txns
+from kshim.ctl.common import CtlError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -57,6 +67,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     groups.add_parser(commands)
     txns.add_parser(commands)
     compact.add_parser(commands)
+    faults.add_parsers(commands)
     return p
 
 
@@ -76,4 +87,10 @@ def main(args: argparse.Namespace) -> int:
         return txns.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
+    if args.ctl_command in ("fault", "requests"):
+        try:
+            return faults.main_fault(args) if args.ctl_command == "fault" else faults.main_requests(args)
+        except CtlError as e:
+            print(f"kshim ctl {args.ctl_command}: {e}", file=sys.stderr)
+            return 1
     return status.main(args)

@@ -1,0 +1,198 @@
+"""What the server needs to know of any request or response without its handler, read from the
+message schemas: the topic-partitions a request names (fault rules, the request log), the error
+codes a response carries (the request log), and an error answer for any request (fault rules),
+the way Kafka's AbstractRequest.getErrorResponse builds one: the request's topics and partitions
+echoed, each with the error, and the top-level error code set where the response has one.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Iterator, Mapping
+
+from wire import codec
+from wire.schema.model import Field, in_range
+
+_PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
+_ERROR_FIELDS = frozenset({"error_code", "partition_error_code"})
+_MESSAGE_FIELDS = frozenset({"error_message", "message"})
+# a response array and the request array it answers, where their names differ: (api key, response field)
+_ANSWERS: dict[tuple, str] = {  # (api key, field[, "v0": an older name])
+    (0, "responses"): "topic_data", (0, "partition_responses"): "partition_data",
+    (1, "responses"): "topics",
+    (10, "coordinators"): "coordinator_keys",
+    (9, "partitions"): "partition_indexes",
+    (15, "groups"): "groups",
+    (20, "responses"): "topics", (20, "responses", "v0"): "topic_names",
+    (24, "results_by_transaction"): "transactions", (24, "topic_results"): "topics",
+    (24, "results_by_partition"): "partitions", (24, "results_by_topic_v3_and_below"): "v3_and_below_topics",
+    (27, "partitions"): "partition_indexes",
+    (32, "results"): "resources", (33, "responses"): "resources", (44, "responses"): "resources",
+    (37, "results"): "topics",
+    (42, "results"): "groups_names",
+    (61, "partitions"): "partition_indexes",
+    (65, "transaction_states"): "transactional_ids",
+    (69, "groups"): "group_ids",
+}
+# a response element's field and the request element's field it echoes, where their names differ
+_ECHOES = {"partition_index": ("partition", "index"), "partition": ("partition_index", "index"),
+           "topic": ("name",), "name": ("topic",)}
+
+# request arrays that name topics the request does not act on
+_NOT_ASKED = frozenset({"forgotten_topics_data"})  # Fetch: partitions dropped from the fetch session
+
+TopicNames = Callable[[uuid.UUID], "str | None"]
+
+
+def _live(fields: tuple[Field, ...], version: int) -> Iterator[Field]:
+    return (f for f in fields if in_range(version, f.versions))
+
+
+def _get(obj: Any, name: str) -> Any:
+    try:
+        return obj[name]
+    except (KeyError, TypeError):
+        return None
+
+
+def request_partitions(api_key: int, version: int, body: Any, topic_name: TopicNames | None = None
+                       ) -> list[tuple[str, int | None]]:
+    """(topic, partition) for each partition the request names, (topic, None) for a topic named
+    without partitions (Metadata, CreateTopics); topic ids become names through `topic_name`."""
+    if body is None:
+        return []
+    out: list[tuple[str, int | None]] = []
+    _walk_topics(codec.message(api_key, "request").fields, version, body, topic_name, out)
+    return out
+
+
+def _topic_of(fields: tuple[Field, ...], version: int, element: Any, topic_name: TopicNames | None) -> str | None:
+    for f in _live(fields, version):
+        if f.type == "string" and f.entity_type == "topicName":
+            name = _get(element, f.name)
+            if name:
+                return name
+    for f in _live(fields, version):
+        if f.type == "uuid" and f.name == "topic_id":
+            tid = _get(element, f.name)
+            if tid is not None and topic_name is not None and tid.int:
+                return topic_name(tid) or str(tid)
+    return None
+
+
+def _partitions_of(fields: tuple[Field, ...], version: int, element: Any) -> list[int]:
+    found: list[int] = []
+    for f in _live(fields, version):
+        value = _get(element, f.name)
+        if not value:
+            continue
+        if f.type == "[]int32" and f.name in ("partitions", "partition_indexes"):
+            found.extend(value)
+        elif f.type == "[]struct":
+            keys = [g.name for g in _live(f.fields, version) if g.type == "int32" and g.name in _PARTITION_KEYS]
+            if keys:
+                found.extend(_get(item, keys[0]) for item in value)
+    return found
+
+
+def _walk_topics(fields: tuple[Field, ...], version: int, obj: Any, topic_name: TopicNames | None,
+                 out: list[tuple[str, int | None]]) -> None:
+    for f in _live(fields, version):
+        if f.type == "[]string" and f.name == "topic_names":  # DeleteTopics v0-5
+            out.extend((name, None) for name in _get(obj, f.name) or ())
+        if f.type != "[]struct" or f.name in _NOT_ASKED:
+            continue
+        for element in _get(obj, f.name) or ():
+            topic = _topic_of(f.fields, version, element, topic_name)
+            if topic is None:
+                _walk_topics(f.fields, version, element, topic_name, out)  # transactions[].topics[], ...
+                continue
+            partitions = _partitions_of(f.fields, version, element)
+            if partitions:
+                out.extend((topic, p) for p in partitions)
+            else:
+                out.append((topic, None))
+
+
+def response_errors(api_key: int, version: int, body: Mapping[str, Any] | None) -> list[int]:
+    """The distinct non-zero error codes anywhere in a response, in the order met."""
+    if body is None:
+        return []
+    found: dict[int, None] = {}
+    _collect_errors(codec.message(api_key, "response").fields, version, body, found)
+    return list(found)
+
+
+def _collect_errors(fields: tuple[Field, ...], version: int, obj: Any, found: dict[int, None]) -> None:
+    for f in _live(fields, version):
+        if f.name in _ERROR_FIELDS:
+            code = _get(obj, f.name)
+            if code:
+                found[code] = None
+        elif f.type == "[]struct":
+            for element in _get(obj, f.name) or ():
+                _collect_errors(f.fields, version, element, found)
+        elif f.type == "struct" and f.fields:
+            sub = _get(obj, f.name)
+            if sub is not None:
+                _collect_errors(f.fields, version, sub, found)
+
+
+def error_response(api_key: int, version: int, request: Any, error_code: int, message: str | None = None
+                   ) -> dict[str, Any]:
+    """An answer to `request` that carries `error_code` wherever the response has an error field,
+    echoing the request's topics, partitions, groups or resources so the client can match it."""
+    return _mirror(api_key, codec.message(api_key, "response").fields, version,
+                   codec.message(api_key, "request").fields, request, error_code, message)
+
+
+def carries_errors(api_key: int, version: int) -> bool:
+    """Whether a response of this API and version has any error field a fault can fill."""
+    def has(fields: tuple[Field, ...]) -> bool:
+        return any(f.name in _ERROR_FIELDS or has(f.fields) for f in _live(fields, version))
+    return has(codec.message(api_key, "response").fields)
+
+
+def _mirror(api_key: int, fields: tuple[Field, ...], version: int, request_fields: tuple[Field, ...],
+            request: Any, error_code: int, message: str | None) -> dict[str, Any]:
+    by_name = {f.name: f for f in _live(request_fields, version)}
+    out: dict[str, Any] = {}
+    for f in _live(fields, version):
+        if f.name in _ERROR_FIELDS:
+            out[f.name] = error_code
+        elif f.name in _MESSAGE_FIELDS and f.type == "string" and message is not None:
+            out[f.name] = message
+        elif f.type == "[]struct":
+            source = by_name.get(f.name) or by_name.get(_ANSWERS.get((api_key, f.name), "")) \
+                or by_name.get(_ANSWERS.get((api_key, f.name, "v0"), ""))
+            if source is None or not source.type.startswith("[]"):
+                continue  # nothing in the request to echo: an empty list (brokers, members, ...)
+            items = _get(request, source.name) or ()
+            if source.type == "[]struct":
+                out[f.name] = [_mirror(api_key, f.fields, version, source.fields, item, error_code, message)
+                               for item in items]
+            else:  # a list of names or partition indexes: each becomes an element keyed by it
+                key = _element_key(f.fields, version, source)
+                if key is not None:
+                    out[f.name] = [{key: item, **_mirror(api_key, f.fields, version, (), None, error_code, message)}
+                                   for item in items]
+        else:
+            for name in (f.name, *_ECHOES.get(f.name, ())):
+                if name in by_name and by_name[name].type == f.type:
+                    value = _get(request, name)
+                    if value is not None:
+                        out[f.name] = value
+                    break
+    return out
+
+
+def _element_key(fields: tuple[Field, ...], version: int, source: Field) -> str | None:
+    """The field of a response element that a request's scalar list item fills."""
+    for f in _live(fields, version):
+        if source.entity_type and f.entity_type == source.entity_type:
+            return f.name
+    for f in _live(fields, version):
+        if source.type == "[]int32" and f.type == "int32" and f.name in _PARTITION_KEYS:
+            return f.name
+        if source.type == "[]string" and f.type == "string" and f.name == "key":  # FindCoordinator v4+
+            return f.name
+    return None
