@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
+import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -33,6 +36,7 @@ log = logging.getLogger("kshim")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kshim", description="A Kafka-protocol broker in Python.")
+    parser.add_argument("--version", action="version", version=f"kshim {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker", description="Run a broker on 127.0.0.1 with its data on disk.")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -142,7 +146,27 @@ async def _serve(config: BrokerConfig, lock: DataDirLock) -> None:
         log.info("stopped cleanly")
 
 
+def version() -> str:
+    """The installed distribution's version, else (a source checkout) pyproject.toml's."""
+    try:
+        return importlib.metadata.version("kshim")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        match = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.exists() else None
+        return match.group(1) if match else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`kshim ctl ... | head`): not an error of ours; stdout is closed
+        # quietly (pointing it at /dev/null keeps the interpreter's final flush from failing too)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

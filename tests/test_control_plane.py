@@ -68,6 +68,8 @@ REQUESTS = [
     m.FaultAdd('{"action": "drop"}'),
     m.FaultList(),
     m.FaultClear(3),
+    m.ShutdownBroker(2, 7),
+    m.BrokerStatus(),
     m.RequestLogRead(17, 100),
 ]
 
@@ -92,6 +94,8 @@ RESULTS = [
     (m.FaultAdd, json.dumps({"id": 1, "action": "drop"})),
     (m.RequestLogRead, json.dumps({"entries": [], "last": 0})),
     (m.FaultList, "[]"),
+    (m.ShutdownBroker, None),
+    (m.BrokerStatus, json.dumps({"brokers": []})),
     (m.FaultClear, json.dumps({"cleared": 2})),
 ]
 

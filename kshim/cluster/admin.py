@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Mapping, Protocol
 
 import anyio
 
+from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
@@ -35,6 +37,7 @@ class AdminHost(Protocol):
     """What the admin socket uses of the Broker."""
     node_id: int
     replica_manager: ReplicaManager
+    image: MetadataImage
 
     @property
     def topics(self) -> Mapping[str, object]: ...
@@ -45,6 +48,25 @@ class BrokerAdmin:
         self.broker = broker
         self.faults = faults if faults is not None else FaultRules()
         self.requests = requests if requests is not None else RequestLog(0)
+
+    async def broker_status(self) -> str:
+        image = self.broker.image
+        me = self.broker.node_id
+        offsets = {(p.topic, p.index): {"log_end_offset": p.log_end_offset, "high_watermark": p.high_watermark}
+                   for p in self.broker.replica_manager.replicas()}
+        brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "pid": os.getpid() if b.node_id == me else b.pid,
+                    "alive": b.alive, "isolated": b.isolated, "epoch": b.epoch, "process": "running"}
+                   for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+        partitions = [{"topic": t.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                       "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
+                       "replica_offsets": {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets
+                       else {}}
+                      for t in sorted(image.topics.values(), key=lambda t: t.name) for p in t.partitions]
+        return json.dumps({"cluster_id": image.cluster_id, "mode": "single broker (kshim serve)",
+                           "supervisor": {"pid": None},
+                           "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
+                                          "restarts": 0, "image_version": image.version},
+                           "brokers": brokers, "partitions": partitions})
 
     async def fault_add(self, rule: str) -> str:
         try:

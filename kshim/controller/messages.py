@@ -254,6 +254,19 @@ class CompactNow(Operation[str], code=40, served_by=Server.BROKER):
 
 
 @dataclass(frozen=True)
+class ShutdownBroker(Operation[None], code=144, publishes=True):
+    """A broker stops cleanly (controlled shutdown): down at once, no fencing when it returns."""
+    node_id: Int32
+    broker_epoch: Int64
+
+
+@dataclass(frozen=True)
+class BrokerStatus(Operation[str], code=145, served_by=Server.BROKER):
+    """`kshim ctl status` on a single `kshim serve` (no supervisor): the broker's own view, as JSON in
+    the shape of the cluster's Status (its controller runs in the broker's process)."""
+
+
+@dataclass(frozen=True)
 class FaultAdd(Operation[str], code=140, served_by=Server.BROKER):
     """`kshim ctl fault add`: a fault rule (kshim.faults, a JSON object) for this broker's requests;
     answers the rule as stored, with its id, as JSON."""

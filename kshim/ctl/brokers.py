@@ -123,6 +123,21 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
+def brokers_down(data_dir) -> dict[int, str]:
+    """Brokers of the cluster in data_dir whose process cannot answer now (paused, killed), and why,
+    from its supervisor: asking them would only wait for a timeout. {} if that is unknown."""
+    try:
+        s = status(data_dir)
+    except CtlError:
+        return {}
+    down = {}
+    for b in s["brokers"]:
+        process = b.get("process", "running")
+        if process not in ("running", "external"):
+            down[b["id"]] = process
+    return down
+
+
 def addresses_from_cluster(data_dir) -> list[tuple[str, int]]:
     try:
         s = status(data_dir)
