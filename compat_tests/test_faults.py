@@ -9,6 +9,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import TopicAuthorizationFailedError
 
 from compat_tests.cluster import Cluster, run_ctl, running
@@ -222,8 +223,8 @@ def test_ctl_fault_names_a_missing_broker(tmp_path):
     assert out.returncode == 1 and "no broker admin socket" in out.stderr
 
 
-def test_rules_per_broker_of_a_cluster(tmp_path, topic_name):
-    with running(Cluster(tmp_path / "cluster", 2)) as cluster:
+def test_rules_per_broker_and_network_faults_of_a_cluster(tmp_path, topic_name):
+    with running(Cluster(tmp_path / "cluster", 2, "--replica-lag-time-max-ms", "1500")) as cluster:
         client = FaultClient(cluster.data_dir)
         [rule] = client.add("error", api="Metadata", error="UNKNOWN_SERVER_ERROR", count=5, broker=1)
         assert rule["node"] == 1
@@ -232,9 +233,33 @@ def test_rules_per_broker_of_a_cluster(tmp_path, topic_name):
         out = run_ctl(cluster.data_dir, "fault", "list", "--broker", "0")
         assert [json.loads(line)["action"] for line in out.stdout.splitlines()] == ["delay"]
         assert client.clear() == 3
+
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        admin.create_topics([NewTopic(topic_name, 1, 2)])
+        admin.close()
+        wait_until(lambda: len(cluster.partition(topic_name)["isr"]) == 2, message="both replicas in sync")
         producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", client_id="cluster-faults")
-        producer.send(topic_name, b"x").get(SEND_TIMEOUT_S)
+        producer.send(topic_name, b"before", partition=0).get(SEND_TIMEOUT_S)
+
+        # latency between the brokers: an acks=all produce waits for the follower's delayed fetch
+        out = run_ctl(cluster.data_dir, "net", "latency", "0", "1", "--ms", "600")
+        assert out.returncode == 0 and [json.loads(line)["label"] for line in out.stdout.splitlines()] == ["net:0-1"] * 2
+        started = time.monotonic()
+        producer.send(topic_name, b"slow", partition=0).get(SEND_TIMEOUT_S)
+        assert time.monotonic() - started >= 0.5
+
+        # a partition: the follower falls out of the ISR (its fetches are cut), acks=all goes on
+        # with the leader alone; once healed it catches up and is back in the ISR
+        leader = cluster.partition(topic_name)["leader"]
+        client.partition(0, 1)  # replaces the latency
+        assert {r["action"] for r in client.list()} == {"drop"}
+        wait_until(lambda: cluster.partition(topic_name)["isr"] == [leader], message="the follower out of the ISR")
+        producer.send(topic_name, b"alone", partition=0).get(SEND_TIMEOUT_S)
+        assert json.loads(run_ctl(cluster.data_dir, "net", "heal", "0", "1").stdout) == {"cleared": 2}
+        wait_until(lambda: len(cluster.partition(topic_name)["isr"]) == 2, message="the follower back in the ISR")
         producer.close()
+
         log = RequestLogClient(cluster.data_dir)
-        wait_until(lambda: any(e["api"] == "Produce" for e in log.read(client_id="cluster-faults")),
-                   message="the produce in a broker's request log")
+        replica_fetches = [e for e in log.read(api="Fetch") if e["client_id"].startswith("kshim-replica-")]
+        assert {e["outcome"] for e in replica_fetches} >= {"answered", "dropped"}
+        assert any(e["client_id"] == "cluster-faults" for e in log.read(api="Produce"))

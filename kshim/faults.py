@@ -13,7 +13,9 @@ says what happens to them:
   on that connection wait behind it, as they would behind a stalled broker.
 
 ``after`` lets that many matching requests through untouched first, so "answer once and fail the
-retry" is ``after=1, count=1``. Each rule ends after ``count`` faults or ``duration_ms``,
+retry" is ``after=1, count=1``; ``probability`` faults only that fraction of the matching requests
+(packet loss, flaky networks). ``label`` names a rule for `clear` (the network faults of
+kshim.ctl.faults label theirs ``net:A-B``). Each rule ends after ``count`` faults or ``duration_ms``,
 whichever comes first, and is then gone: rules never outlive what was asked. A broker holds at
 most MAX_RULES.
 
@@ -24,6 +26,7 @@ on the way in and out (JSON over the socket), validated here by ``FaultRule.from
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
@@ -42,6 +45,16 @@ ACTIONS = ("error", "delay", "drop", "timeout")
 API_NAMES: dict[int, str] = {k: msg.name.removesuffix("Request") for (k, kind), msg in MESSAGES.items()
                              if kind == "request"}
 _API_KEYS = {name.lower(): k for k, name in API_NAMES.items()}
+
+
+def replica_client_id(node_id: int) -> str:
+    """The client id a broker's replica fetcher sends: network faults between brokers match it."""
+    return f"kshim-replica-{node_id}"
+
+
+def net_label(a: int, b: int) -> str:
+    """The label of the rules of a network fault between brokers a and b (either order)."""
+    return f"net:{min(a, b)}-{max(a, b)}"
 
 
 class FaultError(ValueError):
@@ -92,13 +105,15 @@ class FaultRule:
     after: int = 0
     count: int | None = None  # faults left; None: until duration_ms
     duration_ms: int | None = None
+    probability: float | None = None  # fault only this fraction of matching requests
+    label: str | None = None
     id: int = 0
     matched: int = 0  # matching requests seen
     applied: int = 0  # faults done
     created: float = field(default_factory=time.monotonic)
 
     FIELDS = ("action", "api", "topic", "partition", "client_id", "error", "delay_ms", "after", "count",
-              "duration_ms")
+              "duration_ms", "probability", "label")
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> FaultRule:
@@ -146,6 +161,15 @@ class FaultRule:
             rule.count = _bounded("count", spec["count"], 1, MAX_COUNT)
         if spec.get("duration_ms") is not None:
             rule.duration_ms = _bounded("duration_ms", spec["duration_ms"], 1, MAX_DURATION_MS)
+        if spec.get("probability") is not None:
+            p = spec["probability"]
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+                raise FaultError(f"probability must be within (0, 1], got {p!r}")
+            rule.probability = float(p)
+        if spec.get("label") is not None:
+            if not isinstance(spec["label"], str) or len(spec["label"]) > 200:
+                raise FaultError("label must be a string of at most 200 characters")
+            rule.label = spec["label"]
         if rule.count is None and rule.duration_ms is None:
             rule.count = 1  # a rule always ends: one fault unless told otherwise
         return rule
@@ -161,6 +185,10 @@ class FaultRule:
             out["delay_ms"] = self.delay_ms
         out.update(after=self.after, count=self.count, duration_ms=self.duration_ms,
                    matched=self.matched, applied=self.applied)
+        if self.probability is not None:
+            out["probability"] = self.probability
+        if self.label is not None:
+            out["label"] = self.label
         if self.duration_ms is not None:
             out["remaining_ms"] = max(0, round(self.duration_ms - (now - self.created) * 1000))
         return out
@@ -184,10 +212,11 @@ class FaultRule:
 class FaultRules:
     """One broker's rules, in the order they were added; the first live match applies."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self._rules: list[FaultRule] = []
         self._ids = itertools.count(1)
         self._clock = clock
+        self._random = rng or random.Random()
 
     def __bool__(self) -> bool:
         return bool(self._rules)
@@ -207,10 +236,11 @@ class FaultRules:
         now = self._clock()
         return [r.to_dict(now) for r in self._rules]
 
-    def clear(self, rule_id: int | None = None) -> int:
-        """Remove one rule (by id) or all; how many were removed."""
+    def clear(self, rule_id: int | None = None, label: str | None = None) -> int:
+        """Remove one rule (by id), the rules of a label, or all; how many were removed."""
         before = len(self._rules)
-        self._rules = [r for r in self._rules if rule_id is not None and r.id != rule_id]
+        self._rules = [r for r in self._rules if (rule_id is not None and r.id != rule_id) or
+                       (label is not None and r.label != label)]
         return before - len(self._rules)
 
     def match(self, api_key: int, client_id: str | None,
@@ -226,6 +256,8 @@ class FaultRules:
                 continue
             rule.matched += 1
             if rule.matched <= rule.after:
+                continue
+            if rule.probability is not None and self._random.random() >= rule.probability:
                 continue
             rule.applied += 1
             hit = rule

@@ -73,6 +73,21 @@ def test_client_id_and_topic_filters():
     assert rules.match(0, "me", lambda: [("other", 0)]) is None
 
 
+def test_probability_faults_a_share_and_count_counts_only_faults():
+    import random
+    rules = FaultRules(rng=random.Random(7))
+    rules.add({"action": "drop", "probability": 0.25, "count": 1000})
+    hits = sum(rules.match(1, "kshim-replica-1", orders()) is not None for _ in range(2000))
+    assert 400 < hits < 600 and rules.list()[0]["applied"] == hits
+
+
+def test_clear_by_label():
+    rules = FaultRules()
+    rules.add({"action": "drop", "label": "net:0-1", "count": 5})
+    keep = rules.add({"action": "drop", "label": "net:0-2", "count": 5})
+    assert rules.clear(label="net:0-1") == 1 and [r["id"] for r in rules.list()] == [keep["id"]]
+
+
 def test_clear_one_or_all():
     rules = FaultRules()
     ids = [rules.add({"action": "drop", "count": 5})["id"] for _ in range(3)]
@@ -93,6 +108,8 @@ def test_clear_one_or_all():
     ({"action": "drop", "api": "Frobnicate"}, "unknown API"),
     ({"action": "drop", "colour": "red"}, "unknown rule fields"),
     ({"action": "drop", "error": 6}, "only goes with action error"),
+    ({"action": "drop", "probability": 0}, "probability must be within"),
+    ({"action": "drop", "probability": 1.5}, "probability must be within"),
 ])
 def test_bad_rules_are_refused_with_a_reason(spec, why):
     with pytest.raises(FaultError, match=why):

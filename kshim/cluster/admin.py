@@ -82,8 +82,8 @@ class BrokerAdmin:
     async def fault_list(self) -> str:
         return json.dumps([{"node": self.broker.node_id, **r} for r in self.faults.list()])
 
-    async def fault_clear(self, rule_id: int = -1) -> str:
-        cleared = self.faults.clear(None if rule_id < 0 else rule_id)
+    async def fault_clear(self, rule_id: int = -1, label: str = "") -> str:
+        cleared = self.faults.clear(None if rule_id < 0 else rule_id, label or None)
         if cleared:
             log.info("fault rules cleared: %d", cleared)
         return json.dumps({"node": self.broker.node_id, "cleared": cleared})

@@ -280,8 +280,10 @@ class FaultList(Operation[str], code=141, served_by=Server.BROKER):
 
 @dataclass(frozen=True)
 class FaultClear(Operation[str], code=142, served_by=Server.BROKER):
-    """`kshim ctl fault clear [ID]`: remove one rule, or all (-1); answers {"cleared": n} as JSON."""
+    """`kshim ctl fault clear [ID]`: remove one rule, those labelled `label`, or all (-1, ""); answers
+    {"cleared": n} as JSON."""
     rule_id: Int32 = -1
+    label: str = ""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,8 @@ broker or any Kafka cluster).
     fault list | fault clear [ID]
                        request fault rules of every broker (or --broker NODE), also a single
                        `kshim serve`: error, delay, drop, timeout (docs/faults.md)
+    net partition|latency|loss A B [--ms MS] [--percent P] [--duration-ms MS]; net heal [A B]
+                       faults of the replication traffic between brokers A and B, both ways
     requests [--follow] [--api API] [--client-id ID] [--broker NODE]
                        the brokers' request logs as JSON lines: api, version, client id,
                        partitions, errors, latency, the fault rule applied
@@ -92,9 +94,10 @@ def main(args: argparse.Namespace) -> int:
         return txns.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
-    if args.ctl_command in ("fault", "requests"):
+    if args.ctl_command in ("fault", "requests", "net"):
+        run = {"fault": faults.main_fault, "requests": faults.main_requests, "net": faults.main_net}
         try:
-            return faults.main_fault(args) if args.ctl_command == "fault" else faults.main_requests(args)
+            return run[args.ctl_command](args)
         except CtlError as e:
             print(f"kshim ctl {args.ctl_command}: {e}", file=sys.stderr)
             return 1
