@@ -35,7 +35,7 @@ class RequestLog:
         if not 0 <= capacity <= MAX_CAPACITY:
             raise ValueError(f"request log capacity must be within 0..{MAX_CAPACITY}, got {capacity}")
         self.capacity = capacity
-        self._entries: deque[dict[str, Any]] = deque(maxlen=capacity or 1)
+        self._entries: deque[tuple] = deque(maxlen=capacity or 1)
         self.seq = 0  # the last entry's number
 
     @property
@@ -48,26 +48,32 @@ class RequestLog:
         if not self.capacity:
             return
         self.seq += 1
+        # a tuple now, the JSON-ready dict when read: the log costs each request little
+        self._entries.append((self.seq, time.time(), api_key, version, client_id, correlation_id, peer,
+                              partitions, errors, time.monotonic() - started, outcome, fault))
+
+    @staticmethod
+    def _entry(raw: tuple) -> dict[str, Any]:
+        seq, at, api_key, version, client_id, correlation_id, peer, partitions, errors, latency, outcome, fault = raw
         listed = [t if p is None else f"{t}/{p}" for t, p in partitions]
         entry: dict[str, Any] = {
-            "seq": self.seq, "time": round(time.time(), 3), "api": API_NAMES.get(api_key, str(api_key)),
-            "api_key": api_key, "version": version, "client_id": client_id, "correlation_id": correlation_id,
-            "peer": peer, "partitions": listed[:MAX_PARTITIONS_LISTED],
-            "errors": [_error_name(c) for c in errors],
-            "latency_ms": round((time.monotonic() - started) * 1000, 3), "outcome": outcome, "fault": fault}
+            "seq": seq, "time": round(at, 3), "api": API_NAMES.get(api_key, str(api_key)), "api_key": api_key,
+            "version": version, "client_id": client_id, "correlation_id": correlation_id, "peer": peer,
+            "partitions": listed[:MAX_PARTITIONS_LISTED], "errors": [_error_name(c) for c in errors],
+            "latency_ms": round(latency * 1000, 3), "outcome": outcome, "fault": fault}
         if len(listed) > MAX_PARTITIONS_LISTED:
             entry["partitions_total"] = len(listed)
-        self._entries.append(entry)
+        return entry
 
     def since(self, seq: int, limit: int = MAX_READ) -> tuple[list[dict[str, Any]], int]:
         """Entries numbered after `seq` (at most `limit`, oldest first), and how many of those
         the ring no longer holds."""
         if not self._entries:
             return [], 0
-        first = self._entries[0]["seq"]
+        first = self._entries[0][0]
         dropped = max(0, first - seq - 1)
         skip = max(0, seq + 1 - first)
-        out = list(itertools.islice(self._entries, skip, skip + max(0, min(limit, MAX_READ))))
+        out = [self._entry(raw) for raw in itertools.islice(self._entries, skip, skip + max(0, min(limit, MAX_READ)))]
         return out, dropped
 
     def clear(self) -> None:

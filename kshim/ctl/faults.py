@@ -26,6 +26,7 @@ broker's replica fetcher (client id kshim-replica-N), labelled net:A-B.
 from __future__ import annotations
 
 import argparse
+import builtins
 import json
 import sys
 import time
@@ -59,7 +60,7 @@ class FaultClient:
         return [json.loads(brokers_admin.call(path, m.FaultAdd(json.dumps(spec)), self.timeout_s, node))
                 for node, path in brokers_admin.select(self.data_dir, broker).items()]
 
-    def list(self, broker: int | None = None) -> list[dict[str, Any]]:
+    def list(self, broker: int | None = None) -> builtins.list[dict[str, Any]]:
         """The live rules of every broker (or `broker`), with how often each matched and applied."""
         return [rule for node, path in brokers_admin.select(self.data_dir, broker).items()
                 for rule in json.loads(brokers_admin.call(path, m.FaultList(), self.timeout_s, node))]
@@ -73,17 +74,18 @@ class FaultClient:
 
     # network faults between two brokers: their replication traffic (each one's fetches from the
     # other), both ways; rules on both brokers labelled net:A-B, until `heal` or duration_ms
-    def partition(self, a: int, b: int, *, duration_ms: int = NET_DEFAULT_DURATION_MS) -> list[dict[str, Any]]:
+    def partition(self, a: int, b: int, *, duration_ms: int = NET_DEFAULT_DURATION_MS
+                  ) -> builtins.list[dict[str, Any]]:
         """Cut replication between brokers a and b (each drops the other's fetch connections)."""
         return self._net(a, b, dict(action="drop", duration_ms=duration_ms))
 
     def latency(self, a: int, b: int, delay_ms: int, *, duration_ms: int = NET_DEFAULT_DURATION_MS
-                ) -> list[dict[str, Any]]:
+                ) -> builtins.list[dict[str, Any]]:
         """Every replication request between a and b is answered delay_ms late."""
         return self._net(a, b, dict(action="delay", delay_ms=delay_ms, duration_ms=duration_ms))
 
     def loss(self, a: int, b: int, percent: float, *, duration_ms: int = NET_DEFAULT_DURATION_MS
-             ) -> list[dict[str, Any]]:
+             ) -> builtins.list[dict[str, Any]]:
         """That share of the replication requests between a and b is lost (its connection dropped)."""
         return self._net(a, b, dict(action="drop", probability=percent / 100, duration_ms=duration_ms))
 
@@ -94,7 +96,7 @@ class FaultClient:
         return sum(self.clear(rule_id=r["id"], broker=r["node"]) for r in self.list()
                    if str(r.get("label", "")).startswith("net:"))
 
-    def _net(self, a: int, b: int, rule: dict[str, Any]) -> list[dict[str, Any]]:
+    def _net(self, a: int, b: int, rule: dict[str, Any]) -> builtins.list[dict[str, Any]]:
         if a == b:
             raise CtlError("a network fault needs two different brokers")
         targets = brokers_admin.select(self.data_dir, None)

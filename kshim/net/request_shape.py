@@ -7,7 +7,7 @@ echoed, each with the error, and the top-level error code set where the response
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from wire import codec
 from wire.schema.model import Field, in_range
@@ -43,8 +43,17 @@ _NOT_ASKED = frozenset({"forgotten_topics_data"})  # Fetch: partitions dropped f
 TopicNames = Callable[[uuid.UUID], "str | None"]
 
 
-def _live(fields: tuple[Field, ...], version: int) -> Iterator[Field]:
-    return (f for f in fields if in_range(version, f.versions))
+_LIVE: dict[tuple[int, int], tuple[Field, ...]] = {}
+_ERROR_PLAN: dict[tuple[int, int], tuple[tuple[str, ...], tuple]] = {}
+
+
+def _live(fields: tuple[Field, ...], version: int) -> tuple[Field, ...]:
+    """The fields a version has; cached by the schema tuple's identity (schemas are module constants)."""
+    key = (id(fields), version)
+    live = _LIVE.get(key)
+    if live is None:
+        live = _LIVE[key] = tuple(f for f in fields if in_range(version, f.versions))
+    return live
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -65,48 +74,63 @@ def request_partitions(api_key: int, version: int, body: Any, topic_name: TopicN
     return out
 
 
-def _topic_of(fields: tuple[Field, ...], version: int, element: Any, topic_name: TopicNames | None) -> str | None:
-    for f in _live(fields, version):
-        if f.type == "string" and f.entity_type == "topicName":
-            name = _get(element, f.name)
-            if name:
-                return name
-    for f in _live(fields, version):
-        if f.type == "uuid" and f.name == "topic_id":
-            tid = _get(element, f.name)
-            if tid is not None and topic_name is not None and tid.int:
-                return topic_name(tid) or str(tid)
-    return None
+_TOPIC_PLAN: dict[tuple[int, int], tuple] = {}
 
 
-def _partitions_of(fields: tuple[Field, ...], version: int, element: Any) -> list[int]:
-    found: list[int] = []
-    for f in _live(fields, version):
-        value = _get(element, f.name)
-        if not value:
+def _topic_plan(fields: tuple[Field, ...], version: int) -> tuple:
+    """(lists of topic names here, ((list name, topic name fields, topic id field, partition
+    sources (list name, partition key of its elements; "" for a list of indexes), element fields)
+    for each list of structs)), cached per schema and version."""
+    key = (id(fields), version)
+    plan = _TOPIC_PLAN.get(key)
+    if plan is not None:
+        return plan
+    live = _live(fields, version)
+    names = tuple(f.name for f in live if f.type == "[]string" and f.name == "topic_names")  # DeleteTopics v0-5
+    lists = []
+    for f in live:
+        if f.type != "[]struct" or f.name in _NOT_ASKED:
             continue
-        if f.type == "[]int32" and f.name in ("partitions", "partition_indexes"):
-            found.extend(value)
-        elif f.type == "[]struct":
-            keys = [g.name for g in _live(f.fields, version) if g.type == "int32" and g.name in _PARTITION_KEYS]
-            if keys:
-                found.extend(_get(item, keys[0]) for item in value)
-    return found
+        members = _live(f.fields, version)
+        topic_names = tuple(g.name for g in members if g.type == "string" and g.entity_type == "topicName")
+        topic_id = next((g.name for g in members if g.type == "uuid" and g.name == "topic_id"), None)
+        sources = []
+        for g in members:
+            if g.type == "[]int32" and g.name in ("partitions", "partition_indexes"):
+                sources.append((g.name, ""))
+            elif g.type == "[]struct":
+                keys = [h.name for h in _live(g.fields, version) if h.type == "int32" and h.name in _PARTITION_KEYS]
+                if keys:
+                    sources.append((g.name, keys[0]))
+        lists.append((f.name, topic_names, topic_id, tuple(sources), f.fields))
+    plan = _TOPIC_PLAN[key] = (names, tuple(lists))
+    return plan
 
 
 def _walk_topics(fields: tuple[Field, ...], version: int, obj: Any, topic_name: TopicNames | None,
                  out: list[tuple[str, int | None]]) -> None:
-    for f in _live(fields, version):
-        if f.type == "[]string" and f.name == "topic_names":  # DeleteTopics v0-5
-            out.extend((name, None) for name in _get(obj, f.name) or ())
-        if f.type != "[]struct" or f.name in _NOT_ASKED:
-            continue
-        for element in _get(obj, f.name) or ():
-            topic = _topic_of(f.fields, version, element, topic_name)
-            if topic is None:
-                _walk_topics(f.fields, version, element, topic_name, out)  # transactions[].topics[], ...
+    names, lists = _topic_plan(fields, version)
+    for name in names:
+        out.extend((t, None) for t in _get(obj, name) or ())
+    for list_name, topic_names, topic_id, sources, element_fields in lists:
+        for element in _get(obj, list_name) or ():
+            topic = None
+            for n in topic_names:
+                topic = _get(element, n)
+                if topic:
+                    break
+            if not topic and topic_id is not None and topic_name is not None:
+                tid = _get(element, topic_id)
+                if tid is not None and tid.int:
+                    topic = topic_name(tid) or str(tid)
+            if not topic:
+                _walk_topics(element_fields, version, element, topic_name, out)  # transactions[].topics[], ...
                 continue
-            partitions = _partitions_of(f.fields, version, element)
+            partitions: list[int] = []
+            for source, key in sources:
+                value = _get(element, source)
+                if value:
+                    partitions.extend(value if not key else (_get(item, key) for item in value))
             if partitions:
                 out.extend((topic, p) for p in partitions)
             else:
@@ -122,19 +146,30 @@ def response_errors(api_key: int, version: int, body: Mapping[str, Any] | None) 
     return list(found)
 
 
+def _error_plan(fields: tuple[Field, ...], version: int) -> tuple[tuple[str, ...], tuple]:
+    """(error fields here, ((name, is_list, sub-fields) of the members that hold errors further down))."""
+    key = (id(fields), version)
+    plan = _ERROR_PLAN.get(key)
+    if plan is None:
+        live = _live(fields, version)
+        nested = tuple((f.name, f.type == "[]struct", f.fields) for f in live
+                       if f.type in ("[]struct", "struct") and f.fields and _error_plan(f.fields, version) != ((), ()))
+        plan = _ERROR_PLAN[key] = (tuple(f.name for f in live if f.name in _ERROR_FIELDS), nested)
+    return plan
+
+
 def _collect_errors(fields: tuple[Field, ...], version: int, obj: Any, found: dict[int, None]) -> None:
-    for f in _live(fields, version):
-        if f.name in _ERROR_FIELDS:
-            code = _get(obj, f.name)
-            if code:
-                found[code] = None
-        elif f.type == "[]struct":
-            for element in _get(obj, f.name) or ():
-                _collect_errors(f.fields, version, element, found)
-        elif f.type == "struct" and f.fields:
-            sub = _get(obj, f.name)
-            if sub is not None:
-                _collect_errors(f.fields, version, sub, found)
+    here, nested = _error_plan(fields, version)
+    for name in here:
+        code = _get(obj, name)
+        if code:
+            found[code] = None
+    for name, is_list, sub in nested:
+        value = _get(obj, name)
+        if value is None:
+            continue
+        for element in value if is_list else (value,):
+            _collect_errors(sub, version, element, found)
 
 
 def error_response(api_key: int, version: int, request: Any, error_code: int, message: str | None = None
