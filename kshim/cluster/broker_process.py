@@ -22,8 +22,6 @@ from kshim import tuning
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
-from kshim.controller.messages import ShutdownBroker
-from kshim.errors import BrokerError
 from kshim.configs.options import add_connection_options, connection_settings, positive
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
@@ -111,24 +109,12 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 log.info("broker %d (pid %d) listening on %s:%d", config.node_id, os.getpid(), config.host, port)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
-                    await _controlled_shutdown(client, config.node_id)
+                    await client.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
                     tg.cancel_scope.cancel()
                     break
     finally:
         broker.close()
         log.info("broker %d stopped cleanly", config.node_id)
-
-
-async def _controlled_shutdown(client: RemoteControllerClient, node_id: int) -> None:
-    """Tell the controller this broker stops cleanly (it moves leaderships now and will not fence
-    the broker when it returns); a controller that does not answer soon is not waited for."""
-    if not client.broker_epoch:
-        return
-    with anyio.move_on_after(CONTROLLED_SHUTDOWN_TIMEOUT_S):
-        try:
-            await client.call(ShutdownBroker(node_id, client.broker_epoch))
-        except BrokerError as e:
-            log.info("controlled shutdown not acknowledged: %s", e.message)
 
 
 async def _stop_when_orphaned(fd: int, scope: anyio.CancelScope) -> None:

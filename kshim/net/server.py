@@ -364,9 +364,10 @@ class Server:
 
         async def late() -> Any:
             body = await result if inspect.isawaitable(result) else result
+            if rule.action == "timeout":  # logged now: the client usually hangs up before the hold ends
+                self._log(request, peer, body, started, rule, "withheld")
             await anyio.sleep(rule.delay_ms / 1000)
             if rule.action == "timeout":
-                self._log(request, peer, body, started, rule, "withheld")
                 raise _DropConnection(f"fault rule {rule.id} withheld the answer to this "
                                       f"{_api_name(request.header.api_key)} request for {rule.delay_ms} ms")
             return body
