@@ -107,7 +107,7 @@ def test_cluster_killed_broker_paused_coordinator_and_clean_restart(tmp_path):
         try:
             started = time.monotonic()
             out = run_ctl(data, "groups", "--table")
-            assert time.monotonic() - started < 8
+            assert time.monotonic() - started < 10  # ctl waits for no request timeout (10 s)
             assert out.returncode == 1 and f"broker {node}" in out.stderr and "paused" in out.stderr
             assert "no groups\n" not in out.stdout and "Traceback" not in out.stderr
         finally:

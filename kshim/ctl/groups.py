@@ -29,7 +29,8 @@ import anyio
 
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
                                REQUEST_TIMEOUT_S, RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster,
-                               brokers_down, connect_any, failure_text, metadata, parse_addresses)
+                               brokers_down, cluster_brokers, connect_any, failure_text, metadata,
+                               parse_addresses)
 from kshim.ctl.common import GROUPS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
 from wire.errors import ErrorCode
 
@@ -140,8 +141,10 @@ async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
 
 
 async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, int]],
-                      brokers: dict[int, tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, str | None]]:
-    """(topic, partition) -> (log end offset, error), asking each partition's leader."""
+                      brokers: dict[int, tuple[str, int]], down: dict[int, str] | None = None
+                      ) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+    """(topic, partition) -> (log end offset, error), asking each partition's leader (not those `down`)."""
+    down = down or {}
     out: dict[tuple[str, int], tuple[int | None, str | None]] = {}
     if not partitions:
         return out
@@ -166,6 +169,8 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
         leader = leaders.get(tp, -1)
         if leader < 0 or leader not in brokers:
             out[tp] = (None, "no leader" if tp in leaders else "unknown partition")
+        elif leader in down:
+            out[tp] = (None, f"its leader, broker {leader}, is {down[leader]}")
         else:
             by_leader.setdefault(leader, []).append(tp)
     for leader, tps in by_leader.items():
@@ -244,7 +249,7 @@ async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | No
 
     # end offsets of every partition shown, from the partitions' leaders
     wanted = {(o["topic"], o["partition"]) for g in groups for o in g["offsets"]}
-    ends = await end_offsets(pool, bootstrap, wanted, brokers)
+    ends = await end_offsets(pool, bootstrap, wanted, brokers, down)
     for g in groups:
         for o in g["offsets"]:
             end, error = ends.get((o["topic"], o["partition"]), (None, "no end offset"))
@@ -362,7 +367,12 @@ def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None
     if bootstrap:
         addresses = parse_addresses(bootstrap)
     elif data_dir is not None:
-        addresses, down = addresses_from_cluster(data_dir), brokers_down(data_dir)
+        down = brokers_down(data_dir)
+        # a paused broker would cost the bootstrap a timeout: the others first (it stays, last, in
+        # case the supervisor's view is stale)
+        every = addresses_from_cluster(data_dir)
+        status_ports = {b["port"]: b["id"] for b in cluster_brokers(data_dir)}
+        addresses = sorted(every, key=lambda a: status_ports.get(a[1]) in down)
     else:
         raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve [--brokers N]`")
     try:
