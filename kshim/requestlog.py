@@ -20,6 +20,7 @@ from wire.errors import ErrorCode
 DEFAULT_CAPACITY = 10_000
 MAX_CAPACITY = 1_000_000
 MAX_PARTITIONS_LISTED = 64  # per entry; `partitions_total` says how many the request named
+MAX_ERRORS_LISTED = 16  # distinct error codes per entry
 MAX_READ = 10_000  # entries per read
 
 
@@ -49,20 +50,24 @@ class RequestLog:
             return
         self.seq += 1
         # a tuple now, the JSON-ready dict when read: the log costs each request little
+        # at most MAX_PARTITIONS_LISTED kept: a ring of fetches of thousands of partitions stays small
+        named = partitions if isinstance(partitions, list) else list(partitions)
         self._entries.append((self.seq, time.time(), api_key, version, client_id, correlation_id, peer,
-                              partitions, errors, time.monotonic() - started, outcome, fault))
+                              named[:MAX_PARTITIONS_LISTED], len(named), tuple(errors)[:MAX_ERRORS_LISTED],
+                              time.monotonic() - started, outcome, fault))
 
     @staticmethod
     def _entry(raw: tuple) -> dict[str, Any]:
-        seq, at, api_key, version, client_id, correlation_id, peer, partitions, errors, latency, outcome, fault = raw
+        seq, at, api_key, version, client_id, correlation_id, peer, partitions, total, errors, latency, outcome, \
+            fault = raw
         listed = [t if p is None else f"{t}/{p}" for t, p in partitions]
         entry: dict[str, Any] = {
             "seq": seq, "time": round(at, 3), "api": API_NAMES.get(api_key, str(api_key)), "api_key": api_key,
             "version": version, "client_id": client_id, "correlation_id": correlation_id, "peer": peer,
-            "partitions": listed[:MAX_PARTITIONS_LISTED], "errors": [_error_name(c) for c in errors],
+            "partitions": listed, "errors": [_error_name(c) for c in errors],
             "latency_ms": round(latency * 1000, 3), "outcome": outcome, "fault": fault}
-        if len(listed) > MAX_PARTITIONS_LISTED:
-            entry["partitions_total"] = len(listed)
+        if total > len(listed):
+            entry["partitions_total"] = total
         return entry
 
     def since(self, seq: int, limit: int = MAX_READ) -> tuple[list[dict[str, Any]], int]:

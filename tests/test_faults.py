@@ -190,6 +190,12 @@ def test_request_log_is_a_bounded_ring_read_by_sequence():
     assert [e["seq"] for e in entries] == [3, 4, 5] and dropped == 2
     assert entries[-1]["errors"] == ["NOT_LEADER_OR_FOLLOWER"] and entries[0]["partitions"] == ["orders/2"]
     assert log.since(4) == ([entries[-1]], 0) and log.since(5) == ([], 0)
+    many = RequestLog(2)
+    many.record(api_key=1, version=12, client_id=None, correlation_id=1, peer="p",
+                partitions=[("t", i) for i in range(1000)], errors=[], started=0.0)
+    [entry], _ = many.since(0)
+    assert len(entry["partitions"]) == 64 and entry["partitions_total"] == 1000
+    assert len(many._entries[0][7]) == 64  # kept bounded, not just shown so
     off = RequestLog(0)
     off.record(api_key=0, version=9, client_id=None, correlation_id=1, peer="p", partitions=[], errors=[], started=0)
     assert not off.enabled and off.since(0) == ([], 0)
