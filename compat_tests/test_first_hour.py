@@ -112,6 +112,10 @@ def test_cluster_killed_broker_paused_coordinator_and_clean_restart(tmp_path):
             assert "no groups\n" not in out.stdout and "Traceback" not in out.stderr
         finally:
             assert run_ctl(data, "resume", str(node)).returncode == 0
+        # a healthy cluster stops: every replica back in sync (a partition whose only in-sync replica
+        # is down is rightly leaderless, leader -1, until that replica returns)
+        wait_until(lambda: all(len(p["isr"]) == len(p["replicas"]) for p in cluster.status()["partitions"]),
+                   timeout=60, message="every replica in sync again")
     process_logs = [data / "controller" / "controller.log", data / "broker-0" / "broker.log",
                     data / "broker-1" / "broker.log"]
     logs_before = {p: p.read_text() for p in process_logs}
