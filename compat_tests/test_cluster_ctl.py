@@ -169,7 +169,7 @@ def test_ctl_errors(cluster, tmp_path):
     result = run_ctl(cluster.data_dir, "resume", "0")
     assert result.returncode == 1 and "not paused" in result.stderr
     result = run_ctl(tmp_path, "status")
-    assert result.returncode == 1 and "no kshim cluster is running" in result.stderr
+    assert result.returncode == 1 and "no kshim is running" in result.stderr
     # a second cluster on the same data dir is refused; so is --port 0
     second = subprocess.run([sys.executable, "-m", "kshim", "serve", "--brokers", "3", "--port",
                              str(free_port_block(3)), "--data-dir", str(cluster.data_dir)],

@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
+import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -25,8 +28,10 @@ from kshim.configs.security import Listener, SecurityConfigError
 from kshim.console.console import Console
 from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
+from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.net.tls import dev_files
+from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
 
@@ -36,6 +41,7 @@ log = logging.getLogger("kshim")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kshim", description="A Kafka-protocol broker in Python.")
+    parser.add_argument("--version", action="version", version=f"kshim {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker", description="Run a broker on 127.0.0.1 with its data on disk.")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -175,10 +181,11 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
     try:
         async with anyio.create_task_group() as tg:
             node = BrokerServer(broker)
-            server = Server(node)
+            faults, requests = FaultRules(), RequestLog(config.request_log_entries)
+            server = Server(node, faults, requests)
             port = await tg.start(server.serve, listeners)
-            # `kshim ctl compact`; the replica offsets and metrics of the console
-            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
+            # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
+            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             if config.security.listeners:
@@ -204,7 +211,27 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
         log.info("stopped cleanly")
 
 
+def version() -> str:
+    """The installed distribution's version, else (a source checkout) pyproject.toml's."""
+    try:
+        return importlib.metadata.version("kshim")
+    except importlib.metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        match = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.exists() else None
+        return match.group(1) if match else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`kshim ctl ... | head`): not an error of ours; stdout is closed
+        # quietly (pointing it at /dev/null keeps the interpreter's final flush from failing too)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

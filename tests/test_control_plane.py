@@ -82,6 +82,12 @@ REQUESTS = [
     m.ReplicaStates(),
     m.MetricsText(),
     m.AlterScramCredentials((m.ScramDeletion("bob", "SCRAM-SHA-256"),), IMAGE.scram),
+    m.FaultAdd('{"action": "drop"}'),
+    m.FaultList(),
+    m.FaultClear(3),
+    m.ShutdownBroker(2, 7),
+    m.BrokerStatus(),
+    m.RequestLogRead(17, 100),
 ]
 
 RESULTS = [
@@ -112,6 +118,12 @@ RESULTS = [
     (m.ReplicaStates, json.dumps([{"topic": "t", "partition": 0, "high_watermark": 5}])),
     (m.MetricsText, "# TYPE x gauge\nx 1.0\n"),
     (m.AlterScramCredentials, (m.ScramResult("alice", 0, None), m.ScramResult("bob", 91, "does not exist"))),
+    (m.FaultAdd, json.dumps({"id": 1, "action": "drop"})),
+    (m.RequestLogRead, json.dumps({"entries": [], "last": 0})),
+    (m.FaultList, "[]"),
+    (m.ShutdownBroker, None),
+    (m.BrokerStatus, json.dumps({"brokers": []})),
+    (m.FaultClear, json.dumps({"cleared": 2})),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

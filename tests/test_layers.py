@@ -9,6 +9,8 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
     base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py, the control-plane
+    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py,
+                        kshim/faults.py, kshim/requestlog.py, the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
                         the controller
     wire                wire/ (imports nothing from kshim)
@@ -49,6 +51,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image", "kshim.acls",  # leaves every layer shares
+    ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
+              "kshim.faults", "kshim.requestlog",  # a broker's fault rules and request log, consulted at dispatch
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]

@@ -1,7 +1,8 @@
 """A broker's local admin socket, ``<broker data dir>/broker.sock``: the control-plane RPC
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
-one broker's own replicas and have no Kafka API, today `kshim ctl compact`, and for the console
-(kshim.console): the replicas' offsets and the broker's metrics. Served by `kshim serve`
+one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
+(this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
+and for the console (kshim.console) the replicas' offsets and the broker's metrics. Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
 (``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
 """
@@ -9,16 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
 import anyio
 
+from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
+from kshim.faults import FaultError, FaultRules
 from kshim.log.cleaner import CleanResult
 from kshim.replica.manager import ReplicaManager
+from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.cluster.admin")
@@ -33,15 +38,19 @@ class AdminHost(Protocol):
     """What the admin socket uses of the Broker."""
     node_id: int
     replica_manager: ReplicaManager
+    image: MetadataImage
 
     @property
     def topics(self) -> Mapping[str, object]: ...
 
 
 class BrokerAdmin:
-    def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None) -> None:
+    def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
+                 requests: RequestLog | None = None) -> None:
         self.broker = broker
         self.metrics = metrics
+        self.faults = faults if faults is not None else FaultRules()
+        self.requests = requests if requests is not None else RequestLog(0)
 
     async def replica_states(self) -> str:
         return json.dumps(replica_states(self.broker))
@@ -50,6 +59,51 @@ class BrokerAdmin:
         if self.metrics is None:
             raise BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, "this broker keeps no metrics")
         return self.metrics().decode()
+
+    async def broker_status(self) -> str:
+        image = self.broker.image
+        me = self.broker.node_id
+        offsets = {(p.topic, p.index): {"log_end_offset": p.log_end_offset, "high_watermark": p.high_watermark}
+                   for p in self.broker.replica_manager.replicas()}
+        brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "pid": os.getpid() if b.node_id == me else b.pid,
+                    "alive": b.alive, "isolated": b.isolated, "epoch": b.epoch, "process": "running"}
+                   for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
+        partitions = [{"topic": t.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                       "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
+                       "replica_offsets": {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets
+                       else {}}
+                      for t in sorted(image.topics.values(), key=lambda t: t.name) for p in t.partitions]
+        return json.dumps({"cluster_id": image.cluster_id, "mode": "single broker (kshim serve)",
+                           "supervisor": {"pid": None},
+                           "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
+                                          "restarts": 0, "image_version": image.version},
+                           "brokers": brokers, "partitions": partitions})
+
+    async def fault_add(self, rule: str) -> str:
+        try:
+            spec = json.loads(rule)
+            if not isinstance(spec, dict):
+                raise FaultError("a rule is a JSON object")
+            added = self.faults.add(spec)
+        except (ValueError, FaultError) as e:  # FaultError is a ValueError, as is bad JSON
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        log.info("fault rule added: %s", added)
+        return json.dumps({"node": self.broker.node_id, **added})
+
+    async def fault_list(self) -> str:
+        return json.dumps([{"node": self.broker.node_id, **r} for r in self.faults.list()])
+
+    async def fault_clear(self, rule_id: int = -1, label: str = "") -> str:
+        cleared = self.faults.clear(None if rule_id < 0 else rule_id, label or None)
+        if cleared:
+            log.info("fault rules cleared: %d", cleared)
+        return json.dumps({"node": self.broker.node_id, "cleared": cleared})
+
+    async def request_log_read(self, since: int = 0, limit: int = 1000) -> str:
+        entries, dropped = self.requests.since(since, limit)
+        entries = [{**e, "node": self.broker.node_id} for e in entries]
+        return json.dumps({"node": self.broker.node_id, "entries": entries, "dropped": dropped,
+                           "last": self.requests.seq, "capacity": self.requests.capacity})
 
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
@@ -88,18 +142,19 @@ def replica_states(broker: AdminHost) -> list[dict]:
             for p in sorted(broker.replica_manager.replicas(), key=lambda r: (r.topic, r.index))]
 
 
-async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None, *,
+async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
+                faults: FaultRules | None = None, requests: RequestLog | None = None, *,
                 task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
     try:
         rpc.check_socket_path(path)
     except (BrokerError, ValueError, OSError) as e:
-        log.warning("no admin socket (`kshim ctl compact` cannot reach this broker): %s", e)
+        log.warning("no admin socket (`kshim ctl compact`, `fault` and `requests` cannot reach this broker): %s", e)
         task_status.started()
         return
     try:
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker, metrics).handle).serve(path, task_status=task_status)
+    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests).handle).serve(path, task_status=task_status)

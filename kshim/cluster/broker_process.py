@@ -25,7 +25,9 @@ from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_config)
 from kshim.configs.security import Listener
+from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
+from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.replication import run_replication
 from kshim.replication.client import BrokerConnection, inter_broker_client
@@ -34,6 +36,7 @@ from kshim.replication.isr import IsrChanges
 log = logging.getLogger("kshim.broker_process")
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.0
 
 
 
@@ -105,11 +108,12 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
             async with anyio.create_task_group() as tg:
                 isr_changes = IsrChanges()
                 node = BrokerServer(broker, isr_changes)
-                port = await tg.start(Server(node).serve, listeners)
+                faults, requests = FaultRules(), RequestLog(config.request_log_entries)
+                port = await tg.start(Server(node, faults, requests).serve, listeners)
                 if config.security.listeners:
                     port = config.port  # the inter-broker listener's (fixed) port is what brokers register
-                # `kshim ctl compact`; the console's replica offsets and metrics
-                await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition)
+                # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
+                await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,
@@ -119,6 +123,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 log.info("broker %d (pid %d) listening on %s:%d", config.node_id, os.getpid(), config.host, port)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
+                    await client.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
                     tg.cancel_scope.cancel()
                     break
     finally:

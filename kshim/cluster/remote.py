@@ -68,6 +68,7 @@ class RemoteControllerClient(ControllerClient):
         self.call_timeout_s = call_timeout_s
         self.broker: ImageSink | None = None
         self.broker_epoch = 0
+        self.stopping = False  # set by shutdown(): the session is not renewed
         self.registrations = 0  # how many times this broker registered (tests, logs)
         self.sessions = 0  # how many times it connected and registered or resumed its session
         self._connection: rpc.RpcConnection | None = None
@@ -91,6 +92,8 @@ class RemoteControllerClient(ControllerClient):
             try:
                 async with rpc.connect(self.socket_path) as connection:
                     resumed = await self._resume(connection)
+                    if self.stopping:
+                        await anyio.sleep_forever()
                     if not resumed:
                         await self._register(connection, host, port, pid)
                     self._connection = connection
@@ -147,6 +150,8 @@ class RemoteControllerClient(ControllerClient):
                     log.warning("heartbeat refused: %s %s", e.code.name, e.message)
                     await anyio.sleep(ERROR_RETRY_S)
                     continue
+                if self.stopping:  # down after its controlled shutdown, as asked: no new session
+                    await anyio.sleep_forever()
                 log.warning("fenced by the controller (%s): registering again", e.message)
                 await self._register(connection, host, port, pid)
                 log.info("registered again (epoch %d)", self.broker_epoch)
@@ -175,6 +180,19 @@ class RemoteControllerClient(ControllerClient):
         if state != self._state:
             self._state = state
             (log.info if state == "connected" else log.warning)(message, *args)
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Controlled shutdown: tell the controller this broker stops (it moves leaderships now and
+        does not fence the broker when it returns), and register no more; a controller that does
+        not answer within timeout_s is not waited for."""
+        self.stopping = True
+        if not self.broker_epoch:
+            return
+        with anyio.move_on_after(timeout_s):
+            try:
+                await self.call(m.ShutdownBroker(self.node_id, self.broker_epoch))
+            except BrokerError as e:
+                log.info("controlled shutdown not acknowledged: %s", e.message)
 
     # ------------------------------------------------------------------ the ControllerClient
     async def call(self, request: m.Operation[R]) -> R:

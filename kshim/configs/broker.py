@@ -45,6 +45,7 @@ class BrokerConfig:
     # ACLs (docs/security.md): off by default, as in Kafka; then every request is allowed
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # listeners, TLS, SASL (docs/security.md)
+    request_log_entries: int = 10_000  # requests kept in the broker's request log (kshim.requestlog); 0: off
 
     @property
     def advertised(self) -> str:

@@ -37,9 +37,12 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--group-initial-rebalance-delay-ms", "group_initial_rebalance_delay_ms",
      "how long a classic consumer group's first rebalance waits for more members to join, extended while "
      "they keep arriving (Kafka's group.initial.rebalance.delay.ms); 0 forms the group at once"),
+    ("--request-log-entries", "request_log_entries",
+     "requests the broker keeps in its request log, the oldest dropped first (`kshim ctl requests`); 0 turns it off"),
 )
 # the others must be at least 1
-_MINIMUM = {"max_incremental_fetch_session_cache_slots": 0, "group_initial_rebalance_delay_ms": 0}
+_MINIMUM = {"max_incremental_fetch_session_cache_slots": 0, "group_initial_rebalance_delay_ms": 0,
+            "request_log_entries": 0}
 _DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
 
 
@@ -54,6 +57,7 @@ class ConnectionSettings(TypedDict):
     log_cleaner_backoff_ms: int
     max_incremental_fetch_session_cache_slots: int
     group_initial_rebalance_delay_ms: int
+    request_log_entries: int
 
 
 def positive(text: str) -> int:

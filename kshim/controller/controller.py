@@ -35,7 +35,7 @@ from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, valid
 from kshim.controller.messages import (
     DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState, ScramDeletion,
     ScramResult)
-from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
+from kshim.controller.store import STOPPED_PID, BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
 from wire.errors import ErrorCode
@@ -98,8 +98,9 @@ class Controller:
         for row in store.load_brokers():
             # until a broker has had a full session timeout to re-register, it counts as alive:
             # a restarted controller must not fence a cluster that is running fine
-            self._brokers[row.node_id] = _Broker(BrokerInfo(row.node_id, row.host, row.port, row.epoch, True,
-                                                            False, row.pid), now)
+            # (but one that stopped cleanly, STOPPED_PID, is known to be down: no fencing at its return)
+            self._brokers[row.node_id] = _Broker(BrokerInfo(row.node_id, row.host, row.port, row.epoch,
+                                                            row.pid != STOPPED_PID, False, row.pid), now)
         for record in store.load_topics():
             rows = record.partition_states or [
                 # a data dir from before partition state was stored: single broker, node 0
@@ -167,6 +168,31 @@ class Controller:
         self._elect_offline()
         self._publish()
         return epoch
+
+    def shutdown_broker(self, node_id: int, broker_epoch: int) -> None:
+        """A broker stops cleanly (Kafka's controlled shutdown): it is marked down at once, without a
+        warning, and remembered so (a restarted controller does not wait a session for it, nor fences
+        it when it returns); partitions it leads move to another alive in-sync replica where there is
+        one, and keep it as leader otherwise (they are offline until it returns, as they would be
+        with leader -1, but its return is no election)."""
+        broker = self._brokers.get(node_id)
+        if broker is None or broker.info.epoch != broker_epoch or not broker.info.alive:
+            return  # an old incarnation's, or already down: nothing to do
+        broker.info = replace(broker.info, alive=False)
+        info = broker.info
+        self.store.save_broker(BrokerRow(node_id, info.host, info.port, info.epoch, STOPPED_PID))
+        log.info("broker %d stopped (controlled shutdown)", node_id)
+        alive = self._alive()
+        for topic in self._topics.values():
+            changed = []
+            for p in topic.partitions:
+                if p.leader == node_id and any(r in alive for r in p.isr if r != node_id):
+                    self._elect(topic, p, alive)
+                    p.partition_epoch += 1
+                    changed.append(p)
+            if changed:
+                self.store.save_partitions(topic.name, changed)
+        self._publish()
 
     def update_address(self, node_id: int, host: str, port: int) -> None:
         """The same incarnation now listens elsewhere (a standalone broker bound --port 0)."""

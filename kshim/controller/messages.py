@@ -374,6 +374,47 @@ class MetricsText(Operation[str], code=151, served_by=Server.BROKER):
     """The console's /metrics: the broker's own metrics in Prometheus's text format."""
 
 
+@dataclass(frozen=True)
+class ShutdownBroker(Operation[None], code=144, publishes=True):
+    """A broker stops cleanly (controlled shutdown): down at once, no fencing when it returns."""
+    node_id: Int32
+    broker_epoch: Int64
+
+
+@dataclass(frozen=True)
+class BrokerStatus(Operation[str], code=145, served_by=Server.BROKER):
+    """`kshim ctl status` on a single `kshim serve` (no supervisor): the broker's own view, as JSON in
+    the shape of the cluster's Status (its controller runs in the broker's process)."""
+
+
+@dataclass(frozen=True)
+class FaultAdd(Operation[str], code=140, served_by=Server.BROKER):
+    """`kshim ctl fault add`: a fault rule (kshim.faults, a JSON object) for this broker's requests;
+    answers the rule as stored, with its id, as JSON."""
+    rule: str
+
+
+@dataclass(frozen=True)
+class FaultList(Operation[str], code=141, served_by=Server.BROKER):
+    """`kshim ctl fault list`: this broker's live fault rules, a JSON list."""
+
+
+@dataclass(frozen=True)
+class FaultClear(Operation[str], code=142, served_by=Server.BROKER):
+    """`kshim ctl fault clear [ID]`: remove one rule, those labelled `label`, or all (-1, ""); answers
+    {"cleared": n} as JSON."""
+    rule_id: Int32 = -1
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class RequestLogRead(Operation[str], code=143, served_by=Server.BROKER):
+    """`kshim ctl requests`: entries of this broker's request log (kshim.requestlog) numbered after
+    `since`, at most `limit`; answers {"node", "entries", "dropped", "last", "capacity"} as JSON."""
+    since: Int64 = 0
+    limit: Int32 = 1000
+
+
 # ---------------------------------------------------------------------------------------- frames
 _RequestHead = Struct("correlation_id" / Int32sb, "code" / Int16ub)
 _ResponseHead = Struct("correlation_id" / Int32sb, "code" / Int16ub, "error_code" / Int16sb,

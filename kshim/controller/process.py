@@ -439,7 +439,9 @@ class SupervisorService:
                 "host": info["host"] if info else settings.host,
                 "port": info["port"] if info else settings.port + node_id,
                 "pid": process.proc.pid if process and process.proc else info["pid"] if info else 0,
-                "alive": bool(info and info["alive"]),  # the controller's view: registered and not fenced
+                # the controller's view (registered and not fenced), and the process runs: a killed
+                # broker is down at once, not once the controller's session timeout fences it
+                "alive": bool(info and info["alive"]) and (process is None or process.running),
                 "isolated": bool(info and info["isolated"]),
                 "epoch": info["epoch"] if info else 0,
                 "process": process.state if process else "external",

@@ -102,7 +102,10 @@ class BrokerRow:
     host: str
     port: int
     epoch: int
-    pid: int
+    pid: int  # STOPPED_PID once it stopped cleanly (controlled shutdown)
+
+
+STOPPED_PID = -1
 
 
 class MetadataStore:

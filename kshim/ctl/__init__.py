@@ -1,4 +1,6 @@
-"""`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster.
+"""`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster
+(or a single `kshim serve`: status, groups, txns, compact, fault and requests). Every command takes
+--json for machine-readable output (JSON is the default of those that print data).
 
 Every command but `groups`, `txns` and `compact` is one request to the supervisor (`kshim serve --brokers N`)
 over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
@@ -8,7 +10,8 @@ ask the brokers with the Kafka protocol (found through the controller, or --boot
 broker or any Kafka cluster).
 
     status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
-                       partitions, leaders, ISRs, replica offsets
+                       partitions, leaders, ISRs, replica offsets; a single `kshim serve`
+                       answers too (its broker's own view)
     kill NODE          SIGKILL the broker: it stays down until `start`
     kill controller    SIGKILL the controller process: the supervisor restarts it at once
     start NODE         start a stopped broker again on its data dir; returns once it registered
@@ -24,13 +27,25 @@ broker or any Kafka cluster).
     compact TOPIC [PARTITION]
                        clean a compacted topic's logs now on every broker (also a single
                        `kshim serve`): each broker's <data dir>/broker.sock; JSON per replica
+    fault add ACTION [--api API] [--topic T [--partition P]] [--client-id ID] [--error CODE]
+              [--delay-ms MS] [--after N] [--count N] [--duration-ms MS] [--broker NODE]
+    fault list | fault clear [ID]
+                       request fault rules of every broker (or --broker NODE), also a single
+                       `kshim serve`: error, delay, drop, timeout (docs/faults.md)
+    net partition|latency|loss A B [--ms MS] [--percent P] [--duration-ms MS]; net heal [A B]
+                       faults of the replication traffic between brokers A and B, both ways
+    requests [--follow] [--api API] [--client-id ID] [--broker NODE]
+                       the brokers' request logs as JSON lines: api, version, client id,
+                       partitions, errors, latency, the fault rule applied
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from kshim.ctl import compact, groups, status, txns
+from kshim.ctl import compact, faults, groups, status, txns
+from kshim.ctl.common import CtlError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -44,6 +59,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     status_parser = commands.add_parser("status", help="brokers and partitions as JSON",
                                  description="Print the cluster's brokers and partitions as JSON.")
     status_parser.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
+    status_parser.add_argument("--json", action="store_true", help="JSON (the default)")
     helps = {"kill": "SIGKILL a broker", "start": "start a stopped broker again",
              "pause": "SIGSTOP a broker", "resume": "SIGCONT a paused broker",
              "isolate": "cut a broker's replication traffic", "heal": "restore a broker's replication traffic"}
@@ -54,9 +70,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                            help="the broker's node id, or `controller` (the supervisor restarts it)")
         else:
             c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
+        c.add_argument("--json", action="store_true", help="print what was done as a JSON object")
     groups.add_parser(commands)
     txns.add_parser(commands)
     compact.add_parser(commands)
+    faults.add_parsers(commands)
     return p
 
 
@@ -76,4 +94,11 @@ def main(args: argparse.Namespace) -> int:
         return txns.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
+    if args.ctl_command in ("fault", "requests", "net"):
+        run = {"fault": faults.main_fault, "requests": faults.main_requests, "net": faults.main_net}
+        try:
+            return run[args.ctl_command](args)
+        except CtlError as e:
+            print(f"kshim ctl {args.ctl_command}: {e}", file=sys.stderr)
+            return 1
     return status.main(args)

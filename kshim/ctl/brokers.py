@@ -123,6 +123,25 @@ def parse_addresses(text: str) -> list[tuple[str, int]]:
     return out
 
 
+def cluster_brokers(data_dir) -> list[dict]:
+    """The brokers the status of data_dir lists ([] if it cannot be had)."""
+    try:
+        return status(data_dir)["brokers"]
+    except CtlError:
+        return []
+
+
+def brokers_down(data_dir) -> dict[int, str]:
+    """Brokers of the cluster in data_dir whose process cannot answer now (paused, killed), and why,
+    from its supervisor: asking them would only wait for a timeout. {} if that is unknown."""
+    down = {}
+    for b in cluster_brokers(data_dir):
+        process = b.get("process", "running")
+        if process not in ("running", "external"):
+            down[b["id"]] = process
+    return down
+
+
 def addresses_from_cluster(data_dir) -> list[tuple[str, int]]:
     try:
         s = status(data_dir)

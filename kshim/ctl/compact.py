@@ -26,6 +26,7 @@ def add_parser(commands) -> None:
                                         "broker hosting them, whatever their dirty ratio.")
     c.add_argument("topic")
     c.add_argument("partition", type=int, nargs="?", default=-1, help="one partition (default: all)")
+    c.add_argument("--json", action="store_true", help="JSON lines (the default)")
 
 
 def sockets(data_dir: Path) -> list[Path]:

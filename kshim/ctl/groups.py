@@ -29,7 +29,8 @@ import anyio
 
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
                                REQUEST_TIMEOUT_S, RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster,
-                               connect_any, failure_text, metadata, parse_addresses)
+                               brokers_down, cluster_brokers, connect_any, failure_text, metadata,
+                               parse_addresses)
 from kshim.ctl.common import GROUPS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
 from wire.errors import ErrorCode
 
@@ -140,8 +141,10 @@ async def offset_fetch(b: Broker, group_id: str) -> list[dict]:
 
 
 async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, int]],
-                      brokers: dict[int, tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, str | None]]:
-    """(topic, partition) -> (log end offset, error), asking each partition's leader."""
+                      brokers: dict[int, tuple[str, int]], down: dict[int, str] | None = None
+                      ) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+    """(topic, partition) -> (log end offset, error), asking each partition's leader (not those `down`)."""
+    down = down or {}
     out: dict[tuple[str, int], tuple[int | None, str | None]] = {}
     if not partitions:
         return out
@@ -166,6 +169,8 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
         leader = leaders.get(tp, -1)
         if leader < 0 or leader not in brokers:
             out[tp] = (None, "no leader" if tp in leaders else "unknown partition")
+        elif leader in down:
+            out[tp] = (None, f"its leader, broker {leader}, is {down[leader]}")
         else:
             by_leader.setdefault(leader, []).append(tp)
     for leader, tps in by_leader.items():
@@ -195,42 +200,56 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
 
 
 # --------------------------------------------------------------------------------- the report
-async def collect(addresses: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:
-    """The report (see the module docstring) from the brokers reachable through `addresses`."""
+async def collect(addresses: list[tuple[str, int]], group: str | None = None,
+                  down: dict[int, str] | None = None) -> dict[str, Any]:
+    """The report (see the module docstring) from the brokers reachable through `addresses`;
+    `down`: brokers known not to answer (node id -> why, from the cluster's supervisor), not asked."""
     pool = Pool(GROUPS_CLIENT_ID, OUR_VERSIONS)
     try:
-        return await _collect(pool, addresses, group)
+        return await _collect(pool, addresses, group, down or {})
     finally:
         with anyio.CancelScope(shield=True):
             await pool.close()
 
 
-async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | None) -> dict[str, Any]:
+async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | None,
+                   down: dict[int, str]) -> dict[str, Any]:
     bootstrap = await connect_any(pool, addresses)
     md = await metadata(bootstrap, [])
     brokers = {b.node_id: (b.host, b.port) for b in md.brokers}
     errors: list[str] = []
 
-    # which groups: ListGroups on every broker (each lists the groups it coordinates)
+    # which groups: ListGroups on every broker (each lists the groups it coordinates), all at once,
+    # so brokers that do not answer cost one timeout, not one each
     listed: dict[str, dict] = {}
     if group is not None:
         listed[group] = {"group_id": group, "protocol_type": None, "state": None, "group_type": None}
     else:
-        for node, (host, port) in sorted(brokers.items()):
+        answers: dict[int, list[dict]] = {}
+
+        async def ask(node: int, host: str, port: int) -> None:
             try:
-                for g in await list_groups(await pool.get(host, port)):
-                    listed.setdefault(g["group_id"], g)
+                answers[node] = await list_groups(await pool.get(host, port))
             except (CtlError, OSError, TimeoutError, ConnectionError) as e:
                 await pool.drop(host, port)
-                errors.append(f"ListGroups on broker {node} ({host}:{port}): {failure_text(e)}")
+                errors.append(f"broker {node} ({host}:{port}) did not list its groups: {failure_text(e)}")
+        for node in sorted(down):  # also once fenced, when Metadata no longer names it
+            errors.append(f"broker {node} is {down[node]}: the groups it coordinates are not listed")
+        async with anyio.create_task_group() as tg:
+            for node, (host, port) in sorted(brokers.items()):
+                if node not in down:
+                    tg.start_soon(ask, node, host, port)
+        for node in sorted(answers):
+            for g in answers[node]:
+                listed.setdefault(g["group_id"], g)
 
     groups = []
     for group_id in sorted(listed):
-        groups.append(await _describe(pool, bootstrap, brokers, listed[group_id]))
+        groups.append(await _describe(pool, bootstrap, brokers, listed[group_id], down))
 
     # end offsets of every partition shown, from the partitions' leaders
     wanted = {(o["topic"], o["partition"]) for g in groups for o in g["offsets"]}
-    ends = await end_offsets(pool, bootstrap, wanted, brokers)
+    ends = await end_offsets(pool, bootstrap, wanted, brokers, down)
     for g in groups:
         for o in g["offsets"]:
             end, error = ends.get((o["topic"], o["partition"]), (None, "no end offset"))
@@ -247,7 +266,8 @@ async def _collect(pool: Pool, addresses: list[tuple[str, int]], group: str | No
             "end_offsets": END_OFFSETS, "errors": errors, "groups": groups}
 
 
-async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) -> dict[str, Any]:
+async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict, down: dict[int, str]
+                    ) -> dict[str, Any]:
     group_id = listed["group_id"]
     out: dict[str, Any] = {"group_id": group_id, "state": listed.get("state"),
                            "group_type": listed.get("group_type"), "protocol_type": listed.get("protocol_type"),
@@ -258,6 +278,9 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict) 
         out["error"] = failure_text(e)
         return out
     out["coordinator"] = {"node_id": node, "host": host, "port": port}
+    if node in down:
+        out["error"] = f"its coordinator, broker {node} ({host}:{port}), is {down[node]}"
+        return out
     try:
         coordinator = await pool.get(host, port)
         _, resp = await coordinator.request(DESCRIBE_GROUPS, {"groups": [group_id],
@@ -340,14 +363,20 @@ async def _describe_consumer_group(coordinator: Broker, group_id: str, out: dict
 # ------------------------------------------------------------------------------- entry points
 def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
+    down: dict[int, str] = {}
     if bootstrap:
         addresses = parse_addresses(bootstrap)
     elif data_dir is not None:
-        addresses = addresses_from_cluster(data_dir)
+        down = brokers_down(data_dir)
+        # a paused broker would cost the bootstrap a timeout: the others first (it stays, last, in
+        # case the supervisor's view is stale)
+        every = addresses_from_cluster(data_dir)
+        status_ports = {b["port"]: b["id"] for b in cluster_brokers(data_dir)}
+        addresses = sorted(every, key=lambda a: status_ports.get(a[1]) in down)
     else:
-        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
+        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve [--brokers N]`")
     try:
-        return anyio.run(collect, addresses, group)
+        return anyio.run(collect, addresses, group, down)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
 
@@ -365,6 +394,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                         "single broker (`kshim serve` without --brokers), which has no controller socket")
     p.add_argument("--group", metavar="ID", help="show this group only")
     p.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
+    p.add_argument("--json", action="store_true", help="JSON (the default)")
     return p
 
 
@@ -373,7 +403,7 @@ def format_table(report: dict[str, Any]) -> str:
     for e in report["errors"]:
         lines.append(f"error: {e}")
     if not report["groups"]:
-        lines.append("no groups")
+        lines.append("no groups found on the brokers that answered" if report["errors"] else "no groups")
     for g in report["groups"]:
         if lines:
             lines.append("")
@@ -419,4 +449,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"kshim ctl groups: {e}", file=sys.stderr)
         return 1
     print(format_table(report) if args.table else json.dumps(report, indent=2))
-    return 0
+    for problem in report["errors"]:  # the report is partial: say which brokers were not heard, and fail
+        print(f"kshim ctl groups: {problem}", file=sys.stderr)
+    return 1 if report["errors"] else 0

@@ -12,6 +12,7 @@ import anyio
 
 from kshim.controller import messages as m
 from kshim.controller import rpc
+from kshim.ctl import brokers_admin
 from kshim.ctl.common import CtlError, text_table
 from kshim.errors import BrokerError
 
@@ -32,18 +33,24 @@ async def request(data_dir: Path, message: Any) -> Any:
     except rpc.RpcConnectionError as e:
         raise CtlError(f"the supervisor at {path} closed the connection: {e}") from None
     except (FileNotFoundError, ConnectionRefusedError):
-        raise CtlError(f"no kshim cluster is running with data in {data_dir} (nothing answers on {path})") from None
+        raise CtlError(f"no kshim is running with data in {data_dir} (nothing answers on {path}, nor on "
+                       f"{Path(data_dir) / brokers_admin.SOCKET_NAME})") from None
     except OSError as e:
         raise CtlError(f"cannot reach the supervisor at {path}: {e}") from None
 
 
 def status(data_dir: Path) -> dict[str, Any]:
-    """The cluster status (for scripts and tests)."""
+    """The cluster status (for scripts and tests); a single `kshim serve` answers on its admin socket."""
+    if not (Path(data_dir) / SOCKET_NAME).exists() and (Path(data_dir) / brokers_admin.SOCKET_NAME).exists():
+        return json.loads(brokers_admin.call(Path(data_dir) / brokers_admin.SOCKET_NAME, m.BrokerStatus(), node=0))
     return json.loads(anyio.run(request, data_dir, m.Status()))
 
 
 def command(data_dir: Path, name: str, node: int | str) -> str:
     """Run a node command (kill, start, pause, resume, isolate, heal, or kill controller); what was done."""
+    if not (Path(data_dir) / SOCKET_NAME).exists() and (Path(data_dir) / brokers_admin.SOCKET_NAME).exists():
+        raise CtlError(f"`{name}` needs a cluster (`kshim serve --brokers N`); {data_dir} holds a single "
+                       f"`kshim serve`, whose process is yours to signal")
     if node == CONTROLLER:
         return anyio.run(request, data_dir, m.KillController())
     assert isinstance(node, int)
@@ -53,7 +60,7 @@ def command(data_dir: Path, name: str, node: int | str) -> str:
 def format_table(s: dict[str, Any]) -> str:
     yes = {True: "yes", False: "no"}
     ctl = s["controller"]
-    lines = [f"cluster {s['cluster_id'] or '?'}  supervisor pid {s.get('supervisor', {}).get('pid', '?')}  "
+    lines = [f"cluster {s['cluster_id'] or '?'}  supervisor pid {s.get('supervisor', {}).get('pid') or '-'}  "
              f"controller pid {ctl['pid']} ({ctl.get('state', '?')}, {ctl.get('restarts', 0)} restarts)  "
              f"metadata version {ctl.get('image_version', '?')}", ""]
     rows = [["BROKER", "ADDRESS", "PID", "ALIVE", "ISOLATED", "EPOCH", "PROCESS"]]
@@ -82,7 +89,8 @@ def main(args: argparse.Namespace) -> int:
             s = status(args.data_dir)
             print(format_table(s) if args.table else json.dumps(s, indent=2))
         else:
-            print(command(args.data_dir, args.ctl_command, args.node))
+            done = command(args.data_dir, args.ctl_command, args.node)
+            print(json.dumps({"command": args.ctl_command, "node": args.node, "result": done}) if args.json else done)
     except CtlError as e:
         print(f"kshim ctl: {e}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ import logging
 import math
 import socket
 import ssl
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 import anyio
@@ -34,12 +35,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from kshim.broker import Broker
 from kshim.configs.security import ANONYMOUS, Listener
+from kshim.faults import API_NAMES, FaultRule, FaultRules
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.request_shape import error_response, request_partitions, response_errors
 from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.net.tls import certificate_principal, server_context
+from kshim.requestlog import RequestLog
+from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.server")
 
@@ -174,6 +179,14 @@ class _Connection:
         self.reserved = 0  # bytes held in RequestMemory for the large frame being received
 
 
+class _DropConnection(Exception):
+    """A fault rule closes this connection (drop, an error for acks=0 produce, a withheld answer)."""
+
+
+PRODUCE_KEY = 0
+FAULT_MESSAGE = "injected by a kshim fault rule"
+
+
 class _Pending:
     """A response that completes later; the writer waits on it in order."""
 
@@ -186,8 +199,10 @@ class _Pending:
 
 
 class Server:
-    def __init__(self, node: BrokerServer) -> None:
+    def __init__(self, node: BrokerServer, faults: FaultRules | None = None, requests: RequestLog | None = None) -> None:
         self.node = node
+        self.faults = faults if faults is not None else FaultRules()
+        self.requests = requests if requests is not None else RequestLog(0)
         self.broker = node.broker
         self.handlers: dict[int, Handler] = load_handlers()
         self.supported = supported_versions(self.handlers)
@@ -320,6 +335,9 @@ class Server:
                     except ProtocolError as e:
                         log.warning("closing connection from %s: %s", peer, e)
                         tg.cancel_scope.cancel()
+                    except _DropConnection as e:
+                        log.info("closing connection from %s: %s", peer, e)
+                        tg.cancel_scope.cancel()
                     except _PEER_GONE:
                         tg.cancel_scope.cancel()
                     except ssl.SSLError as e:
@@ -409,18 +427,88 @@ class Server:
 
     async def _dispatch(self, request: Request, peer: str,
                         security: ConnectionSecurity) -> Mapping[str, Any] | None | Awaitable[Any]:
+        """The request's answer: its handler's, unless a fault rule (kshim.faults) says otherwise;
+        timed for the metrics and recorded in the request log."""
+        started = time.monotonic()
+        metric_started = anyio.current_time()
+        h = request.header
+        rule = None
+        if self.faults and not request.unsupported:
+            rule = self.faults.match(h.api_key, h.client_id, lambda: self._partitions(request))
+        if rule is None:
+            result = await self._handle(request, peer, security)
+        elif rule.action == "error":
+            if h.api_key == PRODUCE_KEY and request.body is not None and request.body.acks == 0:
+                self._log(request, peer, None, started, rule, "dropped")
+                raise _DropConnection(f"fault rule {rule.id}: an acks=0 Produce failed "
+                                      f"({_code_name(rule.error_code)})")
+            result = error_response(h.api_key, h.api_version, request.body, rule.error_code, FAULT_MESSAGE)
+        elif rule.action == "drop":
+            self._log(request, peer, None, started, rule, "dropped")
+            raise _DropConnection(f"fault rule {rule.id} drops this {_api_name(h.api_key)} request")
+        else:  # delay, timeout: handled, then answered late or never
+            result = self._late(request, await self._handle(request, peer, security), rule, peer, started)
+        if result is None:  # acks=0 produce: no answer
+            self.node.metrics.observe(h.api_key, request.body, None, anyio.current_time() - metric_started)
+            return None
+        if inspect.isawaitable(result):
+            request.started = metric_started  # the metric is taken when it completes (_complete)
+            if self.requests.enabled and (rule is None or rule.action == "delay"):
+                return self._logged(request, peer, result, started, rule)
+            return result
+        self.node.metrics.observe(h.api_key, request.body, result, anyio.current_time() - metric_started)
+        self._log(request, peer, result, started, rule)
+        return result
+
+    async def _logged(self, request: Request, peer: str, result: Awaitable[Any], started: float,
+                      rule: FaultRule | None) -> Any:
+        body = await result
+        self._log(request, peer, body, started, rule)
+        return body
+
+    async def _handle(self, request: Request, peer: str,
+                      security: ConnectionSecurity) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
         if log.isEnabledFor(logging.DEBUG):  # which versions clients really send (compat tests read it)
             log.debug("request %s v%d from %s (%s)", handler.name, request.header.api_version, peer,
                       request.header.client_id)
         ctx = RequestContext(self.node, request.header, peer, self.supported, security.principal, security)
-        started = anyio.current_time()
-        result = await handler.handle(ctx, None if request.unsupported else request.body)
-        if not inspect.isawaitable(result):  # else counted once it completes (_complete)
-            self.node.metrics.observe(request.header.api_key, request.body, result, anyio.current_time() - started)
-        else:
-            request.started = started
-        return result
+        return await handler.handle(ctx, None if request.unsupported else request.body)
+
+    def _partitions(self, request: Request) -> list[tuple[str, int | None]]:
+        def name(topic_id: Any) -> str | None:
+            info = self.broker.topics_by_id.get(topic_id)
+            return info.name if info is not None else None
+        h = request.header
+        return request_partitions(h.api_key, h.api_version, request.body, name)
+
+    def _log(self, request: Request, peer: str, body: Mapping[str, Any] | None, started: float,
+             rule: FaultRule | None, outcome: str = "answered") -> None:
+        if not self.requests.enabled:
+            return
+        h = request.header
+        self.requests.record(
+            api_key=h.api_key, version=h.api_version, client_id=h.client_id, correlation_id=h.correlation_id,
+            peer=peer, partitions=self._partitions(request), started=started,
+            errors=response_errors(h.api_key, request.response_version, body) if body is not None else (),
+            fault=rule.id if rule is not None else None, outcome=outcome)
+
+    def _late(self, request: Request, result: Mapping[str, Any] | None | Awaitable[Any], rule: FaultRule,
+              peer: str, started: float) -> Awaitable[Any] | None:
+        """The answer of a delay or timeout rule: after delay_ms, or withheld and the connection closed."""
+        if result is None:  # acks=0: no answer to delay or withhold
+            return None
+
+        async def late() -> Any:
+            body = await result if inspect.isawaitable(result) else result
+            if rule.action == "timeout":  # logged now: the client usually hangs up before the hold ends
+                self._log(request, peer, body, started, rule, "withheld")
+            await anyio.sleep(rule.delay_ms / 1000)
+            if rule.action == "timeout":
+                raise _DropConnection(f"fault rule {rule.id} withheld the answer to this "
+                                      f"{_api_name(request.header.api_key)} request for {rule.delay_ms} ms")
+            return body
+        return late()
 
     async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
         # failed until a response exists: a completion cancelled while the connection is torn
@@ -431,6 +519,8 @@ class Server:
             self.node.metrics.observe(request.header.api_key, request.body, body, anyio.current_time() - request.started)
             pending.data = ConnectionCore.response_bytes(request, body)
             pending.failed = False
+        except _DropConnection as e:
+            log.info("closing connection from %s: %s", peer, e)
         except Exception:
             log.exception("handler %d failed for %s", request.header.api_key, peer)
         finally:
@@ -454,6 +544,14 @@ class Server:
         finally:
             # done, failed, or the reader finished (peer closed its side): end the connection
             tg.cancel_scope.cancel()
+
+
+def _api_name(api_key: int) -> str:
+    return API_NAMES.get(api_key, str(api_key))
+
+
+def _code_name(code: int) -> str:
+    return ErrorCode(code).name
 
 
 async def run(broker: Broker, on_ready=None) -> None:

@@ -20,6 +20,7 @@ import logging
 import anyio
 
 from kshim.clock import SYSTEM
+from kshim.faults import replica_client_id
 from kshim.partition import Partition
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
@@ -124,7 +125,7 @@ class Fetcher:
         info = self.broker.image.brokers.get(self.leader_id)
         if info is None:
             raise ConnectionError(f"no address for broker {self.leader_id}")
-        conn = BrokerConnection(info.host, info.port, f"kshim-replica-{self.broker.node_id}")
+        conn = BrokerConnection(info.host, info.port, replica_client_id(self.broker.node_id))
         await conn.connect()
         self._conn = conn
         return conn

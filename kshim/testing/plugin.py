@@ -1,0 +1,109 @@
+"""The kshim pytest plugin (entry point `pytest11: kshim`; without the package installed, load it
+with `-p kshim.testing.plugin` or `pytest_plugins = ["kshim.testing.plugin"]`).
+
+Fixtures:
+- `kshim_broker`: a fresh `kshim serve` for the test, on a free port, data in a directory of its
+  own; `.bootstrap`, `.faults` (FaultClient), `.requests` (RequestLogClient), `.data_dir`. The
+  next test's broker starts in the background while a test runs, so a test waits for none (a
+  cold start is bound by Python importing kshim, most of a second); `--kshim-no-spare` turns
+  that off.
+- `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
+  start, so `kshim_requests.new()` gives this test's requests).
+- `kshim_cluster`: a 3-broker `kshim serve --brokers 3` shared by the tests of a module (its fault
+  rules are cleared after each test that used it).
+
+Options: `--kshim-arg=ARG` (repeatable) adds a serve option to every broker the fixtures start.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator
+
+import pytest
+
+from kshim.ctl.faults import FaultClient, RequestLogClient
+from kshim.testing import KshimBroker, KshimCluster
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kshim-arg", action="append", default=[], metavar="ARG",
+                     help="an option for every `kshim serve` the kshim fixtures start (repeatable)")
+    parser.addoption("--kshim-no-spare", action="store_true",
+                     help="start each test's broker when the test asks for it, not during the test before")
+
+
+def _extra(config: pytest.Config) -> list[str]:
+    return list(config.getoption("--kshim-arg"))
+
+
+class _Brokers:
+    """Hands out started brokers, starting the next one in the background (one spare at most)."""
+
+    def __init__(self, config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.extra = _extra(config)
+        self.tmp = tmp_path_factory
+        self.spare_wanted = not config.getoption("--kshim-no-spare")
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="kshim-spare")
+        self.spare: Future[KshimBroker] | None = None
+
+    def _start(self) -> KshimBroker:
+        return KshimBroker(self.tmp.mktemp("kshim"), *self.extra).start()
+
+    def take(self) -> KshimBroker:
+        broker = self.spare.result() if self.spare is not None else self._start()
+        self.spare = self.pool.submit(self._start) if self.spare_wanted else None
+        return broker
+
+    def close(self) -> None:
+        if self.spare is not None:
+            try:
+                self.spare.result().stop()
+            except Exception:  # a spare that failed to start: nothing to stop, and no test used it
+                pass
+        self.pool.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _kshim_brokers(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Brokers]:
+    brokers = _Brokers(pytestconfig, tmp_path_factory)
+    yield brokers
+    brokers.close()
+
+
+@pytest.fixture
+def kshim_broker(_kshim_brokers: _Brokers) -> Iterator[KshimBroker]:
+    broker = _kshim_brokers.take()
+    try:
+        yield broker
+    finally:
+        code = broker.stop()
+    assert code == 0, "kshim serve did not stop cleanly:\n" + broker.logs()[-5000:]
+
+
+@pytest.fixture
+def kshim_faults(kshim_broker: KshimBroker) -> FaultClient:
+    return kshim_broker.faults
+
+
+@pytest.fixture
+def kshim_requests(kshim_broker: KshimBroker) -> RequestLogClient:
+    log = kshim_broker.requests
+    log.mark()
+    return log
+
+
+@pytest.fixture(scope="module")
+def _kshim_module_cluster(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[KshimCluster]:
+    cluster = KshimCluster(tmp_path_factory.mktemp("kshim-cluster"), 3, *_extra(request.config)).start()
+    try:
+        yield cluster
+    finally:
+        code = cluster.stop()
+    assert code == 0, "kshim serve --brokers 3 did not stop cleanly:\n" + cluster.logs()[-5000:]
+
+
+@pytest.fixture
+def kshim_cluster(_kshim_module_cluster: KshimCluster) -> Iterator[KshimCluster]:
+    yield _kshim_module_cluster
+    _kshim_module_cluster.faults.clear()
