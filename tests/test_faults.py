@@ -157,7 +157,10 @@ def _sample(fields, version):
     return out
 
 
-SERVED = [(k, v) for k, (lo, hi) in supported_versions(load_handlers()).items() for v in range(lo, hi + 1)]
+# DescribeLogDirs v1-2 has no error field outside its log dirs: Kafka's own error answer loses the code there too
+NO_ERROR_FIELD = {(35, 1), (35, 2)}
+SERVED = [(k, v) for k, (lo, hi) in supported_versions(load_handlers()).items() for v in range(lo, hi + 1)
+          if (k, v) not in NO_ERROR_FIELD]
 
 
 @pytest.mark.parametrize("api_key, version", SERVED, ids=lambda x: str(x))

@@ -51,7 +51,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image", "kshim.acls",  # leaves every layer shares
-    ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
               "kshim.faults", "kshim.requestlog",  # a broker's fault rules and request log, consulted at dispatch
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),

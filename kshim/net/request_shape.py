@@ -32,10 +32,13 @@ _ANSWERS: dict[tuple, str] = {  # (api key, field[, "v0": an older name])
     (61, "partitions"): "partition_indexes",
     (65, "transaction_states"): "transactional_ids",
     (69, "groups"): "group_ids",
+    (30, "results"): "creations", (31, "filter_results"): "filters",
+    (43, "replica_election_results"): "topic_partitions", (43, "partition_result"): "partitions",
+    (51, "results"): "upsertions",
 }
 # a response element's field and the request element's field it echoes, where their names differ
 _ECHOES = {"partition_index": ("partition", "index"), "partition": ("partition_index", "index"),
-           "topic": ("name",), "name": ("topic",)}
+           "topic": ("name",), "name": ("topic",), "user": ("name",)}
 
 # request arrays that name topics the request does not act on
 _NOT_ASKED = frozenset({"forgotten_topics_data"})  # Fetch: partitions dropped from the fetch session
