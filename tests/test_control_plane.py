@@ -15,7 +15,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
-from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import BrokerInfo, ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, TopicInfo
 from kshim.cluster.admin import BrokerAdmin
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
@@ -46,6 +46,9 @@ IMAGE = MetadataImage(
                                             (PartitionInfo(0, (1,), 1, 0, (1,)),)),
     },
     broker_configs={"": {"log.retention.ms": "1000"}, "2": {"compression.type": "gzip", "min.insync.replicas": "2"}},
+    client_quotas=(ClientQuota((QuotaEntityPart("client-id", None), QuotaEntityPart("user", "alice")),
+                               {"producer_byte_rate": 1024.0, "request_percentage": 12.5}),
+                   ClientQuota((QuotaEntityPart("ip", "127.0.0.1"),), {"connection_creation_rate": 3.0})),
 )
 
 REQUESTS = [
@@ -65,6 +68,9 @@ REQUESTS = [
     *[m.NodeCommand(action, 2) for action in m.NodeAction],
     m.KillController(),
     m.CompactNow("t", 2),
+    m.AlterClientQuotas((m.QuotaAlteration((QuotaEntityPart("user", None),), {"consumer_byte_rate": 1e6,
+                                                                               "request_percentage": None}),
+                         m.QuotaAlteration((), {})), True),
 ]
 
 RESULTS = [
@@ -85,6 +91,7 @@ RESULTS = [
     (m.ControllerStatus, json.dumps({"controller": {"pid": 7}})),
     (m.KillController, "killed the controller (pid 4321)"),
     (m.CompactNow, json.dumps([{"topic": "t", "partition": 0, "cleaned_to": 5}])),
+    (m.AlterClientQuotas, (m.QuotaAlterationResult(0, None), m.QuotaAlterationResult(42, "Invalid empty entity"))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -60,6 +60,19 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class QuotaEntityPart:
+    type: str  # "user", "client-id" or "ip"
+    name: str | None  # None: the type's default entity
+
+
+@dataclass(frozen=True)
+class ClientQuota:
+    """The quotas set on one entity (kshim.configs.quotas), its parts sorted by type."""
+    entity: tuple[QuotaEntityPart, ...]
+    values: dict[str, float] = field(hash=False, compare=True)
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     version: int
     cluster_id: str
@@ -69,6 +82,8 @@ class MetadataImage:
     # dynamic broker configs set with AlterConfigs: "" holds the cluster-wide defaults, str(node id)
     # one broker's own settings (kshim.configs.BrokerLevel reads them)
     broker_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
+    # client quotas set with AlterClientQuotas, in no particular order
+    client_quotas: tuple[ClientQuota, ...] = ()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         for topic in self.topics.values():

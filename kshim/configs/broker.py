@@ -37,6 +37,10 @@ class BrokerConfig:
     # a classic group's first rebalance waits this long for more members (Kafka's
     # group.initial.rebalance.delay.ms), longer while members keep arriving
     group_initial_rebalance_delay_ms: int = 3000
+    # client quotas' rates are measured over this many samples of this many seconds (Kafka's
+    # quota.window.num and quota.window.size.seconds)
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
 
     @property
     def advertised(self) -> str:

@@ -358,6 +358,10 @@ _STATIC_BROKER_CONFIGS = [
               "How long a classic consumer group's first rebalance waits for more members, extended by as much "
               "again (up to the rebalance timeout) while members keep joining "
               "(serve's --group-initial-rebalance-delay-ms).", dynamic=False),
+    ConfigDef("quota.window.num", INT, "11",
+              "Samples over which client quota rates are measured (serve's --quota-window-num).", dynamic=False),
+    ConfigDef("quota.window.size.seconds", INT, "1",
+              "Length of one client quota sample (serve's --quota-window-size-seconds).", dynamic=False),
     ConfigDef("kshim.request.stall.timeout.ms", LONG, "30000",
               "A connection that stops sending halfway through a request is closed after this long.",
               dynamic=False),

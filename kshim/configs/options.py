@@ -30,6 +30,10 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--group-initial-rebalance-delay-ms", "group_initial_rebalance_delay_ms",
      "how long a classic consumer group's first rebalance waits for more members to join, extended while "
      "they keep arriving (Kafka's group.initial.rebalance.delay.ms); 0 forms the group at once"),
+    ("--quota-window-num", "quota_window_num",
+     "samples over which client quota rates are measured (Kafka's quota.window.num)"),
+    ("--quota-window-size-seconds", "quota_window_size_seconds",
+     "length of one client quota sample (Kafka's quota.window.size.seconds)"),
 )
 _ZERO_ALLOWED = {"group_initial_rebalance_delay_ms"}
 _DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
@@ -45,6 +49,8 @@ class ConnectionSettings(TypedDict):
     log_cleaner_dedupe_buffer_size: int
     log_cleaner_backoff_ms: int
     group_initial_rebalance_delay_ms: int
+    quota_window_num: int
+    quota_window_size_seconds: int
 
 
 def positive(text: str) -> int:
@@ -62,7 +68,7 @@ def non_negative(text: str) -> int:
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner and group settings")
+    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner, group and quota settings")
     for option, name, text in OPTIONS:
         group.add_argument(option, dest=name, type=non_negative if name in _ZERO_ALLOWED else positive,
                            default=_DEFAULTS[name],

@@ -190,6 +190,8 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str]] = {
     "log.cleaner.dedupe.buffer.size": lambda c: str(c.log_cleaner_dedupe_buffer_size),
     "log.cleaner.backoff.ms": lambda c: str(c.log_cleaner_backoff_ms),
     "group.initial.rebalance.delay.ms": lambda c: str(c.group_initial_rebalance_delay_ms),
+    "quota.window.num": lambda c: str(c.quota_window_num),
+    "quota.window.size.seconds": lambda c: str(c.quota_window_size_seconds),
 }
 
 

@@ -27,8 +27,10 @@ from typing import Callable
 import anyio
 
 from kshim.clock import SYSTEM, Clock
-from kshim.cluster.image import INTERNAL_TOPICS, NO_LEADER, BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
-from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
+from kshim.cluster.image import (INTERNAL_TOPICS, NO_LEADER, BrokerInfo, ClientQuota, MetadataImage, PartitionInfo,
+                                 QuotaEntityPart, TopicInfo)
+from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
+from kshim.controller.messages import QuotaAlteration, QuotaAlterationResult
 from kshim.controller.store import BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -97,6 +99,9 @@ class Controller:
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
         self._broker_configs = store.load_broker_configs()
+        self._quotas: dict[quotas.Entity, dict[str, float]] = {
+            tuple(QuotaEntityPart(t, n) for t, n in entity): values
+            for entity, values in store.load_client_quotas().items()}
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -109,7 +114,9 @@ class Controller:
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
-        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs)
+        client_quotas = tuple(ClientQuota(entity, dict(values)) for entity, values in self._quotas.items())
+        return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
+                             client_quotas)
 
     def _publish(self) -> None:
         self.version += 1
@@ -394,6 +401,39 @@ class Controller:
             self._broker_configs.pop(resource, None)
         log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
         self._publish()
+
+    def alter_client_quotas(self, alterations: tuple[QuotaAlteration, ...], *,
+                            validate_only: bool = False) -> tuple[QuotaAlterationResult, ...]:
+        """AlterClientQuotas: each entity is validated and changed on its own (Kafka's
+        ClientQuotaControlManager); the valid ones are stored in one transaction, then published."""
+        results: list[QuotaAlterationResult] = []
+        changes: dict[quotas.Entity, dict[str, float]] = {}
+        seen: set[quotas.Entity] = set()
+        for alteration in alterations:
+            try:
+                entity = quotas.entity_of((p.type, p.name) for p in alteration.entity)
+                if entity in seen:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                      f"Ignoring duplicate entity {quotas.describe_entity(entity)}")
+                seen.add(entity)
+                new = quotas.alter(self._quotas.get(entity, {}), entity, alteration.ops)
+            except BrokerError as e:
+                results.append(QuotaAlterationResult(int(e.code), e.message))
+                continue
+            if new != self._quotas.get(entity, {}):
+                changes[entity] = new
+            results.append(QuotaAlterationResult(int(ErrorCode.NONE), None))
+        if changes and not validate_only:
+            self.store.replace_client_quotas({tuple((p.type, p.name) for p in entity): values
+                                              for entity, values in changes.items()})
+            for entity, values in changes.items():
+                if values:
+                    self._quotas[entity] = values
+                else:
+                    self._quotas.pop(entity, None)
+                log.info("client quotas of %s: %s", quotas.describe_entity(entity), values)
+            self._publish()
+        return tuple(results)
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

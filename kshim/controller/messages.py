@@ -46,7 +46,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
-from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import MetadataImage, PartitionInfo, QuotaEntityPart, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -185,6 +185,27 @@ class SetTopicConfigs(Operation[None], code=6, publishes=True):
 class SetBrokerConfigs(Operation[None], code=12, publishes=True):
     resource: str  # "" for the cluster-wide defaults, else a node id
     configs: dict[str, str | None]  # the resource's whole set of dynamic settings
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class QuotaAlteration:
+    """One entity of AlterClientQuotas: its (type, name) parts as the client sent them, and the
+    keys to set (a value) or remove (None)."""
+    entity: tuple[QuotaEntityPart, ...]
+    ops: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class QuotaAlterationResult:
+    error_code: Int32  # a wire.errors.ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True)
+class AlterClientQuotas(Operation[tuple[QuotaAlterationResult, ...]], code=160, publishes=True):
+    """Each entity succeeds or fails on its own (one result per alteration, in order)."""
+    alterations: tuple[QuotaAlteration, ...]
     validate_only: bool = False
 
 

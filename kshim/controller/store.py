@@ -1,5 +1,5 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-dynamic broker configs,
+dynamic broker configs, client quotas,
 partition state (replicas, leader, leader epoch, ISR), registered brokers, and the producer-id
 counter. Only the controller writes it.
 
@@ -45,6 +45,12 @@ CREATE TABLE IF NOT EXISTS broker_configs (
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     PRIMARY KEY (resource, key)
+);
+CREATE TABLE IF NOT EXISTS client_quotas (
+    entity TEXT NOT NULL,  -- JSON [[type, name or null], ...], sorted by type
+    key TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (entity, key)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -185,3 +191,19 @@ class MetadataStore:
             self._db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
             self._db.executemany("INSERT INTO broker_configs (resource, key, value) VALUES (?, ?, ?)",
                                  [(resource, k, v) for k, v in configs.items()])
+
+    def load_client_quotas(self) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        out: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        for entity, key, value in self._db.execute("SELECT entity, key, value FROM client_quotas"):
+            out.setdefault(tuple((t, n) for t, n in json.loads(entity)), {})[key] = value
+        return out
+
+    def replace_client_quotas(self, changes: dict[tuple[tuple[str, str | None], ...], dict[str, float]]) -> None:
+        """Each entity's whole set of quotas (an empty set removes the entity), in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            for entity, values in changes.items():
+                text = json.dumps([list(part) for part in entity])
+                self._db.execute("DELETE FROM client_quotas WHERE entity = ?", (text,))
+                self._db.executemany("INSERT INTO client_quotas (entity, key, value) VALUES (?, ?, ?)",
+                                     [(text, k, v) for k, v in values.items()])

@@ -16,6 +16,7 @@ import inspect
 import logging
 import math
 import socket
+import time
 from typing import Any, Awaitable, Mapping
 
 import anyio
@@ -26,7 +27,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from kshim.broker import Broker
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
+from kshim.net.handlers.throttling import charge_request_time
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.quota_manager import Throttle
 
 log = logging.getLogger("kshim.server")
 
@@ -116,13 +119,14 @@ class _Refusals:
 class _Connection:
     """What the server tracks of one connection."""
 
-    __slots__ = ("ip", "outstanding", "reserved", "last_sent")
+    __slots__ = ("ip", "outstanding", "reserved", "last_sent", "throttle")
 
     def __init__(self, ip: str) -> None:
         self.ip = ip
         self.outstanding = 0  # responses queued or in the making
         self.last_sent = anyio.current_time()  # when the last response went out
         self.reserved = 0  # bytes held in RequestMemory for the large frame being received
+        self.throttle = Throttle()  # client quotas: no request is handled before its mute ends
 
 
 class _Pending:
@@ -261,7 +265,8 @@ class Server:
             core.received(n)
             await checkpoint()  # a peer that always has bytes ready must not starve the others
             while (request := core.next_request()) is not None:
-                result = await self._dispatch(request, peer)
+                await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
+                result = await self._dispatch(request, peer, state.throttle)
                 if state.reserved and request.size == state.reserved:  # the large frame is handled
                     self.memory.release(state.reserved)
                     state.reserved = 0
@@ -279,12 +284,15 @@ class Server:
                 state.reserved = core.frame_size
                 await self.memory.reserve(state.reserved)
 
-    async def _dispatch(self, request: Request, peer: str) -> Mapping[str, Any] | None | Awaitable[Any]:
+    async def _dispatch(self, request: Request, peer: str,
+                        throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
-        ctx = RequestContext(self.node, request.header, peer, self.supported)
+        ctx = RequestContext(self.node, request.header, peer, self.supported, throttle)
         if request.unsupported:
             return await handler.handle(ctx, None)
-        return await handler.handle(ctx, request.body)
+        started = time.perf_counter_ns()
+        result = await handler.handle(ctx, request.body)
+        return charge_request_time(ctx, time.perf_counter_ns() - started, result)  # request_percentage
 
     async def _complete(self, request: Request, awaitable: Awaitable[Any], pending: _Pending, peer: str) -> None:
         # failed until a response exists: a completion cancelled while the connection is torn

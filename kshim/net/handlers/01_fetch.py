@@ -14,6 +14,9 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
   (advancing the high watermark, which may complete acks=all produces) and answers with batches up
   to its log end and its high watermark. A follower or leader cut off with `kshim ctl isolate`
   gets nothing: the request waits out max_wait_ms and records no progress, as if lost.
+- consumer_byte_rate (client quotas; followers are exempt): a response is at most what the quota
+  allows in one window; one that takes the client over its quota is answered empty with
+  throttle_time_ms, its bytes not counted, and the connection handles no request of it until then.
 - Returns whole batches; a fetch at an offset inside a batch returns that batch (clients skip the
   records before their offset). The first batch of the first partition with data is returned even
   if it exceeds max_bytes or partition_max_bytes (KIP-74); every other partition stops at its
@@ -30,7 +33,9 @@ from typing import Awaitable
 
 from construct import Container
 
+from kshim.configs.quotas import CONSUMER_BYTE_RATE
 from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers.throttling import charge, max_in_window, uncharge
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from wire.errors import ErrorCode
 
@@ -47,21 +52,35 @@ def _replica_id(ctx: RequestContext, req: Container) -> int:
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     by_id = ctx.version >= 13
-    params = FetchParams(_replica_id(ctx, req), req.max_wait_ms, req.min_bytes, req.max_bytes, req.isolation_level)
+    replica_id = _replica_id(ctx, req)
+    max_bytes = req.max_bytes
+    if replica_id >= 0:
+        ctx.quota_exempt = True  # replication is no client's traffic
+    elif (most := max_in_window(ctx, CONSUMER_BYTE_RATE)) is not None:
+        # no answer larger than the quota allows in a window, as Kafka caps it
+        max_bytes = max(1, min(max_bytes, int(most))) if max_bytes > 0 else max(1, int(most))
+    params = FetchParams(replica_id, req.max_wait_ms, req.min_bytes, max_bytes, req.isolation_level)
     asked = [FetchPartition(t.topic_id if by_id else t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                             p.get("current_leader_epoch", -1))
              for t in req.topics for p in t.partitions]
     results = ctx.broker.replica_manager.fetch(params, asked)
     if isinstance(results, list):
-        return _response(req, results)
-    return _when_ready(req, results)
+        return _response(ctx, req, results)
+    return _when_ready(ctx, req, results)
 
 
-async def _when_ready(req: Container, pending: Awaitable[list[FetchPartitionData]]) -> dict:
-    return _response(req, await pending)
+async def _when_ready(ctx: RequestContext, req: Container, pending: Awaitable[list[FetchPartitionData]]) -> dict:
+    return _response(ctx, req, await pending)
 
 
-def _response(req: Container, results: list[FetchPartitionData]) -> dict:
+def _response(ctx: RequestContext, req: Container, results: list[FetchPartitionData]) -> dict:
+    if not ctx.quota_exempt:
+        size = sum(len(r.records) for r in results)
+        throttle = charge(ctx, CONSUMER_BYTE_RATE, size)
+        if throttle:
+            # over the quota: the data is not sent (nor counted), as Kafka answers a throttled fetch
+            uncharge(ctx, CONSUMER_BYTE_RATE, size)
+            return {"throttle_time_ms": throttle, "error_code": ErrorCode.NONE, "session_id": 0, "responses": []}
     answers = iter(results)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": [
         {"topic": t.get("topic"), "topic_id": t.get("topic_id"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
 
 from construct import Container
@@ -23,6 +23,7 @@ from kshim.broker import Broker
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
+from kshim.net.quota_manager import Throttle
 from wire.headers import RequestHeader
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]
@@ -34,6 +35,8 @@ class RequestContext:
     header: RequestHeader
     peer: str  # "host:port" of the client, for logs
     supported: Mapping[int, tuple[int, int]]  # api key -> (min, max) served, for ApiVersions
+    throttle: Throttle = field(default_factory=Throttle)  # the connection's quota mute (handlers/throttling.py)
+    quota_exempt: bool = False  # a handler sets it for replication traffic: no request_percentage charge
 
     @property
     def broker(self) -> Broker:

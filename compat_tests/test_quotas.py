@@ -1,0 +1,211 @@
+"""Client quotas against a real kshim process: AlterClientQuotas / DescribeClientQuotas with
+kafka-python's admin client (its protocol classes, over its admin connection: kafka-python has no
+quota methods, nor has confluent-kafka's AdminClient; the Java Admin client's are in
+test_java_quotas.py), and enforcement measured with confluent-kafka (librdkafka) clients: a
+throttled producer and consumer move at their quota's rate, within 20%, while a client id without
+a quota on the same broker is not slowed.
+
+The broker measures rates over 2 samples of 1 s (--quota-window-num 2): with Kafka's default of
+11 samples a client that was idle may first send 10 windows' worth at once, and its rate over any
+8 s swings far past 20% (tests/test_quotas.py checks the long-run rate with 11 samples).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer
+from kafka import KafkaAdminClient
+from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+from compat_tests.kshim_process import KshimProcess
+
+QUOTA = 200 * 1024  # bytes per second
+MEASURE_S = 8.0
+WARM_UP_S = 2.0
+VALUE = b"v" * 1000
+
+INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
+EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = KshimProcess(tmp_path_factory.mktemp("kshim-data"), "--partitions", "1",
+                        "--quota-window-num", "2").start()
+    yield proc
+    code = proc.terminate()
+    assert code == 0, "kshim did not shut down cleanly:\n" + proc.logs()
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield client
+    client.close()
+
+
+def _send(admin: KafkaAdminClient, request):
+    async def send():
+        return await admin._manager.send(request)
+    return admin._manager.run(send)
+
+
+def alter(admin, entity: dict, ops: dict, validate_only: bool = False) -> tuple[int, str | None]:
+    """One entity's alteration: ops maps a key to its value, None to remove it."""
+    E = AlterClientQuotasRequest.EntryData
+    request = AlterClientQuotasRequest(entries=[E(
+        entity=[E.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()],
+        ops=[E.OpData(key=k, value=0.0 if v is None else v, remove=v is None) for k, v in ops.items()])],
+        validate_only=validate_only)
+    (entry,) = _send(admin, request).entries
+    return entry.error_code, entry.error_message
+
+
+def describe(admin, components=(), strict=False):
+    request = DescribeClientQuotasRequest(components=[
+        DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=s) for t, m, s in components],
+        strict=strict)
+    response = _send(admin, request)
+    if response.error_code:
+        return response.error_code, response.error_message
+    return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {v.key: v.value for v in entry.values}
+            for entry in response.entries}
+
+
+def test_kafka_python_admin_sets_describes_and_removes_quotas(admin):
+    user = f"u-{uuid.uuid4().hex[:6]}"
+    assert alter(admin, {"user": user, "client-id": None}, {"producer_byte_rate": 1024.0,
+                                                             "request_percentage": 25.0}) == (0, None)
+    assert alter(admin, {"user": user}, {"consumer_byte_rate": 4096.0}) == (0, None)
+    mine = [("user", EXACT, user)]
+    assert describe(admin, mine) == {
+        (("client-id", None), ("user", user)): {"producer_byte_rate": 1024.0, "request_percentage": 25.0},
+        (("user", user),): {"consumer_byte_rate": 4096.0}}
+    assert describe(admin, mine, strict=True) == {(("user", user),): {"consumer_byte_rate": 4096.0}}
+    assert describe(admin, mine + [("client-id", DEFAULT, None)]) == {
+        (("client-id", None), ("user", user)): {"producer_byte_rate": 1024.0, "request_percentage": 25.0}}
+    # validate_only changes nothing; remove drops a key, the last one the entity
+    assert alter(admin, {"user": user}, {"consumer_byte_rate": 1.0}, validate_only=True) == (0, None)
+    assert alter(admin, {"user": user}, {"consumer_byte_rate": None}) == (0, None)
+    assert alter(admin, {"user": user, "client-id": None}, {"request_percentage": None}) == (0, None)
+    assert describe(admin, mine) == {(("client-id", None), ("user", user)): {"producer_byte_rate": 1024.0}}
+
+
+def test_kafka_python_admin_gets_kafkas_errors_for_bad_input(admin):
+    assert alter(admin, {"group": "g"}, {"producer_byte_rate": 1.0}) == (
+        INVALID_REQUEST, "Unhandled client quota entity type: group")
+    assert alter(admin, {}, {"producer_byte_rate": 1.0}) == (INVALID_REQUEST, "Invalid empty client quota entity")
+    assert alter(admin, {"client-id": "c"}, {"bogus_rate": 1.0}) == (INVALID_REQUEST, "Invalid configuration key bogus_rate")
+    assert alter(admin, {"client-id": "c"}, {"producer_byte_rate": -1.0}) == (
+        INVALID_REQUEST, "Quota producer_byte_rate must be greater than 0")
+    assert alter(admin, {"client-id": "c"}, {"producer_byte_rate": 1.5})[0] == INVALID_REQUEST
+    assert alter(admin, {"ip": "127.0.0.1", "user": "u"}, {"connection_creation_rate": 1.0})[0] == INVALID_REQUEST
+    assert alter(admin, {"ip": "not an address"}, {"connection_creation_rate": 1.0})[0] == INVALID_REQUEST
+    assert describe(admin, [("group", SPECIFIED, None)]) == (UNSUPPORTED_VERSION, "Unsupported entity type group")
+    assert describe(admin, [("user", EXACT, None)])[0] == INVALID_REQUEST
+    assert describe(admin, [("client-id", EXACT, "c")]) == {}  # nothing was stored
+
+
+# ---------------------------------------------------------------- enforcement
+def _producer(broker, client_id: str) -> Producer:
+    # 16 KiB batches (the Java client's default) so that one request is a small part of a window
+    return Producer({"bootstrap.servers": broker.bootstrap, "client.id": client_id, "batch.size": 16384,
+                     "linger.ms": 5, "queue.buffering.max.kbytes": 1024, "log_level": 3})
+
+
+def _produce_for(broker, client_id: str, topic: str, seconds: float) -> list[tuple[float, int]]:
+    """Produce as fast as the broker lets `client_id`; (time, value bytes) of each acknowledgement."""
+    acked: list[tuple[float, int]] = []
+    errors = []
+    p = _producer(broker, client_id)
+
+    def delivered(err, msg):
+        if err is None:
+            acked.append((time.monotonic(), len(msg.value())))
+        elif err.code() not in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+            errors.append(err)
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            p.produce(topic, VALUE, on_delivery=delivered)
+        except BufferError:  # the local queue is full: the broker is holding us back
+            p.poll(0.01)
+            continue
+        p.poll(0)
+    p.purge()  # what is still queued is not part of the measurement
+    p.flush(30)
+    assert not errors, errors[:3]
+    return acked
+
+
+def _rate(events: list[tuple[float, int]], start: float, seconds: float) -> float:
+    return sum(n for t, n in events if start <= t < start + seconds) / seconds
+
+
+def test_a_produce_quota_holds_a_client_id_to_its_rate_and_spares_the_others(broker, admin):
+    topic = f"produce-quota-{uuid.uuid4().hex[:6]}"
+    assert alter(admin, {"client-id": "throttled-producer"}, {"producer_byte_rate": float(QUOTA)}) == (0, None)
+    _produce_for(broker, "free-producer", topic, 0.5)  # the topic exists before anyone is timed
+    started = time.monotonic()
+    throttled: list[tuple[float, int]] = []
+    runner = threading.Thread(target=lambda: throttled.extend(
+        _produce_for(broker, "throttled-producer", topic, WARM_UP_S + MEASURE_S)))
+    runner.start()
+    try:
+        time.sleep(WARM_UP_S)  # a free producer beside it, while it is throttled
+        free = _produce_for(broker, "free-producer", topic, 3.0)
+    finally:
+        runner.join(120)
+    measured = _rate(throttled, started + WARM_UP_S, MEASURE_S)
+    assert 0.8 * QUOTA <= measured <= 1.2 * QUOTA, f"{measured / 1024:.0f} KiB/s against a quota of {QUOTA / 1024:.0f}"
+    unthrottled = _rate(free, free[0][0], free[-1][0] - free[0][0])
+    assert unthrottled > 2 * QUOTA, f"the free producer managed only {unthrottled / 1024:.0f} KiB/s"
+
+
+def _consume_for(broker, client_id: str, topic: str, seconds: float, total: int) -> list[tuple[float, int]]:
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                  "client.id": client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                  "log_level": 3})
+    got: list[tuple[float, int]] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + seconds
+        received = 0
+        while time.monotonic() < deadline and received < total:
+            for msg in c.consume(500, timeout=0.2):
+                assert msg.error() is None, msg.error()
+                got.append((time.monotonic(), len(msg.value())))
+                received += len(msg.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_a_consume_quota_holds_a_client_id_to_its_rate_and_spares_the_others(broker, admin):
+    topic = f"consume-quota-{uuid.uuid4().hex[:6]}"
+    assert alter(admin, {"client-id": "throttled-consumer"}, {"consumer_byte_rate": float(QUOTA)}) == (0, None)
+    total = int(QUOTA * (WARM_UP_S + MEASURE_S + 6))
+    p = _producer(broker, "free-producer")
+    for _ in range(total // len(VALUE)):
+        while True:
+            try:
+                p.produce(topic, VALUE)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(60) == 0
+    stored = (total // len(VALUE)) * len(VALUE)
+
+    free = _consume_for(broker, "free-consumer", topic, 60, stored)
+    assert sum(n for _, n in free) == stored
+    unthrottled = stored / (free[-1][0] - free[0][0])
+    assert unthrottled > 2 * QUOTA, f"the free consumer managed only {unthrottled / 1024:.0f} KiB/s"
+
+    throttled = _consume_for(broker, "throttled-consumer", topic, WARM_UP_S + MEASURE_S + 1, stored)
+    first = throttled[0][0]
+    measured = _rate(throttled, first + WARM_UP_S, MEASURE_S)
+    assert 0.8 * QUOTA <= measured <= 1.2 * QUOTA, f"{measured / 1024:.0f} KiB/s against a quota of {QUOTA / 1024:.0f}"
