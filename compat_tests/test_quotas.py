@@ -21,6 +21,7 @@ from kafka import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from compat_tests.kshim_process import KshimProcess
+from compat_tests.raw_kafka import RawConnection
 
 QUOTA = 200 * 1024  # bytes per second
 MEASURE_S = 8.0
@@ -215,3 +216,30 @@ def test_a_consume_quota_holds_a_client_id_to_its_rate_and_spares_the_others(bro
     first = throttled[0][0]
     measured = _rate(throttled, first + WARM_UP_S, MEASURE_S)
     assert 0.8 * QUOTA <= measured <= 1.2 * QUOTA, f"{measured / 1024:.0f} KiB/s against a quota of {QUOTA / 1024:.0f}"
+
+
+def test_a_connection_creation_rate_closes_connections_past_it_unanswered(tmp_path):
+    """An ip quota (KIP-612) on a broker of its own: past 1 connection a second (10 in the first
+    window of Kafka's 11 samples), new connections from 127.0.0.1 are closed without an answer;
+    removing the quota lets them in again."""
+    proc = KshimProcess(tmp_path / "kshim-data").start()
+    admin = KafkaAdminClient(bootstrap_servers=proc.bootstrap)
+    try:
+        assert alter(admin, {"ip": "127.0.0.1"}, {"connection_creation_rate": 1.0}) == (0, None)
+        answered = 0
+        for _ in range(15):
+            with RawConnection(proc.bootstrap, timeout=5) as conn:
+                try:
+                    conn.api_versions()
+                    answered += 1
+                except (ConnectionError, OSError, EOFError):
+                    pass
+        assert 9 <= answered <= 11, answered
+        assert describe(admin, [("ip", EXACT, "127.0.0.1")]) == {
+            (("ip", "127.0.0.1"),): {"connection_creation_rate": 1.0}}
+        assert alter(admin, {"ip": "127.0.0.1"}, {"connection_creation_rate": None}) == (0, None)
+        with RawConnection(proc.bootstrap, timeout=5) as conn:
+            assert conn.api_versions().error_code == 0
+    finally:
+        admin.close()
+        assert proc.terminate() == 0, proc.logs()

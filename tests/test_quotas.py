@@ -323,3 +323,45 @@ async def test_produce_over_its_quota_answers_a_throttle_time_and_mutes(broker):
     assert ctx.throttle.until > 0
     resp, ctx = await send("fast")
     assert resp.throttle_time_ms == 0 and ctx.throttle.until == 0
+
+
+def test_connection_creation_rate_per_address_with_the_default_address_below_it():
+    manager = QuotaManager(samples=11, window_s=1)
+    manager.update([_q([("ip", "10.0.0.1")], connection_creation_rate=1), _q([("ip", None)], connection_creation_rate=2)])
+    # 10 connections in the first window are 1 a second: allowed; the 11th waits (at most a window)
+    assert [manager.connection_throttle("10.0.0.1", 0) for _ in range(10)] == [0] * 10
+    assert manager.connection_throttle("10.0.0.1", 0) == 1000
+    assert manager.connection_throttle("10.0.0.1", 0) == 1000  # a refused one was not counted
+    assert manager.connection_throttle("10.0.0.1", 1000) > 0  # 11 in a window counted as 10 s
+    assert manager.connection_throttle("10.0.0.1", 11_000) == 0  # 11 in 11 s
+    assert [manager.connection_throttle("10.0.0.2", 0) for _ in range(21)].count(0) == 20  # the default
+    manager.update([])
+    assert manager.connection_throttle("10.0.0.1", 0) == 0
+
+
+def test_controller_mutation_rate_is_a_token_bucket():
+    manager = QuotaManager(samples=11, window_s=1)
+    manager.update([_q([("client-id", "admin")], controller_mutation_rate=2)])
+    # a burst of 11 windows x 2 = 22 partitions; the request that overdraws is still allowed
+    assert manager.record_mutation("ANONYMOUS", "admin", 20, 0, strict=True) == (True, 0)
+    assert manager.record_mutation("ANONYMOUS", "admin", 6, 0, strict=True) == (True, 2000)  # 4 short at 2/s
+    assert manager.record_mutation("ANONYMOUS", "admin", 1, 1000, strict=True) == (False, 1000)
+    assert manager.record_mutation("ANONYMOUS", "admin", 1, 1000, strict=False) == (True, 1500)  # permissive
+    assert manager.record_mutation("ANONYMOUS", "admin", 1, 2500, strict=True) == (True, 500)
+    assert manager.record_mutation("ANONYMOUS", "other", 100, 0, strict=True) == (True, 0)  # no quota
+
+
+@pytest.mark.anyio
+async def test_create_topics_past_the_mutation_quota_is_throttling_quota_exceeded(broker):
+    create_topics = importlib.import_module("kshim.net.handlers.19_create_topics")
+    await _alter(broker, _entry([("client-id", "test")], [("controller_mutation_rate", 1.0)]))
+
+    def topic(name, partitions):
+        return {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}
+
+    resp, ctx = await call(broker, create_topics, 7, {"topics": [topic("m1", 12), topic("m2", 1)],
+                                                       "timeout_ms": 1000, "validate_only": False})
+    # 11 tokens: m1 overdraws to -1 and is created; m2 finds the bucket empty
+    assert [(t.name, t.error_code) for t in resp.topics] == [("m1", 0), ("m2", ErrorCode.THROTTLING_QUOTA_EXCEEDED)]
+    assert 900 <= resp.throttle_time_ms <= 1000 and ctx.throttle.until > 0
+    assert "m2" not in broker.topics

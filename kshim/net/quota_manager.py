@@ -10,7 +10,9 @@ Kafka). A recording that takes the rate above the quota answers a throttle time 
 honours (Throttle: it reads no further request until then, as Kafka mutes the channel; KIP-219).
 
 Byte rates are not bounded (the client must wait the whole excess off); request_percentage's
-throttle is bounded by one window, as Kafka bounds it. Rates of clients idle for a whole window
+throttle is bounded by one window, as Kafka bounds it. connection_creation_rate (per client
+address, KIP-612): a connection over the rate is held unread for the throttle time, then closed.
+controller_mutation_rate (KIP-599) is a token bucket of partitions created, added or deleted. Rates of clients idle for a whole window
 are dropped: nothing of them is left to measure.
 """
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any, Iterable, Protocol
 
 import anyio
 
-from kshim.cluster.image import ClientQuota
-from kshim.configs.quotas import Entity, resolve_quota
+from kshim.cluster.image import ClientQuota, QuotaEntityPart
+from kshim.configs.quotas import CONNECTION_CREATION_RATE, CONTROLLER_MUTATION_RATE, IP, Entity, resolve_quota
 
 ANONYMOUS = "ANONYMOUS"
 NANOS_TO_PERCENT = 100.0 / 1e9  # handler time -> percent of one second
@@ -93,6 +95,18 @@ class Rate:
         return all(now_ms - s.last_event_ms >= self.samples_n * self.window_ms for s in self._samples)
 
 
+@dataclass
+class TokenBucket:
+    """Kafka's TokenBucket (KIP-599): refills at the quota up to a burst of samples x window x
+    quota; a recording may take it below zero, and -tokens / quota is the wait."""
+    tokens: float
+    last_ms: int
+
+    def refill(self, quota: float, burst: float, now_ms: int) -> None:
+        self.tokens = min(burst, self.tokens + quota * max(0, now_ms - self.last_ms) / 1000)
+        self.last_ms = now_ms
+
+
 class QuotaManager:
     """The rates and quotas of one broker; the handlers and the server record into it."""
 
@@ -103,6 +117,7 @@ class QuotaManager:
         self.window_ms = window_s * 1000
         self._quotas: dict[Entity, dict[str, float]] = {}
         self._rates: dict[tuple[str, str, str], Rate] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._last_sweep_ms = 0
 
     def update(self, quotas: Iterable[ClientQuota]) -> None:
@@ -141,6 +156,51 @@ class QuotaManager:
         if found is not None and (rate := self._rates.get((key, found[1], found[2]))) is not None:
             rate.record(-value, now_ms)
 
+    def connection_throttle(self, ip: str, now_ms: int) -> int:
+        """connection_creation_rate (KIP-612): 0 if a new connection from `ip` may be served, else
+        how long to hold it before closing it unread (at most one window); a refused connection
+        is not counted."""
+        found = None
+        for name in (ip, None):  # /ips/<ip>, then /ips/<default>
+            values = self._quotas.get((QuotaEntityPart(IP, name),))
+            if values is not None and CONNECTION_CREATION_RATE in values:
+                found = values[CONNECTION_CREATION_RATE], name
+                break
+        if found is None:
+            return 0
+        bound, _ = found
+        self._sweep(now_ms)
+        tags = (CONNECTION_CREATION_RATE, ip, "")
+        rate = self._rates.get(tags)
+        if rate is None:
+            rate = self._rates[tags] = Rate(self.samples, self.window_ms)
+        rate.record(1.0, now_ms)
+        observed = rate.measure(now_ms)
+        if observed <= bound:
+            return 0
+        rate.record(-1.0, now_ms)
+        return min(round((observed - bound) / bound * rate.window_size_ms(now_ms)), self.window_ms)
+
+    def record_mutation(self, user: str, client_id: str, permits: float, now_ms: int,
+                        strict: bool) -> tuple[bool, int]:
+        """controller_mutation_rate (KIP-599): (allowed, throttle ms) for `permits` partition
+        mutations. Strict (recent request versions): refused while the bucket is below zero; the
+        request that takes it below zero is still allowed. Permissive: always allowed."""
+        found = resolve_quota(self._quotas, CONTROLLER_MUTATION_RATE, user, client_id)
+        if found is None:
+            return True, 0
+        bound, user_tag, client_tag = found
+        burst = self.samples * self.window_ms / 1000 * bound
+        self._sweep(now_ms)
+        bucket = self._buckets.get((user_tag, client_tag))
+        if bucket is None:
+            bucket = self._buckets[(user_tag, client_tag)] = TokenBucket(burst, now_ms)
+        bucket.refill(bound, burst, now_ms)
+        if strict and bucket.tokens < 0:
+            return False, round(-bucket.tokens / bound * 1000)
+        bucket.tokens = min(burst, bucket.tokens - permits)
+        return True, round(-bucket.tokens / bound * 1000) if bucket.tokens < 0 else 0
+
     def max_in_window(self, key: str, user: str, client_id: str) -> float | None:
         """What the client may use in one quota window at most (a fetch returns no more)."""
         bound = self.quota(key, user, client_id)
@@ -154,6 +214,9 @@ class QuotaManager:
         self._last_sweep_ms = now_ms
         for tags in [t for t, r in self._rates.items() if r.idle(now_ms)]:
             del self._rates[tags]
+        full = self.samples * self.window_ms  # a bucket untouched this long has refilled
+        for key in [k for k, b in self._buckets.items() if now_ms - b.last_ms >= full]:
+            del self._buckets[key]
 
 
 @dataclass(slots=True)

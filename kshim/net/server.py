@@ -75,6 +75,7 @@ async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryv
                 views[i] = views[i][sent:]
                 sent = 0
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
+MAX_HELD_CONNECTIONS = 1000  # connections over a connection_creation_rate quota held until their throttle ends
 REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged once, then summed up at most this often
 
 
@@ -151,6 +152,7 @@ class Server:
         self.open_connections = 0
         self.per_ip: dict[str, int] = {}
         self.refusals = _Refusals()
+        self.held_connections = 0  # refused by a connection_creation_rate quota, closed after their throttle
 
     async def serve(self, listener: socket.socket | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Accept on `listener` (bound by the caller before it opened any log) or on a new one."""
@@ -178,6 +180,9 @@ class Server:
                         self.refusals.note(peer, over)
                         conn.close()
                         continue
+                    if self._connection_throttled(tg, conn, address[0]):  # client quotas (KIP-612)
+                        self.refusals.note(peer, f"over the connection_creation_rate quota of {address[0]}")
+                        continue
                     try:
                         conn.setblocking(False)
                         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -188,6 +193,26 @@ class Server:
                     tg.start_soon(self._connection, conn, peer, address[0])
         finally:
             listener.close()
+
+    def _connection_throttled(self, tg: TaskGroup, conn: socket.socket, ip: str) -> bool:
+        """Over its address's connection_creation_rate: closed unread once its throttle time is up,
+        as Kafka does (at once past MAX_HELD_CONNECTIONS, so a flood holds no more descriptors)."""
+        throttle_ms = self.node.quotas.connection_throttle(ip, time.monotonic_ns() // 1_000_000)
+        if not throttle_ms:
+            return False
+        if self.held_connections >= MAX_HELD_CONNECTIONS:
+            conn.close()
+            return True
+        self.held_connections += 1
+
+        async def close_later() -> None:
+            try:
+                await anyio.sleep(throttle_ms / 1000)
+            finally:
+                conn.close()
+                self.held_connections -= 1
+        tg.start_soon(close_later)
+        return True
 
     def _over_limit(self, ip: str) -> str | None:
         cfg = self.broker.config

@@ -8,6 +8,8 @@
 - Deletion is immediate: the partition directories are removed before the response, and waiting
   fetches are woken. timeout_ms is ignored.
 - v6 answers carry the topic id of each deleted topic (and of each topic found by name).
+- controller_mutation_rate (client quotas): a topic's partitions count; from v5 a client past its
+  quota gets THROTTLING_QUOTA_EXCEEDED for the topic, and throttle_time_ms says how long to wait.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from construct import Container
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
+from kshim.net.handlers.throttling import MutationQuota
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -29,7 +32,8 @@ API_KEY = 20
 VERSIONS = (1, 6)
 
 
-async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
+                  quota: MutationQuota) -> dict[str, Any]:
     broker = ctx.broker
     topic_id = topic_id or ZERO_UUID
     if name is not None and topic_id != ZERO_UUID:
@@ -45,6 +49,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | N
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     refuse_internal(name, "delete")
     found_id = topic.topic_id
+    quota.record(len(topic.partitions))
     await broker.delete_topic(name)
     return {"name": name, "topic_id": found_id, "error_code": ErrorCode.NONE, "error_message": None}
 
@@ -55,9 +60,10 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     else:
         wanted = [(name, ZERO_UUID) for name in req.topic_names or ()]
     responses: list[dict[str, Any]] = []
+    quota = MutationQuota(ctx, strict_since=5)
     for name, topic_id in wanted:
         try:
-            responses.append(await _delete(ctx, name, topic_id))
+            responses.append(await _delete(ctx, name, topic_id, quota))
         except BrokerError as e:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID,
                               "error_code": e.code, "error_message": e.message})
@@ -66,4 +72,4 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID,
                               "error_code": ErrorCode.KAFKA_STORAGE_ERROR,
                               "error_message": f"deleting the topic failed: {e}"})
-    return {"throttle_time_ms": 0, "responses": responses}
+    return {"throttle_time_ms": quota.finish(), "responses": responses}

@@ -6,6 +6,8 @@
 - An unknown topic is UNKNOWN_TOPIC_OR_PARTITION; a topic named twice in one request is
   INVALID_REQUEST, answered once.
 - validate_only runs every check and changes nothing. timeout_ms is ignored.
+- controller_mutation_rate (client quotas): the partitions added count; from v3 a client past its
+  quota gets THROTTLING_QUOTA_EXCEEDED for the topic, and throttle_time_ms says how long to wait.
 - New partitions start empty; producers and consumers see them after their next metadata refresh.
 """
 from __future__ import annotations
@@ -18,19 +20,23 @@ from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext
 from kshim.net.handlers.per_topic import each_topic
+from kshim.net.handlers.throttling import MutationQuota
 from wire.errors import ErrorCode
 
 API_KEY = 37
 VERSIONS = (0, 3)
 
 
-async def _grow(ctx: RequestContext, topic: Container, validate_only: bool) -> None:
+async def _grow(ctx: RequestContext, topic: Container, validate_only: bool, quota: MutationQuota) -> None:
     if topic.name not in ctx.broker.topics:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
     refuse_internal(topic.name, "add partitions to")  # it would move every group's or transaction's coordinator
     if topic.assignments is not None:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give only the new count")
+    if not validate_only:
+        # controller_mutation_rate: the partitions added; THROTTLING_QUOTA_EXCEEDED from v3
+        quota.record(topic.count - len(ctx.broker.topics[topic.name].partitions))
     await ctx.broker.add_partitions(topic.name, topic.count, validate_only=validate_only)
 
 
@@ -39,9 +45,11 @@ def _answer(name: str, code: ErrorCode = ErrorCode.NONE, message: str | None = N
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    quota = MutationQuota(ctx, strict_since=3)
+
     async def grow(topic: Container) -> dict[str, Any]:
-        await _grow(ctx, topic, bool(req.validate_only))
+        await _grow(ctx, topic, bool(req.validate_only), quota)
         return _answer(topic.name)
 
     results = await each_topic(req.topics or (), grow, _answer, "adding partitions")
-    return {"throttle_time_ms": 0, "results": results}
+    return {"throttle_time_ms": quota.finish(), "results": results}

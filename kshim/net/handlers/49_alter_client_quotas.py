@@ -11,8 +11,8 @@ every broker enforces them from its metadata image (kshim/net/quota_manager.py).
   fractional or too large value for a whole key, a key given twice, an entity given twice.
 - remove=true drops the key (its value is ignored; removing an absent key succeeds).
 - validate_only runs every check and changes nothing.
-- controller_mutation_rate and connection_creation_rate are stored and described; kshim enforces
-  the byte rates and request_percentage (docs/protocol.md, Quotas).
+- Enforced (kshim/net/quota_manager.py, docs/protocol.md "Quotas"): the byte rates,
+  request_percentage, connection_creation_rate and controller_mutation_rate.
 """
 from __future__ import annotations
 

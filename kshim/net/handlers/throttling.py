@@ -8,6 +8,8 @@ import time
 from typing import Any, Awaitable, Mapping
 
 from kshim.configs.quotas import REQUEST_PERCENTAGE
+from kshim.errors import BrokerError
+from wire.errors import ErrorCode
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.quota_manager import NANOS_TO_PERCENT, QuotaManager, client_of
 
@@ -40,6 +42,38 @@ def max_in_window(ctx: RequestContext, key: str) -> float | None:
     if quotas is None:
         return None
     return quotas.max_in_window(key, *client_of(ctx))
+
+
+class MutationQuota:
+    """controller_mutation_rate for one CreateTopics / CreatePartitions / DeleteTopics request:
+    strict from `strict_since` (Kafka's versions 6, 3 and 5), permissive before."""
+
+    def __init__(self, ctx: RequestContext, strict_since: int) -> None:
+        self.ctx = ctx
+        self.strict = ctx.version >= strict_since
+        self.throttle_ms = 0
+        self.recorded_ms = 0
+
+    def record(self, permits: int) -> None:
+        """Count `permits` partitions; THROTTLING_QUOTA_EXCEEDED while a strict quota is exhausted."""
+        quotas = _manager(self.ctx)
+        if quotas is None or permits <= 0:
+            return
+        user, client_id = client_of(self.ctx)
+        now = _now_ms()
+        allowed, throttle = quotas.record_mutation(user, client_id, permits, now, self.strict)
+        if throttle:
+            self.throttle_ms, self.recorded_ms = throttle, now
+        if not allowed:
+            raise BrokerError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, "The throttling quota has been exceeded.")
+
+    def finish(self) -> int:
+        """The throttle time to answer (less the time the request took since), muting the connection."""
+        if not self.throttle_ms:
+            return 0
+        left = max(0, self.throttle_ms - (_now_ms() - self.recorded_ms))
+        self.ctx.throttle.mute(left)
+        return left
 
 
 def charge_request_time(ctx: RequestContext, nanos: int, result: Response) -> Response:
