@@ -21,14 +21,15 @@ from kafka import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
 from compat_tests.kshim_process import KshimProcess
-from compat_tests.raw_kafka import RawConnection
+from compat_tests.raw_kafka import METADATA, RawConnection
 
 QUOTA = 200 * 1024  # bytes per second
 MEASURE_S = 8.0
 WARM_UP_S = 2.0
 VALUE = b"v" * 1000
 
-INVALID_REQUEST, UNSUPPORTED_VERSION = 42, 35
+INVALID_REQUEST, UNSUPPORTED_VERSION, THROTTLING_QUOTA_EXCEEDED = 42, 35, 89
+CREATE_TOPICS = 19
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
@@ -243,3 +244,41 @@ def test_a_connection_creation_rate_closes_connections_past_it_unanswered(tmp_pa
     finally:
         admin.close()
         assert proc.terminate() == 0, proc.logs()
+
+
+def test_request_percentage_throttles_a_busy_client_id_for_at_most_a_window(broker, admin):
+    """0.01% of a second per second: a few Metadata requests of the raw client's id exceed it; the
+    answer says how long to wait (at most one window) and the next request is held that long."""
+    assert alter(admin, {"client-id": "kshim-raw"}, {"request_percentage": 0.01}) == (0, None)
+    try:
+        with RawConnection(broker.bootstrap) as conn:
+            throttle = 0
+            for _ in range(200):
+                throttle = conn.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                                       "include_topic_authorized_operations": False}).throttle_time_ms
+                if throttle:
+                    break
+            assert 0 < throttle <= 1000
+            started = time.monotonic()
+            conn.api_versions()
+            assert time.monotonic() - started >= throttle / 1000 * 0.9
+    finally:
+        assert alter(admin, {"client-id": "kshim-raw"}, {"request_percentage": None}) == (0, None)
+
+
+def test_create_topics_past_the_controller_mutation_rate_is_throttling_quota_exceeded(broker, admin):
+    """1 partition a second, a token bucket of 2 samples x 1 s x 1 = 2 partitions: CreateTopics v7
+    from the quota's client id gets THROTTLING_QUOTA_EXCEEDED once the bucket is overdrawn."""
+    assert alter(admin, {"client-id": "kshim-raw"}, {"controller_mutation_rate": 1.0}) == (0, None)
+    try:
+        prefix = f"mutated-{uuid.uuid4().hex[:6]}"
+        topics = [{"name": f"{prefix}-{i}", "num_partitions": 2, "replication_factor": -1, "assignments": [],
+                   "configs": []} for i in range(3)]
+        with RawConnection(broker.bootstrap) as conn:
+            resp = conn.request(CREATE_TOPICS, 7, {"topics": topics, "timeout_ms": 5000, "validate_only": False})
+        codes = [t.error_code for t in resp.topics]
+        # the first empties the bucket, the second overdraws it (allowed, as in Kafka), the third is refused
+        assert codes == [0, 0, THROTTLING_QUOTA_EXCEEDED], codes
+        assert 1500 <= resp.throttle_time_ms <= 2000  # 2 partitions short at 1 a second
+    finally:
+        assert alter(admin, {"client-id": "kshim-raw"}, {"controller_mutation_rate": None}) == (0, None)
