@@ -20,7 +20,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from kafka import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from compat_tests.kshim_process import KshimProcess
+from compat_tests.cluster import Cluster, run_ctl, running
+from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import METADATA, RawConnection
 
 QUOTA = 200 * 1024  # bytes per second
@@ -29,7 +30,7 @@ WARM_UP_S = 2.0
 VALUE = b"v" * 1000
 
 INVALID_REQUEST, UNSUPPORTED_VERSION, THROTTLING_QUOTA_EXCEEDED = 42, 35, 89
-CREATE_TOPICS = 19
+CREATE_TOPICS, DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 19, 48, 49
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 
 
@@ -282,3 +283,35 @@ def test_create_topics_past_the_controller_mutation_rate_is_throttling_quota_exc
         assert 1500 <= resp.throttle_time_ms <= 2000  # 2 partitions short at 1 a second
     finally:
         assert alter(admin, {"client-id": "kshim-raw"}, {"controller_mutation_rate": None}) == (0, None)
+
+
+def test_quotas_reach_every_broker_of_a_cluster_and_survive_a_controller_restart(tmp_path):
+    with running(Cluster(tmp_path / "cluster", 3)) as cluster:
+        def described(node: int) -> dict:
+            with RawConnection(f"127.0.0.1:{cluster.base_port + node}") as conn:
+                resp = conn.request(DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
+            return {tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry["values"]}
+                    for entry in resp.entries}
+
+        with RawConnection(f"127.0.0.1:{cluster.base_port + 1}") as conn:
+            resp = conn.request(ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+                {"entity": [{"entity_type": "user", "entity_name": None}],
+                 "ops": [{"key": "consumer_byte_rate", "value": 5e6, "remove": False}]}]})
+        assert [e.error_code for e in resp.entries] == [0]
+        expected = {(("user", None),): {"consumer_byte_rate": 5e6}}
+        for node in range(3):
+            wait_until(lambda: described(node) == expected, message=f"the quota on broker {node}")
+        assert run_ctl(cluster.data_dir, "kill", "controller").returncode == 0
+
+        def alter_through_broker_2() -> bool:  # errors until the restarted controller answers
+            with RawConnection(f"127.0.0.1:{cluster.base_port + 2}") as conn:
+                resp = conn.request(ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+                    {"entity": [{"entity_type": "client-id", "entity_name": "c"}],
+                     "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}]})
+            return [e.error_code for e in resp.entries] == [0]
+
+        wait_until(alter_through_broker_2, timeout=60, interval=0.5, message="an alteration after the restart")
+        assert described(0)[(("user", None),)] == {"consumer_byte_rate": 5e6}  # the restarted controller kept it
+        expected[(("client-id", "c"),)] = {"producer_byte_rate": 1e6}
+        for node in range(3):
+            wait_until(lambda: described(node) == expected, message=f"both quotas on broker {node}")
