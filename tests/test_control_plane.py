@@ -16,7 +16,7 @@ import pytest
 from kshim.acls import AclBinding, AclFilter
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
-from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, ScramEntry, TopicInfo
+from kshim.cluster.image import BrokerInfo, ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo
 from kshim.cluster.admin import BrokerAdmin
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
@@ -50,6 +50,9 @@ IMAGE = MetadataImage(
     features={"metadata.version": 30, "group.version": 1}, features_epoch=41,
     acls=(AclBinding(2, "orders", 3, "User:alice", "*", 3, 3), AclBinding(4, "kafka-cluster", 4, "User:*", "::1", 2, 2)),
     scram=(ScramEntry("alice", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096),),
+    client_quotas=(ClientQuota((QuotaEntityPart("client-id", None), QuotaEntityPart("user", "alice")),
+                               {"producer_byte_rate": 1024.0, "request_percentage": 12.5}),
+                   ClientQuota((QuotaEntityPart("ip", "127.0.0.1"),), {"connection_creation_rate": 3.0})),
 )
 ACL_FILTER = AclFilter(1, None, 2, "User:bob", None, 1, 3)
 
@@ -88,6 +91,9 @@ REQUESTS = [
     m.ShutdownBroker(2, 7),
     m.BrokerStatus(),
     m.RequestLogRead(17, 100),
+    m.AlterClientQuotas((m.QuotaAlteration((QuotaEntityPart("user", None),), {"consumer_byte_rate": 1e6,
+                                                                               "request_percentage": None}),
+                         m.QuotaAlteration((), {})), True),
 ]
 
 RESULTS = [
@@ -124,6 +130,7 @@ RESULTS = [
     (m.ShutdownBroker, None),
     (m.BrokerStatus, json.dumps({"brokers": []})),
     (m.FaultClear, json.dumps({"cleared": 2})),
+    (m.AlterClientQuotas, (m.QuotaAlterationResult(0, None), m.QuotaAlterationResult(42, "Invalid empty entity"))),
 ]
 
 # whose methods serve each kind of operation (messages.Server)

@@ -16,6 +16,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ConsumerGroupDescription;
@@ -41,6 +42,10 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.common.errors.AuthorizationException;
 import org.apache.kafka.common.errors.OutOfOrderSequenceException;
 import org.apache.kafka.common.errors.ProducerFencedException;
@@ -66,7 +71,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *   admin    BOOTSTRAP OP ARGS... [, OP ARGS...]     ops: create-topic T P [k=v...], list-topics,
  *            describe-topic T, describe-configs T, describe-cluster, list-groups, describe-group G,
  *            wait-group G STATE MEMBERS, group-offsets G, list-offsets T earliest|latest|max-timestamp,
- *            delete-topic T
+ *            delete-topic T, alter-quota ENTITY KEY=VALUE|KEY=- ... [validate-only],
+ *            describe-quotas [strict] [TYPE | TYPE=NAME ...]; ENTITY is TYPE=NAME[,TYPE=NAME], the
+ *            name <default> for the default entity; KEY=- removes the key; quota errors are
+ *            {"type":"quota-error","error":exception class,"message":...}
  *   txn      BOOTSTRAP TRANSACTIONAL_ID TOPIC PLAN    PLAN: commit:N,abort:N,... (one transaction each)
  *   copy     BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID N [--timeout-ms MS] [--min-txn-ms MS]
  *            exactly-once consume-transform-produce: "out-" + value to the same partition of OUTPUT,
@@ -401,6 +409,54 @@ public final class KshimClient {
                 need(op, a, 1);
                 admin.deleteTopics(Collections.singletonList(a.get(0))).all().get(t, ms);
                 emit(obj("type", "deleted", "topic", a.get(0)));
+                break;
+            }
+            case "alter-quota": {
+                need(op, a, 1);
+                Map<String, String> entity = new HashMap<>();
+                for (String part : a.get(0).split(",")) {
+                    String name = part.substring(part.indexOf('=') + 1);
+                    entity.put(part.substring(0, part.indexOf('=')), name.equals("<default>") ? null : name);
+                }
+                List<ClientQuotaAlteration.Op> ops = new ArrayList<>();
+                boolean validateOnly = false;
+                for (String kv : a.subList(1, a.size())) {
+                    if (kv.equals("validate-only")) { validateOnly = true; continue; }
+                    String v = kv.substring(kv.indexOf('=') + 1);
+                    ops.add(new ClientQuotaAlteration.Op(kv.substring(0, kv.indexOf('=')), v.equals("-") ? null : Double.valueOf(v)));
+                }
+                try {
+                    admin.alterClientQuotas(Collections.singletonList(new ClientQuotaAlteration(new ClientQuotaEntity(entity), ops)),
+                            new AlterClientQuotasOptions().validateOnly(validateOnly)).all().get(t, ms);
+                    emit(obj("type", "quota-altered"));
+                } catch (ExecutionException e) {
+                    emit(obj("type", "quota-error", "error", e.getCause().getClass().getSimpleName(), "message", e.getCause().getMessage()));
+                }
+                break;
+            }
+            case "describe-quotas": {
+                boolean strict = false;
+                List<ClientQuotaFilterComponent> components = new ArrayList<>();
+                for (String c : a) {
+                    int eq = c.indexOf('=');
+                    if (c.equals("strict")) strict = true;
+                    else if (eq < 0) components.add(ClientQuotaFilterComponent.ofEntityType(c));
+                    else if (c.substring(eq + 1).equals("<default>")) components.add(ClientQuotaFilterComponent.ofDefaultEntity(c.substring(0, eq)));
+                    else components.add(ClientQuotaFilterComponent.ofEntity(c.substring(0, eq), c.substring(eq + 1)));
+                }
+                ClientQuotaFilter filter = strict ? ClientQuotaFilter.containsOnly(components) : ClientQuotaFilter.contains(components);
+                try {
+                    List<Object> entries = new ArrayList<>();
+                    for (Map.Entry<ClientQuotaEntity, Map<String, Double>> e : admin.describeClientQuotas(filter).entities().get(t, ms).entrySet()) {
+                        Map<String, Object> names = new TreeMap<>();
+                        for (Map.Entry<String, String> part : e.getKey().entries().entrySet())
+                            names.put(part.getKey(), part.getValue() == null ? "<default>" : part.getValue());
+                        entries.add(obj("entity", names, "values", new TreeMap<>(e.getValue())));
+                    }
+                    emit(obj("type", "quotas", "entries", entries));
+                } catch (ExecutionException e) {
+                    emit(obj("type", "quota-error", "error", e.getCause().getClass().getSimpleName(), "message", e.getCause().getMessage()));
+                }
                 break;
             }
             default:

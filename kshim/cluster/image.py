@@ -87,6 +87,19 @@ class ScramEntry:
 
 
 @dataclass(frozen=True)
+class QuotaEntityPart:
+    type: str  # "user", "client-id" or "ip"
+    name: str | None  # None: the type's default entity
+
+
+@dataclass(frozen=True)
+class ClientQuota:
+    """The quotas set on one entity (kshim.configs.quotas), its parts sorted by type."""
+    entity: tuple[QuotaEntityPart, ...]
+    values: dict[str, float] = field(hash=False, compare=True)
+
+
+@dataclass(frozen=True)
 class MetadataImage:
     version: int
     cluster_id: str
@@ -103,6 +116,8 @@ class MetadataImage:
     acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.acls)
     # SCRAM credentials set with AlterUserScramCredentials, every broker authenticates with them
     scram: tuple[ScramEntry, ...] = ()
+    # client quotas set with AlterClientQuotas, in no particular order
+    client_quotas: tuple[ClientQuota, ...] = ()
 
     def feature(self, name: str) -> int:
         return self.features.get(name, 0)

@@ -46,6 +46,10 @@ class BrokerConfig:
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # listeners, TLS, SASL (docs/security.md)
     request_log_entries: int = 10_000  # requests kept in the broker's request log (kshim.requestlog); 0: off
+    # client quotas' rates are measured over this many samples of this many seconds (Kafka's
+    # quota.window.num and quota.window.size.seconds)
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
 
     @property
     def advertised(self) -> str:

@@ -39,6 +39,10 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
      "they keep arriving (Kafka's group.initial.rebalance.delay.ms); 0 forms the group at once"),
     ("--request-log-entries", "request_log_entries",
      "requests the broker keeps in its request log, the oldest dropped first (`kshim ctl requests`); 0 turns it off"),
+    ("--quota-window-num", "quota_window_num",
+     "samples over which client quota rates are measured (Kafka's quota.window.num)"),
+    ("--quota-window-size-seconds", "quota_window_size_seconds",
+     "length of one client quota sample (Kafka's quota.window.size.seconds)"),
 )
 # the others must be at least 1
 _MINIMUM = {"max_incremental_fetch_session_cache_slots": 0, "group_initial_rebalance_delay_ms": 0,
@@ -58,6 +62,8 @@ class ConnectionSettings(TypedDict):
     max_incremental_fetch_session_cache_slots: int
     group_initial_rebalance_delay_ms: int
     request_log_entries: int
+    quota_window_num: int
+    quota_window_size_seconds: int
 
 
 def positive(text: str) -> int:
@@ -75,7 +81,8 @@ def non_negative(text: str) -> int:
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner, fetch-session and group settings")
+    group = parser.add_argument_group("connection budgets (docs/robustness.md), cleaner, fetch-session, group, "
+                                      "request-log and quota settings")
     for option, name, text in OPTIONS:
         group.add_argument(option, dest=name, type=non_negative if _MINIMUM.get(name) == 0 else positive,
                            default=_DEFAULTS[name],

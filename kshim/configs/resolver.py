@@ -205,6 +205,8 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str | None]] = {
     "authorizer.class.name": lambda c: STANDARD_AUTHORIZER if c.authorizer.enabled else "",
     "super.users": lambda c: ";".join(sorted(c.authorizer.super_users)) or None,
     "allow.everyone.if.no.acl.found": lambda c: str(c.authorizer.allow_everyone_if_no_acl_found).lower(),
+    "quota.window.num": lambda c: str(c.quota_window_num),
+    "quota.window.size.seconds": lambda c: str(c.quota_window_size_seconds),
 }
 
 

@@ -29,12 +29,12 @@ import anyio
 from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
-    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, MetadataImage,
-    PartitionInfo, ScramEntry, TopicInfo)
-from kshim.configs import BrokerLevel, TopicConfig, check_values, resolve, validate, validate_broker
+    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, ClientQuota,
+    MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
-    DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState, ScramDeletion,
-    ScramResult)
+    DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState,
+    QuotaAlteration, QuotaAlterationResult, ScramDeletion, ScramResult)
 from kshim.controller.store import STOPPED_PID, BrokerRow, MetadataStore, PartitionRow, TopicRecord
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
@@ -116,6 +116,9 @@ class Controller:
         self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
         self._acls: dict[AclBinding, None] = dict.fromkeys(store.load_acls())  # ordered set
         self._scram = {(e.user, e.mechanism): e for e in store.load_scram()}
+        self._quotas: dict[quotas.Entity, dict[str, float]] = {
+            tuple(QuotaEntityPart(t, n) for t, n in entity): values
+            for entity, values in store.load_client_quotas().items()}
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -128,9 +131,10 @@ class Controller:
         }
         brokers = {b.info.node_id: b.info for b in self._brokers.values()}
         broker_configs = {resource: dict(configs) for resource, configs in self._broker_configs.items()}
+        client_quotas = tuple(ClientQuota(entity, dict(values)) for entity, values in self._quotas.items())
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
                              dict(self._features), self._features_epoch, tuple(self._acls),
-                             tuple(self._scram[key] for key in sorted(self._scram)))
+                             tuple(self._scram[key] for key in sorted(self._scram)), client_quotas)
 
     def _publish(self) -> None:
         self.version += 1
@@ -642,6 +646,7 @@ class Controller:
             log.info("deleted %d ACL(s)", len(gone))
             self._publish()
         return matched
+
     def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
                                 upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:
         """Kafka's ScramControlManager: a user named twice in one request is DUPLICATE_RESOURCE, a
@@ -677,6 +682,39 @@ class Controller:
             log.info("SCRAM credentials: %d set, %d deleted", len(upsert), len(delete))
             self._publish()
         return tuple(results[user] for user in named)
+
+    def alter_client_quotas(self, alterations: tuple[QuotaAlteration, ...], *,
+                            validate_only: bool = False) -> tuple[QuotaAlterationResult, ...]:
+        """AlterClientQuotas: each entity is validated and changed on its own (Kafka's
+        ClientQuotaControlManager); the valid ones are stored in one transaction, then published."""
+        results: list[QuotaAlterationResult] = []
+        changes: dict[quotas.Entity, dict[str, float]] = {}
+        seen: set[quotas.Entity] = set()
+        for alteration in alterations:
+            try:
+                entity = quotas.entity_of((p.type, p.name) for p in alteration.entity)
+                if entity in seen:
+                    raise BrokerError(ErrorCode.INVALID_REQUEST,
+                                      f"Ignoring duplicate entity {quotas.describe_entity(entity)}")
+                seen.add(entity)
+                new = quotas.alter(self._quotas.get(entity, {}), entity, alteration.ops)
+            except BrokerError as e:
+                results.append(QuotaAlterationResult(int(e.code), e.message))
+                continue
+            if new != self._quotas.get(entity, {}):
+                changes[entity] = new
+            results.append(QuotaAlterationResult(int(ErrorCode.NONE), None))
+        if changes and not validate_only:
+            self.store.replace_client_quotas({tuple((p.type, p.name) for p in entity): values
+                                              for entity, values in changes.items()})
+            for entity, values in changes.items():
+                if values:
+                    self._quotas[entity] = values
+                else:
+                    self._quotas.pop(entity, None)
+                log.info("client quotas of %s: %s", quotas.describe_entity(entity), values)
+            self._publish()
+        return tuple(results)
 
     def allocate_producer_ids(self, count: int = 1) -> int:
         """A block of `count` producer ids (KIP-730): brokers serve InitProducerId from their block."""

@@ -47,7 +47,7 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
 from kshim.acls import AclBinding, AclFilter
-from kshim.cluster.image import MetadataImage, PartitionInfo, ScramEntry, TopicInfo
+from kshim.cluster.image import MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
 from wire.errors import ErrorCode
@@ -226,6 +226,27 @@ class AlterScramCredentials(Operation[tuple[ScramResult, ...]], code=120, publis
     """AlterUserScramCredentials: one result per user named; credentials arrive salted."""
     deletions: tuple[ScramDeletion, ...]
     upsertions: tuple[ScramEntry, ...]
+
+
+@dataclass(frozen=True)
+class QuotaAlteration:
+    """One entity of AlterClientQuotas: its (type, name) parts as the client sent them, and the
+    keys to set (a value) or remove (None)."""
+    entity: tuple[QuotaEntityPart, ...]
+    ops: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class QuotaAlterationResult:
+    error_code: Int32  # a wire.errors.ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True)
+class AlterClientQuotas(Operation[tuple[QuotaAlterationResult, ...]], code=160, publishes=True):
+    """Each entity succeeds or fails on its own (one result per alteration, in order)."""
+    alterations: tuple[QuotaAlteration, ...]
+    validate_only: bool = False
 
 
 @dataclass(frozen=True)

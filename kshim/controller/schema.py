@@ -3,6 +3,7 @@ frozen dataclass, and its bytes follow from its fields.
 
     Int32, Int64          big-endian signed integers (a plain `int` is an Int64)
     bool                  one byte
+    float                 a big-endian IEEE 754 double
     str                   UTF-8 behind an int32 length
     uuid.UUID             16 bytes
     an Enum of strings    its value, as a str
@@ -31,6 +32,7 @@ from construct import (
     Construct,
     ConstructError,
     Flag,
+    Float64b,
     If,
     Int32sb,
     Int32ub,
@@ -140,6 +142,8 @@ def codec(hint: Any) -> Construct:
         return Pass
     if hint is bool:
         return Flag
+    if hint is float:
+        return Float64b
     if hint is int:
         return Int64sb
     if hint is str:

@@ -1,6 +1,7 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-dynamic broker configs, SCRAM credentials (salted), partition state (replicas, leader, leader
-epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the controller writes it.
+dynamic broker configs, SCRAM credentials (salted), client quotas, partition state (replicas,
+leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the
+controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
 format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
@@ -66,6 +67,12 @@ CREATE TABLE IF NOT EXISTS scram_credentials (
     server_key TEXT NOT NULL,
     iterations INTEGER NOT NULL,
     PRIMARY KEY (user, mechanism)
+);
+CREATE TABLE IF NOT EXISTS client_quotas (
+    entity TEXT NOT NULL,  -- JSON [[type, name or null], ...], sorted by type
+    key TEXT NOT NULL,
+    value REAL NOT NULL,
+    PRIMARY KEY (entity, key)
 );
 CREATE TABLE IF NOT EXISTS topic_configs (
     topic TEXT NOT NULL REFERENCES topics(name) ON DELETE CASCADE,
@@ -267,6 +274,23 @@ class MetadataStore:
             self._db.executemany(
                 "INSERT OR IGNORE INTO acls (resource_type, resource_name, pattern_type, principal, host, operation, "
                 "permission) VALUES (?, ?, ?, ?, ?, ?, ?)", [_acl_row(a) for a in add])
+
+
+    def load_client_quotas(self) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        out: dict[tuple[tuple[str, str | None], ...], dict[str, float]] = {}
+        for entity, key, value in self._db.execute("SELECT entity, key, value FROM client_quotas"):
+            out.setdefault(tuple((t, n) for t, n in json.loads(entity)), {})[key] = value
+        return out
+
+    def replace_client_quotas(self, changes: dict[tuple[tuple[str, str | None], ...], dict[str, float]]) -> None:
+        """Each entity's whole set of quotas (an empty set removes the entity), in one transaction."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            for entity, values in changes.items():
+                text = json.dumps([list(part) for part in entity])
+                self._db.execute("DELETE FROM client_quotas WHERE entity = ?", (text,))
+                self._db.executemany("INSERT INTO client_quotas (entity, key, value) VALUES (?, ?, ?)",
+                                     [(text, k, v) for k, v in values.items()])
 
 
 def _acl_row(a: AclBinding) -> tuple:

@@ -3,7 +3,8 @@
 The Broker (metadata image, replicas through its ReplicaManager, the controller client) knows
 nothing of the coordinators; this wires them to it: they follow each applied image (leadership of
 their internal topics' partitions), and the group coordinator hears of every COMMITTED
-transaction marker (which settles transactional offset commits on `__consumer_offsets`).
+transaction marker (which settles transactional offset commits on `__consumer_offsets`); the
+client quotas of each image go to the QuotaManager the handlers charge.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kshim.broker import Broker
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.metrics import BrokerMetrics, CoordinatorCounts, count_states
+from kshim.net.quota_manager import QuotaManager
 from kshim.replication.isr import IsrChanges
 
 
@@ -22,10 +24,15 @@ class BrokerServer:
         self.groups = GroupCoordinator(broker)
         self.transactions = TransactionCoordinator(broker)
         self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
-        broker.image_listeners += [self.groups.on_image, self.transactions.on_image]
+        self.quotas = QuotaManager(broker.config.quota_window_num, broker.config.quota_window_size_seconds)
+        broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self._on_image]
         broker.replica_manager.marker_listeners.append(self.groups.on_marker_committed)
         self.groups.on_image()  # an image applied before the coordinators existed
         self.transactions.on_image()
+        self._on_image()
+
+    def _on_image(self) -> None:
+        self.quotas.update(self.broker.image.client_quotas)
 
     def coordinator_counts(self) -> CoordinatorCounts:
         """The groups and transactional ids this broker coordinates, by state (for its metrics)."""

@@ -38,7 +38,9 @@ from kshim.configs.security import ANONYMOUS, Listener
 from kshim.faults import API_NAMES, FaultRule, FaultRules
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
+from kshim.net.handlers.throttling import charge_request_time
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
 from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
@@ -126,6 +128,7 @@ def open_listeners(listeners: list[Listener]) -> list[tuple[Listener, socket.soc
 
 
 MAX_IN_FLIGHT = 64  # responses queued per connection before the reader stops reading (back pressure)
+MAX_HELD_CONNECTIONS = 1000  # connections over a connection_creation_rate quota held until their throttle ends
 REFUSAL_LOG_INTERVAL_S = 10.0  # refused connections are logged once, then summed up at most this often
 
 
@@ -170,13 +173,14 @@ class _Refusals:
 class _Connection:
     """What the server tracks of one connection."""
 
-    __slots__ = ("ip", "outstanding", "reserved", "last_sent")
+    __slots__ = ("ip", "outstanding", "reserved", "last_sent", "throttle")
 
     def __init__(self, ip: str) -> None:
         self.ip = ip
         self.outstanding = 0  # responses queued or in the making
         self.last_sent = anyio.current_time()  # when the last response went out
         self.reserved = 0  # bytes held in RequestMemory for the large frame being received
+        self.throttle = Throttle()  # client quotas: no request is handled before its mute ends
 
 
 class _DropConnection(Exception):
@@ -211,6 +215,7 @@ class Server:
         self.open_connections = 0
         self.per_ip: dict[str, int] = {}
         self.refusals = _Refusals()
+        self.held_connections = 0  # refused by a connection_creation_rate quota, closed after their throttle
         security = cfg.security
         self.credentials = StaticCredentials(security.users, security.scram_iterations, self._stored_scram)
         self.tls: ssl.SSLContext | None = None
@@ -264,6 +269,9 @@ class Server:
                 self.refusals.note(peer, over)
                 conn.close()
                 continue
+            if self._connection_throttled(tg, conn, address[0]):  # client quotas (KIP-612)
+                self.refusals.note(peer, f"over the connection_creation_rate quota of {address[0]}")
+                continue
             try:
                 conn.setblocking(False)
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -272,6 +280,26 @@ class Server:
                 conn.close()
                 continue
             tg.start_soon(self._connection, conn, peer, address[0], listener)
+
+    def _connection_throttled(self, tg: TaskGroup, conn: socket.socket, ip: str) -> bool:
+        """Over its address's connection_creation_rate: closed unread once its throttle time is up,
+        as Kafka does (at once past MAX_HELD_CONNECTIONS, so a flood holds no more descriptors)."""
+        throttle_ms = self.node.quotas.connection_throttle(ip, time.monotonic_ns() // 1_000_000)
+        if not throttle_ms:
+            return False
+        if self.held_connections >= MAX_HELD_CONNECTIONS:
+            conn.close()
+            return True
+        self.held_connections += 1
+
+        async def close_later() -> None:
+            try:
+                await anyio.sleep(throttle_ms / 1000)
+            finally:
+                conn.close()
+                self.held_connections -= 1
+        tg.start_soon(close_later)
+        return True
 
     def _over_limit(self, ip: str) -> str | None:
         cfg = self.broker.config
@@ -398,7 +426,8 @@ class Server:
             core.received(n)
             await checkpoint()  # a peer that always has bytes ready must not starve the others
             while (request := core.next_request()) is not None:
-                result = await self._dispatch(request, peer, security)
+                await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
+                result = await self._dispatch(request, peer, security, state.throttle)
                 if state.reserved and request.size == state.reserved:  # the large frame is handled
                     self.memory.release(state.reserved)
                     state.reserved = 0
@@ -425,8 +454,8 @@ class Server:
                 state.reserved = core.frame_size
                 await self.memory.reserve(state.reserved)
 
-    async def _dispatch(self, request: Request, peer: str,
-                        security: ConnectionSecurity) -> Mapping[str, Any] | None | Awaitable[Any]:
+    async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity,
+                        throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
         """The request's answer: its handler's, unless a fault rule (kshim.faults) says otherwise;
         timed for the metrics and recorded in the request log."""
         started = time.monotonic()
@@ -436,7 +465,7 @@ class Server:
         if self.faults and not request.unsupported:
             rule = self.faults.match(h.api_key, h.client_id, lambda: self._partitions(request))
         if rule is None:
-            result = await self._handle(request, peer, security)
+            result = await self._handle(request, peer, security, throttle)
         elif rule.action == "error":
             if h.api_key == PRODUCE_KEY and request.body is not None and request.body.acks == 0:
                 self._log(request, peer, None, started, rule, "dropped")
@@ -447,7 +476,7 @@ class Server:
             self._log(request, peer, None, started, rule, "dropped")
             raise _DropConnection(f"fault rule {rule.id} drops this {_api_name(h.api_key)} request")
         else:  # delay, timeout: handled, then answered late or never
-            result = self._late(request, await self._handle(request, peer, security), rule, peer, started)
+            result = self._late(request, await self._handle(request, peer, security, throttle), rule, peer, started)
         if result is None:  # acks=0 produce: no answer
             self.node.metrics.observe(h.api_key, request.body, None, anyio.current_time() - metric_started)
             return None
@@ -466,14 +495,19 @@ class Server:
         self._log(request, peer, body, started, rule)
         return body
 
-    async def _handle(self, request: Request, peer: str,
-                      security: ConnectionSecurity) -> Mapping[str, Any] | None | Awaitable[Any]:
+    async def _handle(self, request: Request, peer: str, security: ConnectionSecurity,
+                      throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
         handler = self.handlers[request.header.api_key]
         if log.isEnabledFor(logging.DEBUG):  # which versions clients really send (compat tests read it)
             log.debug("request %s v%d from %s (%s)", handler.name, request.header.api_version, peer,
                       request.header.client_id)
-        ctx = RequestContext(self.node, request.header, peer, self.supported, security.principal, security)
-        return await handler.handle(ctx, None if request.unsupported else request.body)
+        ctx = RequestContext(self.node, request.header, peer, self.supported, principal=security.principal,
+                             security=security, throttle=throttle)
+        if request.unsupported:
+            return await handler.handle(ctx, None)
+        started = time.perf_counter_ns()
+        result = await handler.handle(ctx, request.body)
+        return charge_request_time(ctx, time.perf_counter_ns() - started, result)  # request_percentage
 
     def _partitions(self, request: Request) -> list[tuple[str, int | None]]:
         def name(topic_id: Any) -> str | None:

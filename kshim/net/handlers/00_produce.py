@@ -23,6 +23,9 @@ request and response.
   the header INVALID_RECORD. Bad CRC: CORRUPT_MESSAGE; over max.message.bytes: MESSAGE_TOO_LARGE; idempotence errors:
   OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH; a retried duplicate is acknowledged with
   its original offset.
+- producer_byte_rate (client quotas, kshim/net/quota_manager.py): the bytes of the records count
+  once appended (or answered); over the quota, throttle_time_ms says how long the client must wait
+  and the connection handles no request of it before then (acks=0: the mute alone).
 - Unknown topics are auto-created when the broker allows it; a partition this broker does not
   lead gets NOT_LEADER_OR_FOLLOWER, and the client finds the leader through Metadata.
 - v13 names topics by id (KIP-516): an id this broker's metadata does not know (never created, or
@@ -44,8 +47,10 @@ from typing import Awaitable
 from construct import Container
 
 from kshim.acls import AclOperation
+from kshim.configs.quotas import PRODUCER_BYTE_RATE
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.throttling import charge
 from kshim.net.protocol import ProtocolError
 from kshim.replica import PartitionAppend, Records
 from wire.errors import ErrorCode
@@ -92,7 +97,9 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     rejected = await replicas.validator.check([data for _, _, data in entries],
                                               [replicas.requires_keys(name, index) for name, index, _ in entries])
     results = replicas.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
+    size = sum(len(data) for _, _, data in entries if data is not None)
     if req.acks == 0:
+        charge(ctx, PRODUCER_BYTE_RATE, size)  # no answer to carry it: the mute alone throttles
         if not isinstance(results, list):  # compression.type recompression ran in a worker thread
             results = await results
         failed = [(name, index, r.error) for (name, index, _), r in zip(entries, results) if r.error]
@@ -100,17 +107,19 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
             raise ProtocolError(f"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata")
         return None
     if isinstance(results, list):
-        return _response(req, results)
-    return _when_committed(req, results)
+        return _response(req, results, charge(ctx, PRODUCER_BYTE_RATE, size))
+    return _when_committed(ctx, req, results, size)
 
 
-async def _when_committed(req: Container, pending: Awaitable[list[PartitionAppend]]) -> dict:
-    return _response(req, await pending)
+async def _when_committed(ctx: RequestContext, req: Container, pending: Awaitable[list[PartitionAppend]],
+                          size: int) -> dict:
+    results = await pending
+    return _response(req, results, charge(ctx, PRODUCER_BYTE_RATE, size))
 
 
-def _response(req: Container, results: list[PartitionAppend]) -> dict:
+def _response(req: Container, results: list[PartitionAppend], throttle_ms: int) -> dict:
     answers = iter(results)
-    return {"throttle_time_ms": 0, "responses": [
+    return {"throttle_time_ms": throttle_ms, "responses": [
         {**({"topic_id": t.topic_id} if "topic_id" in t else {"name": t.name}),  # as the request named it
          "partition_responses": [_partition_response(pd.index, next(answers)) for pd in t.partition_data]}
         for t in req.topic_data]}

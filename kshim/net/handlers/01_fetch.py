@@ -20,6 +20,10 @@ progress are the ReplicaManager's (kshim/replica); this module maps the request 
   (advancing the high watermark, which may complete acks=all produces) and answers with batches up
   to its log end and its high watermark. A follower or leader cut off with `kshim ctl isolate`
   gets nothing: the request waits out max_wait_ms and records no progress, as if lost.
+- consumer_byte_rate (client quotas; followers are exempt): a response is at most what the quota
+  allows in one window; one that takes the client over its quota is answered empty with
+  throttle_time_ms (in its fetch session, if any, whose partitions stay as they were), its bytes
+  not counted, and the connection handles no request of it until then.
 - Returns whole batches; a fetch at an offset inside a batch returns that batch (clients skip the
   records before their offset). The first batch of the first partition with data is returned even
   if it exceeds max_bytes or partition_max_bytes (KIP-74); every other partition stops at its
@@ -43,7 +47,9 @@ from typing import Awaitable
 from construct import Container
 
 from kshim.acls import AclOperation
+from kshim.configs.quotas import CONSUMER_BYTE_RATE
 from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers.throttling import charge, max_in_window, uncharge
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from kshim.replica.fetch_sessions import FetchContext, new_context
 from wire.errors import ErrorCode
@@ -78,14 +84,20 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if context.error:
         return {"throttle_time_ms": 0, "error_code": context.error, "session_id": 0, "responses": []}
     denied = _denied(ctx, by_id, context.asked) if replica_id < 0 else set()
+    max_bytes = req.max_bytes
+    if replica_id >= 0:
+        ctx.quota_exempt = True  # replication is no client's traffic
+    elif (most := max_in_window(ctx, CONSUMER_BYTE_RATE)) is not None:
+        # no answer larger than the quota allows in a window, as Kafka caps it
+        max_bytes = max(1, min(max_bytes, int(most))) if max_bytes > 0 else max(1, int(most))
     # a denied partition is answered at once, as any partition error is: no long-poll
-    params = FetchParams(replica_id, req.max_wait_ms, 0 if denied else req.min_bytes, req.max_bytes,
+    params = FetchParams(replica_id, req.max_wait_ms, 0 if denied else req.min_bytes, max_bytes,
                          req.isolation_level)
     allowed = [a for a in context.asked if a.topic not in denied]
     results = replicas.fetch(params, allowed)
     if isinstance(results, list):
-        return _response(context, by_id, _merge(context.asked, denied, results))
-    return _when_ready(context, by_id, denied, results)
+        return _response(ctx, context, by_id, _merge(context.asked, denied, results))
+    return _when_ready(ctx, context, by_id, denied, results)
 
 
 def _denied(ctx: RequestContext, by_id: bool, asked: list[FetchPartition]) -> set:
@@ -112,12 +124,22 @@ def _merge(asked: list[FetchPartition], denied: set, results: list[FetchPartitio
     return [refused if a.topic in denied else next(answers) for a in asked]
 
 
-async def _when_ready(context: FetchContext, by_id: bool, denied: set,
+async def _when_ready(ctx: RequestContext, context: FetchContext, by_id: bool, denied: set,
                       pending: Awaitable[list[FetchPartitionData]]) -> dict:
-    return _response(context, by_id, _merge(context.asked, denied, await pending))
+    return _response(ctx, context, by_id, _merge(context.asked, denied, await pending))
 
 
-def _response(context: FetchContext, by_id: bool, results: list[FetchPartitionData]) -> dict:
+def _response(ctx: RequestContext, context: FetchContext, by_id: bool, results: list[FetchPartitionData]) -> dict:
+    if not ctx.quota_exempt:
+        size = sum(len(r.records) for r in results if r.records is not None)
+        throttle = charge(ctx, CONSUMER_BYTE_RATE, size)
+        if throttle:
+            # over the quota: the data is not sent (nor counted), as Kafka answers a throttled fetch:
+            # empty, in the incremental session if any (which opens none and changes no partition)
+            uncharge(ctx, CONSUMER_BYTE_RATE, size)
+            session_id = context.session.id if context.session is not None else 0
+            return {"throttle_time_ms": throttle, "error_code": ErrorCode.NONE, "session_id": session_id,
+                    "responses": []}
     session_id, answered = context.respond(results)
     topics: list[dict] = []
     for asked, data in answered:  # consecutive partitions of one topic share its entry, as Kafka writes them

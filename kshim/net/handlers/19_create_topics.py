@@ -9,6 +9,9 @@
 - Config values are validated by the controller (`kshim.configs`); a null value is INVALID_CONFIG
   (there is no default to fall back to at creation), as is a name given twice.
 - A name that appears more than once in one request is INVALID_REQUEST, answered once.
+- controller_mutation_rate (client quotas): a created topic's partitions count; from v6 a client
+  past its quota gets THROTTLING_QUOTA_EXCEEDED for the topic, and throttle_time_ms says how long
+  to wait (older versions are only throttled).
 - validate_only runs every check and creates nothing; the answer is what creation would give,
   with a zero topic id.
 - v5+ successful answers carry num_partitions, replication_factor and every topic config with its
@@ -33,6 +36,7 @@ from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
 from kshim.net.handlers.config_resources import config_dict, config_entry
 from kshim.net.handlers.per_topic import each_topic
+from kshim.net.handlers.throttling import MutationQuota
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -43,7 +47,7 @@ def _config_entries(ctx: RequestContext, overrides: Mapping[str, str]) -> list[d
     return [config_entry(r) for r in resolve(overrides, ctx.broker.broker_level()).entries.values()]
 
 
-async def _create(ctx: RequestContext, topic: Container, validate_only: bool) -> dict[str, Any]:
+async def _create(ctx: RequestContext, topic: Container, validate_only: bool, quota: MutationQuota) -> dict[str, Any]:
     broker = ctx.broker
     name = topic.name
     if not authz.may_create_topic(ctx, name):
@@ -67,6 +71,8 @@ async def _create(ctx: RequestContext, topic: Container, validate_only: bool) ->
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           "manual partition assignments are not supported; give num_partitions instead")
     configs = config_dict(topic.configs, ErrorCode.INVALID_CONFIG)
+    if not validate_only:
+        quota.record(count)  # controller_mutation_rate: THROTTLING_QUOTA_EXCEEDED from v6
     created = await broker.create_topic(name, count, configs, replication_factor=replication,
                                         validate_only=validate_only)
     describable = authz.topic_allowed(ctx, AclOperation.DESCRIBE_CONFIGS, name)
@@ -89,6 +95,7 @@ def _failed(name: str, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    results = await each_topic(req.topics or (), lambda topic: _create(ctx, topic, bool(req.validate_only)),
+    quota = MutationQuota(ctx, strict_since=6)
+    results = await each_topic(req.topics or (), lambda topic: _create(ctx, topic, bool(req.validate_only), quota),
                                _failed, "creating the topic")
-    return {"throttle_time_ms": 0, "topics": results}
+    return {"throttle_time_ms": quota.finish(), "topics": results}

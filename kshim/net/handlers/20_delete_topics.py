@@ -10,6 +10,8 @@
 - v6 answers carry the topic id of each deleted topic (and of each topic found by name).
 - ACLs (docs/security.md): DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (also a topic
   asked for by an id the principal may not DESCRIBE, as Kafka does).
+- controller_mutation_rate (client quotas): a topic's partitions count; from v5 a client past its
+  quota gets THROTTLING_QUOTA_EXCEEDED for the topic, and throttle_time_ms says how long to wait.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers.throttling import MutationQuota
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -32,7 +35,8 @@ API_KEY = 20
 VERSIONS = (1, 6)
 
 
-async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
+                  quota: MutationQuota) -> dict[str, Any]:
     broker = ctx.broker
     topic_id = topic_id or ZERO_UUID
     if name is not None and topic_id != ZERO_UUID:
@@ -54,6 +58,7 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | N
         raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DELETE topic {name!r}")
     refuse_internal(name, "delete")
     found_id = topic.topic_id
+    quota.record(len(topic.partitions))
     await broker.delete_topic(name)
     return {"name": name, "topic_id": found_id, "error_code": ErrorCode.NONE, "error_message": None}
 
@@ -64,9 +69,10 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     else:
         wanted = [(name, ZERO_UUID) for name in req.topic_names or ()]
     responses: list[dict[str, Any]] = []
+    quota = MutationQuota(ctx, strict_since=5)
     for name, topic_id in wanted:
         try:
-            responses.append(await _delete(ctx, name, topic_id))
+            responses.append(await _delete(ctx, name, topic_id, quota))
         except BrokerError as e:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID,
                               "error_code": e.code, "error_message": e.message})
@@ -75,4 +81,4 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
             responses.append({"name": name, "topic_id": topic_id or ZERO_UUID,
                               "error_code": ErrorCode.KAFKA_STORAGE_ERROR,
                               "error_message": f"deleting the topic failed: {e}"})
-    return {"throttle_time_ms": 0, "responses": responses}
+    return {"throttle_time_ms": quota.finish(), "responses": responses}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
 
 from construct import Container
@@ -24,6 +24,7 @@ from kshim.configs.security import ANONYMOUS
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
+from kshim.net.quota_manager import Throttle
 from kshim.net.security import ConnectionSecurity
 from wire.headers import RequestHeader
 
@@ -38,6 +39,8 @@ class RequestContext:
     supported: Mapping[int, tuple[int, int]]  # api key -> (min, max) served, for ApiVersions
     principal: str = ANONYMOUS  # Kafka's form, "User:alice": from SASL or the TLS client certificate (ACLs read it)
     security: ConnectionSecurity | None = None  # the connection's listener and SASL state
+    throttle: Throttle = field(default_factory=Throttle)  # the connection's quota mute (handlers/throttling.py)
+    quota_exempt: bool = False  # a handler sets it for replication traffic: no request_percentage charge
 
     @property
     def broker(self) -> Broker:
