@@ -293,3 +293,40 @@ def test_no_console_option(tmp_path):
     finally:
         assert process.terminate() == 0
 
+
+
+def test_fault_rules_added_listed_and_cleared_from_the_console(tmp_path):
+    """The console's fault-rule buttons post these: a rule added there fails a real client's request
+    with the error it names, shows on the page's state with its counters, and goes when cleared."""
+    process = KshimProcess(tmp_path / "data").start()
+    try:
+        url = console_url(process)
+        produce(process.bootstrap, "faulty", 1, "all")  # the topic exists and its leader is known
+        status, answer = post(url + "action", json.dumps({"action": "fault-add", "node": None, "rule": {
+            "action": "error", "api": "Produce", "topic": "faulty", "error": "INVALID_REQUIRED_ACKS",
+            "count": 1}}).encode(), "application/json")
+        assert status == 200 and answer["ok"], answer
+        [rule] = json.loads(get(url + "state")[1])["faults"]
+        assert (rule["action"], rule["api"], rule["topic"], rule["error"], rule["applied"]) == \
+            ("error", "Produce", "faulty", "INVALID_REQUIRED_ACKS", 0)
+        producer = KafkaProducer(bootstrap_servers=process.bootstrap, acks="all", retries=0)
+        try:
+            with pytest.raises(Exception, match="InvalidRequiredAcks|INVALID_REQUIRED_ACKS"):
+                producer.send("faulty", b"refused", partition=0).get(timeout=20)
+        finally:
+            producer.close(timeout=5)
+        # count 1: applied once, the rule is gone by itself
+        wait_until(lambda: json.loads(get(url + "state")[1])["faults"] == [], timeout=10,
+                   message="the rule spent after one use")
+        post(url + "action", json.dumps({"action": "fault-add", "node": None, "rule": {
+            "action": "delay", "api": "Fetch", "delay_ms": 50}}).encode(), "application/json")
+        [rule] = json.loads(get(url + "state")[1])["faults"]
+        status, answer = post(url + "action", json.dumps({"action": "fault-clear", "id": rule["id"],
+                                                          "node": rule["node"]}).encode(), "application/json")
+        assert status == 200 and answer["ok"] and json.loads(get(url + "state")[1])["faults"] == []
+        status, answer = post(url + "action", json.dumps({"action": "fault-add", "node": None, "rule": {
+            "action": "error", "error": "NO_SUCH_ERROR"}}).encode(), "application/json")
+        assert status == 409 and not answer["ok"]  # refused with the rule's problem, nothing added
+        produce(process.bootstrap, "faulty", 1, "all")  # and the broker serves as before
+    finally:
+        assert process.terminate() == 0

@@ -196,7 +196,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 print(f"kshim tls-dev: clients trust the CA in {server.dev_ca.resolve()}", flush=True)
             console = ""
             if console_port is not None:
-                source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition)
+                source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition, faults)
                 bound = await tg.start(Console(source).serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly

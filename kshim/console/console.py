@@ -231,6 +231,8 @@ class Console:
         try:
             body = request.json()
             assert isinstance(body, dict)
+            if str(body.get("action", "")).startswith("fault-"):
+                return await self._fault_action(body)
             action, node = str(body["action"]), body["node"]
             if not (node == "controller" or (isinstance(node, int) and not isinstance(node, bool))):
                 raise ValueError(node)
@@ -240,6 +242,31 @@ class Console:
             return HttpResponse.json({"ok": False, "message": f"this console offers no action {action!r}"}, 400)
         try:
             message = await self.source.act(action, node)
+        except BrokerError as e:
+            return HttpResponse.json({"ok": False, "message": e.message}, 409)
+        log.info("console: %s", message)
+        await self.refresh()
+        return HttpResponse.json({"ok": True, "message": message})
+
+    async def _fault_action(self, body: dict[str, Any]) -> HttpResponse:
+        """{"action": "fault-add", "rule": {...}, "node": ID or null} (a rule as `kshim ctl fault add`
+        takes it, kshim.faults) or {"action": "fault-clear", "id": ID or null, "node": ID or null}."""
+        node = body.get("node")
+        if node is not None and (not isinstance(node, int) or isinstance(node, bool)):
+            return HttpResponse.json({"ok": False, "message": "node is a broker id or null (every broker)"}, 400)
+        try:
+            if body["action"] == "fault-add":
+                rule = body.get("rule")
+                if not isinstance(rule, dict):
+                    return HttpResponse.json({"ok": False, "message": 'expected {"rule": {...}}'}, 400)
+                message = await self.source.fault_add(rule, node)
+            elif body["action"] == "fault-clear":
+                rule_id = body.get("id")
+                if rule_id is not None and (not isinstance(rule_id, int) or isinstance(rule_id, bool)):
+                    return HttpResponse.json({"ok": False, "message": "id is a rule id or null (every rule)"}, 400)
+                message = await self.source.fault_clear(rule_id, node)
+            else:
+                return HttpResponse.json({"ok": False, "message": f"no action {body['action']!r}"}, 400)
         except BrokerError as e:
             return HttpResponse.json({"ok": False, "message": e.message}, 409)
         log.info("console: %s", message)
@@ -298,7 +325,7 @@ def build_state(source: Source, overview: dict[str, Any], known: dict[int, list[
         "groups": groups.get("groups", []), "group_errors": groups.get("errors", []),
         "transactions": open_txns, "transaction_count": len(txns.get("transactions", [])),
         "transaction_errors": txns.get("errors", []),
-        "faults": faults,  # FAULT RULES (h15-faults): None until the lead wires the rules in (sources.py)
+        "faults": faults,  # the brokers' request fault rules (kshim.faults); None when they could not be read
     }
 
 

@@ -79,8 +79,22 @@ PAGE = r"""<!doctype html>
 </section>
 <section id="groups-section"><h2>Consumer groups</h2><div id="groups"></div></section>
 <section id="transactions-section"><h2>Open transactions</h2><div id="transactions"></div></section>
-<!-- FAULT RULES (h15-faults): rendered from state.faults (null until the lead wires them in) -->
-<section id="faults-section"><h2>Fault rules</h2><div id="faults"></div></section>
+<section id="faults-section"><h2>Fault rules</h2>
+  <form id="fault-form" class="muted">
+    <select id="f-action"><option>error</option><option>delay</option><option>drop</option><option>timeout</option></select>
+    api <input id="f-api" size="10" placeholder="Produce">
+    topic <input id="f-topic" size="10">
+    partition <input id="f-partition" size="3">
+    client id <input id="f-client" size="8">
+    error <input id="f-error" size="22" value="NOT_LEADER_OR_FOLLOWER">
+    delay ms <input id="f-delay" size="6" value="200">
+    count <input id="f-count" size="3">
+    duration ms <input id="f-duration" size="7">
+    broker <input id="f-node" size="3" placeholder="all">
+    <button type="submit" id="f-add">add rule</button>
+    <button type="button" data-fault-clear="all">clear all</button>
+  </form>
+  <div id="faults"></div></section>
 </main>
 <script>
 "use strict";
@@ -200,15 +214,55 @@ function renderTransactions(s) {
     "<th>coordinator</th><th>running</th><th>partitions</th><th></th></tr>" + h + "</table>" : '<p class="muted">no open transactions</p>') + summary;
 }
 
-// FAULT RULES (h15-faults): state.faults is a list of rules once the lead wires them in; until then null
+// the brokers' request fault rules (kshim ctl fault); null when they could not be read
 function renderFaults(s) {
   if (s.faults == null) {
-    $("faults").innerHTML = '<p class="muted">fault injection is not available in this build</p>';
+    $("faults").innerHTML = '<p class="muted">the fault rules could not be read</p>';
     return;
   }
-  $("faults").innerHTML = s.faults.length ? "<table>" + s.faults.map((f) => `<tr><td>${esc(JSON.stringify(f))}</td></tr>`).join("") + "</table>"
+  const cols = ["node", "id", "action", "api", "topic", "partition", "client_id", "error", "delay_ms", "after",
+                "count", "remaining_ms", "matched", "applied"];
+  $("faults").innerHTML = s.faults.length
+    ? "<table><tr>" + cols.map((c) => `<th>${c}</th>`).join("") + "<th></th></tr>" + s.faults.map((f) =>
+        "<tr>" + cols.map((c) => `<td>${esc(f[c])}</td>`).join("") +
+        `<td><button data-fault-clear="${esc(f.id)}" data-fault-node="${esc(f.node)}">clear</button></td></tr>`).join("") + "</table>"
     : '<p class="muted">no fault rules</p>';
 }
+
+async function post(body, label) {
+  const msg = $("message");
+  msg.textContent = `${label}...`; msg.className = "";
+  try {
+    const r = await fetch("/action", {method: "POST", headers: {"Content-Type": "application/json"},
+                                      body: JSON.stringify(body)});
+    const answer = await r.json();
+    msg.textContent = answer.message; msg.className = answer.ok ? "" : "err";
+  } catch (e) { msg.textContent = String(e); msg.className = "err"; }
+}
+
+$("fault-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const v = (id) => $(id).value.trim();
+  const action = v("f-action");
+  const rule = {action};
+  if (v("f-api")) rule.api = v("f-api");
+  if (v("f-topic")) rule.topic = v("f-topic");
+  if (v("f-partition")) rule.partition = Number(v("f-partition"));
+  if (v("f-client")) rule.client_id = v("f-client");
+  if (action === "error" && v("f-error")) rule.error = v("f-error");
+  if ((action === "delay" || action === "timeout") && v("f-delay")) rule.delay_ms = Number(v("f-delay"));
+  if (v("f-count")) rule.count = Number(v("f-count"));
+  if (v("f-duration")) rule.duration_ms = Number(v("f-duration"));
+  post({action: "fault-add", rule, node: v("f-node") ? Number(v("f-node")) : null}, "adding a fault rule");
+});
+
+document.addEventListener("click", (ev) => {
+  const b = ev.target.closest("button[data-fault-clear]");
+  if (!b) return;
+  const all = b.dataset.faultClear === "all";
+  post({action: "fault-clear", id: all ? null : Number(b.dataset.faultClear),
+        node: all ? null : Number(b.dataset.faultNode)}, "clearing fault rules");
+});
 
 function render(s) {
   state = s;

@@ -2,7 +2,8 @@
 
 A Source answers the overview (brokers, the controller, partitions with leader, replicas and ISR,
 as `kshim ctl status` shows them), each broker's replica offsets and metrics (its admin socket,
-kshim.cluster.admin: ReplicaStates, MetricsText), and carries out the node actions.
+kshim.cluster.admin: ReplicaStates, MetricsText), carries out the node actions, and lists, adds
+and clears the brokers' request fault rules (kshim.faults, as `kshim ctl fault` does).
 """
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import anyio
+
 from kshim.cluster import admin
 from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
+from kshim.ctl.common import CtlError
+from kshim.ctl.faults import FaultClient
 from kshim.errors import BrokerError
+from kshim.faults import FaultError, FaultRules
 from wire.errors import ErrorCode
 
 BROKER_TIMEOUT_S = 0.75  # a paused broker does not answer: its replicas show their last known state
@@ -33,9 +39,11 @@ class Source(Protocol):
 
     async def act(self, action: str, node: int | str) -> str: ...
 
-    # FAULT RULES (h15-faults): the lead wires `kshim ctl fault` here after merging: list the
-    # rules (None: this build has no fault injection) and add/remove them from the console
-    async def fault_rules(self) -> list[dict[str, Any]] | None: ...
+    async def fault_rules(self) -> list[dict[str, Any]] | None: ...  # every broker's, each with its node
+
+    async def fault_add(self, spec: dict[str, Any], node: int | None) -> str: ...  # on every broker, or `node`
+
+    async def fault_clear(self, rule_id: int | None, node: int | None) -> str: ...  # a rule of `node`, or all
 
 
 class SupervisorLike(Protocol):
@@ -81,8 +89,42 @@ class ClusterSource:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"no action {action!r}") from None
         return await self.service.node_command(what, node)
 
+    # the brokers' admin sockets, as `kshim ctl fault` reaches them (blocking calls: in a worker thread)
+    def _faults(self) -> FaultClient:
+        return FaultClient(self.broker_dir(0).parent, BROKER_TIMEOUT_S)
+
     async def fault_rules(self) -> list[dict[str, Any]] | None:
-        return None  # FAULT RULES (h15-faults): ask the supervisor for the rules here
+        client = self._faults()
+
+        def every_broker() -> list[dict[str, Any]]:
+            rules: list[dict[str, Any]] = []
+            for node in range(self._brokers()):
+                try:  # a paused or dead broker has no rules to show: the others still do
+                    rules += client.list(node)
+                except CtlError:
+                    continue
+            return rules
+        return await anyio.to_thread.run_sync(every_broker)
+
+    def _brokers(self) -> int:
+        count = 0
+        while self.broker_dir(count).exists():
+            count += 1
+        return count
+
+    async def fault_add(self, spec: dict[str, Any], node: int | None) -> str:
+        try:
+            added = await anyio.to_thread.run_sync(lambda: self._faults().add(broker=node, **spec))
+        except (CtlError, TypeError) as e:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        return f"fault rule added on broker(s) {', '.join(str(r['node']) for r in added)}"
+
+    async def fault_clear(self, rule_id: int | None, node: int | None) -> str:
+        try:
+            cleared = await anyio.to_thread.run_sync(lambda: self._faults().clear(rule_id, node))
+        except CtlError as e:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        return f"{cleared} fault rule(s) cleared"
 
 
 class StandaloneSource:
@@ -91,10 +133,11 @@ class StandaloneSource:
     actions: tuple[str, ...] = ()
 
     def __init__(self, broker: admin.AdminHost, image: Callable[[], MetadataImage],
-                 metrics: Callable[[], bytes]) -> None:
+                 metrics: Callable[[], bytes], faults: FaultRules | None = None) -> None:
         self.broker = broker
         self.image = image
         self.metrics = metrics
+        self.faults = faults if faults is not None else FaultRules()  # the broker's own, in this process
 
     async def overview(self) -> dict[str, Any]:
         image = self.image()
@@ -120,4 +163,14 @@ class StandaloneSource:
                                                      "run a cluster (--brokers N) to kill, pause or isolate brokers")
 
     async def fault_rules(self) -> list[dict[str, Any]] | None:
-        return None  # FAULT RULES (h15-faults): the broker's own rules here
+        return [{"node": self.broker.node_id, **r} for r in self.faults.list()]
+
+    async def fault_add(self, spec: dict[str, Any], node: int | None) -> str:
+        try:
+            rule = self.faults.add(spec)
+        except FaultError as e:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        return f"fault rule {rule['id']} added"
+
+    async def fault_clear(self, rule_id: int | None, node: int | None) -> str:
+        return f"{self.faults.clear(rule_id)} fault rule(s) cleared"
