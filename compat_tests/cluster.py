@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import os
-import random
 from contextlib import contextmanager
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,28 +10,9 @@ from pathlib import Path
 from compat_tests.kshim_process import KshimProcess
 from kshim.ctl import status as ctl_status
 from kshim.ctl.common import CtlError
+from kshim.testing import free_port_block  # one port search for the tests and the pytest plugin
 
 SESSION_TIMEOUT_MS = 2000
-
-
-def free_port_block(count: int) -> int:
-    """A base port with `count` consecutive free ports, below the usual ephemeral range (so client
-    connections made meanwhile do not take them)."""
-    for _ in range(200):
-        base = random.randrange(20000, 32000 - count)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def run_ctl(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
