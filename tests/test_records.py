@@ -232,8 +232,10 @@ def test_read_header_errors():
     batch = encode_batch([(b"k", b"v")])
     with pytest.raises(CorruptRecordError):
         read_header(batch[:HEADER_SIZE - 1])
+    shifted = bytearray(batch)
+    shifted[17] = 0  # read at 1, the magic byte is the CRC's first: 2 once in 256 timestamps (no error)
     with pytest.raises(CorruptRecordError):
-        read_header(batch, 1)
+        read_header(shifted, 1)
     bad = bytearray(batch)
     bad[16] = 1
     with pytest.raises(CorruptRecordError, match="magic"):
