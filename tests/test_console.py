@@ -67,8 +67,14 @@ class FakeSource:
         self.done.append((action, node))
         return f"{action} {node}"
 
-    async def fault_rules(self) -> list[dict[str, Any]] | None:
+    async def fault_rules(self, nodes: list[int]) -> list[dict[str, Any]] | None:
         return None
+
+    async def fault_add(self, spec: dict[str, Any], node: int | None) -> str:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "no fault rules here")
+
+    async def fault_clear(self, rule_id: int | None, node: int | None) -> str:
+        return "0 fault rule(s) cleared"
 
 
 async def http(port: int, raw: bytes, read_all: bool = True) -> bytes:

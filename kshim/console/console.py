@@ -115,7 +115,7 @@ class Console:
                     tg.start_soon(ask, b["id"])
         self._known.update(answered)
         try:
-            faults = await self.source.fault_rules()
+            faults = await self.source.fault_rules(sorted(answered))  # the brokers that just answered
         except (BrokerError, OSError, TimeoutError):
             faults = None
         self.publish(build_state(self.source, overview, self._known, set(answered), self._groups, self._txns,

@@ -39,7 +39,8 @@ class Source(Protocol):
 
     async def act(self, action: str, node: int | str) -> str: ...
 
-    async def fault_rules(self) -> list[dict[str, Any]] | None: ...  # every broker's, each with its node
+    # the rules of these brokers (those answering now: a paused one would hold the refresh up)
+    async def fault_rules(self, nodes: list[int]) -> list[dict[str, Any]] | None: ...
 
     async def fault_add(self, spec: dict[str, Any], node: int | None) -> str: ...  # on every broker, or `node`
 
@@ -93,24 +94,18 @@ class ClusterSource:
     def _faults(self) -> FaultClient:
         return FaultClient(self.broker_dir(0).parent, BROKER_TIMEOUT_S)
 
-    async def fault_rules(self) -> list[dict[str, Any]] | None:
+    async def fault_rules(self, nodes: list[int]) -> list[dict[str, Any]] | None:
         client = self._faults()
 
-        def every_broker() -> list[dict[str, Any]]:
+        def listed() -> list[dict[str, Any]]:
             rules: list[dict[str, Any]] = []
-            for node in range(self._brokers()):
-                try:  # a paused or dead broker has no rules to show: the others still do
+            for node in nodes:
+                try:  # a broker that stopped answering meanwhile: the others' rules still show
                     rules += client.list(node)
                 except CtlError:
                     continue
             return rules
-        return await anyio.to_thread.run_sync(every_broker)
-
-    def _brokers(self) -> int:
-        count = 0
-        while self.broker_dir(count).exists():
-            count += 1
-        return count
+        return await anyio.to_thread.run_sync(listed)
 
     async def fault_add(self, spec: dict[str, Any], node: int | None) -> str:
         try:
@@ -162,7 +157,7 @@ class StandaloneSource:
         raise BrokerError(ErrorCode.INVALID_REQUEST, "a single `kshim serve` has no node actions: "
                                                      "run a cluster (--brokers N) to kill, pause or isolate brokers")
 
-    async def fault_rules(self) -> list[dict[str, Any]] | None:
+    async def fault_rules(self, nodes: list[int]) -> list[dict[str, Any]] | None:
         return [{"node": self.broker.node_id, **r} for r in self.faults.list()]
 
     async def fault_add(self, spec: dict[str, Any], node: int | None) -> str:
