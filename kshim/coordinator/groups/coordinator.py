@@ -233,14 +233,12 @@ class GroupCoordinator:
             group.stored = value
         return code
 
-    def _store_changed_consumer_groups(self) -> None:
-        """After timers removed members: their groups' records, written in the background."""
-        for group_id, group in self.groups.items():
-            if isinstance(group, ConsumerGroup) and (group.members or group.stored is not None):
-                value = group_format.encode_consumer_value(group.snapshot())
-                if value != group.stored:
-                    group.stored = value
-                    self._queue_store(group_id, group_format.encode_consumer_key(group_id), value, None)
+    def _store_consumer_group(self, group: ConsumerGroup) -> None:
+        """A consumer group a timer changed (members fenced): its record, written in the background."""
+        value = group_format.encode_consumer_value(group.snapshot())
+        if value != group.stored:
+            group.stored = value
+            self._queue_store(group.group_id, group_format.encode_consumer_key(group.group_id), value, None)
 
     def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
@@ -517,7 +515,10 @@ class GroupCoordinator:
         """Expire sessions and rebalance deadlines; returns the next deadline (monotonic ms)."""
         now = self.clock()
         for group in list(self.groups.values()):
+            members = len(group.members)
             group.tick(now)
+            if isinstance(group, ConsumerGroup) and len(group.members) != members:  # a timer only fences
+                self._store_consumer_group(group)
         self._forget_idle_groups()
         deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(deadlines, default=math.inf)
@@ -525,7 +526,6 @@ class GroupCoordinator:
     async def timers(self, tg: TaskGroup) -> float:
         """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
         deadline = self.tick()
-        self._store_changed_consumer_groups()
         stores, self._stores = self._stores, []
         for store in stores:  # started in order, so a group's records are appended in order
             tg.start_soon(self._store, *store)
