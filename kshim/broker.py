@@ -17,10 +17,11 @@ import anyio
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, ScramEntry, TopicInfo
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.groups import validate_group
 from kshim.controller.messages import (
     AllocateProducerIds, AlterScramCredentials, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election,
     ElectionResult, ElectLeaders, FeatureUpdate, Operation, QuorumState, ScramDeletion, ScramResult, SetBrokerConfigs,
-    SetTopicConfigs, UnregisterBroker, UpdateFeatures)
+    SetGroupConfigs, SetTopicConfigs, UnregisterBroker, UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -182,6 +183,13 @@ class Broker:
                                  validate_only: bool = False) -> None:
         """Replace the dynamic settings of the cluster-wide default ("") or of one broker (its id)."""
         await self.controller.call(SetBrokerConfigs(resource, dict(configs), validate_only))
+
+    async def set_group_configs(self, group: str, configs: Mapping[str, str | None], *,
+                                validate_only: bool = False) -> None:
+        """Replace a group's config overrides (the GROUP resource), checked against this broker's
+        group settings as Kafka's GroupConfig.validate does."""
+        clean = validate_group(configs, self.config.group_settings)
+        await self.controller.call(SetGroupConfigs(group, dict(clean), validate_only))
 
     async def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
                                       upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:

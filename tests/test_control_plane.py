@@ -53,6 +53,7 @@ IMAGE = MetadataImage(
     client_quotas=(ClientQuota((QuotaEntityPart("client-id", None), QuotaEntityPart("user", "alice")),
                                {"producer_byte_rate": 1024.0, "request_percentage": 12.5}),
                    ClientQuota((QuotaEntityPart("ip", "127.0.0.1"),), {"connection_creation_rate": 3.0})),
+    group_configs={"queue": {"share.auto.offset.reset": "earliest"}},
 )
 ACL_FILTER = AclFilter(1, None, 2, "User:bob", None, 1, 3)
 
@@ -66,6 +67,7 @@ REQUESTS = [
     m.CreatePartitions("t", 3, True, ((2, 0), (0, 1))),
     m.SetTopicConfigs("t", {"a": "b", "c": None}, True),
     m.SetBrokerConfigs("", {"log.retention.ms": "1000", "compression.type": None}, False),
+    m.SetGroupConfigs("queue", {"share.auto.offset.reset": "earliest", "share.session.timeout.ms": None}, True),
     m.AllocateProducerIds(1000),
     m.AlterPartition(1, 4, "orders", 0, 3, 5, (0, 2, 1)),
     m.SetIsolated(2, True),
@@ -106,6 +108,7 @@ RESULTS = [
     (m.CreatePartitions, None),
     (m.SetTopicConfigs, None),
     (m.SetBrokerConfigs, None),
+    (m.SetGroupConfigs, None),
     (m.AllocateProducerIds, 1 << 40),
     (m.AlterPartition, PartitionInfo(0, (0, 2, 1), 0, 3, (0, 2, 1), 6)),
     (m.Status, json.dumps({"brokers": [], "ünï": "code"})),

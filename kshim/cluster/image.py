@@ -40,16 +40,19 @@ class PartitionInfo:
 # Feature flags (KIP-584) as Kafka 4.3 names them: what kshim supports, and what a new cluster
 # finalizes. metadata.version is kshim's level only: its metadata is no KRaft log whose records a
 # lower level would change. group.version 1 enables the consumer rebalance protocol (KIP-848); 0
-# turns ConsumerGroupHeartbeat away. transaction.version is absent (level 0): kshim has no
+# turns ConsumerGroupHeartbeat away. share.version 1 enables share groups (KIP-932; Kafka 4.3's
+# clients use them only when it is finalized); 0 turns ShareGroupHeartbeat away. transaction.version is absent (level 0): kshim has no
 # transactions v2 (KIP-890 part 2), and clients must not switch to it.
 METADATA_VERSION = "metadata.version"
 GROUP_VERSION = "group.version"
+SHARE_VERSION = "share.version"  # 1 enables share groups (KIP-932); 0 turns their APIs away
 KSHIM_METADATA_VERSION = 30  # Kafka 4.3-IV0
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (KSHIM_METADATA_VERSION, KSHIM_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
+    SHARE_VERSION: (0, 1),
 }
-DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1}
+DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1, SHARE_VERSION: 1}
 
 
 # Kafka's internal topics that kshim has; only the broker's own coordinators write them
@@ -118,6 +121,9 @@ class MetadataImage:
     scram: tuple[ScramEntry, ...] = ()
     # client quotas set with AlterClientQuotas, in no particular order
     client_quotas: tuple[ClientQuota, ...] = ()
+    # group configs set with AlterConfigs on GROUP resources: group id -> its overrides
+    # (kshim.configs.groups.group_config reads them)
+    group_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
 
     def feature(self, name: str) -> int:
         return self.features.get(name, 0)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kshim.acls import AuthorizerConfig
+from kshim.configs.groups import GroupSettings
 from kshim.configs.security import SecurityConfig
 
 
@@ -50,6 +51,9 @@ class BrokerConfig:
     # quota.window.num and quota.window.size.seconds)
     quota_window_num: int = 11
     quota_window_size_seconds: int = 1
+    # the group coordinator's settings: session timeouts, heartbeat intervals, share-group limits,
+    # and the bounds of the group configs (kshim.configs.groups)
+    group_settings: GroupSettings = field(default_factory=GroupSettings)
 
     @property
     def advertised(self) -> str:

@@ -158,7 +158,29 @@ class RemoteStorage:
                 "remote.storage.enable must be false")
 
 
-Validator = Range | Choice | CompressionLevel | ThrottledReplicas | RemoteStorage
+def _iso_duration(text: str) -> bool:
+    """Java's Duration.parse for the non-negative PnDTnHnMn.nS form Kafka's validator accepts."""
+    m = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d{1,9})?)S)?)?", text, re.IGNORECASE)
+    if m is None or not any(m.groups()):
+        return False
+    return not text.upper().endswith("T")
+
+
+class AutoOffsetReset:
+    """latest, earliest or by_duration:<ISO-8601 duration> (Kafka's ShareGroupAutoOffsetResetStrategy)."""
+
+    def problem(self, raw: str, value: Any) -> str | None:
+        lowered = raw.lower()
+        if lowered in ("latest", "earliest"):
+            return None
+        if lowered.startswith("by_duration:"):
+            if _iso_duration(raw[len("by_duration:"):]):
+                return None
+            return f"value {raw!r}: by_duration needs a non-negative ISO-8601 duration (PnDTnHnMn.nS)"
+        return f"value {raw!r} is not one of latest, earliest, by_duration:PnDTnHnMn.nS"
+
+
+Validator = Range | Choice | CompressionLevel | ThrottledReplicas | RemoteStorage | AutoOffsetReset
 
 # compression.type's values, by the codec id RecordBatch attributes carry (None: keep the producer's)
 COMPRESSION_CODECS: dict[str, int | None] = {

@@ -20,6 +20,7 @@ from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, 
                                        broker_definition, topic_definition)
 from kshim.acls import STANDARD_AUTHORIZER
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.groups import GroupSettings, group_definitions
 from kshim.log import LogConfig
 
 
@@ -31,6 +32,7 @@ class Source(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3  # set with AlterConfigs on the cluster-wide default (resource name "")
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8  # a group's override (the GROUP resource)
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,19 @@ def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str
             chain.append(Synonym(name, level.cluster[name], Source.DYNAMIC_DEFAULT_BROKER_CONFIG))
         if _changes_default(definition, level.static.get(name)):
             chain.append(Synonym(name, level.static[name], Source.STATIC_BROKER_CONFIG))
+        chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
+        out.append(_resolved(definition, chain[0].value, chain[0].source, tuple(chain)))
+    return out
+
+
+def resolve_group(overrides: Mapping[str, str], settings: GroupSettings | None = None) -> list[Resolved]:
+    """A group's configs as DescribeConfigs(GROUP) reports them: the override (GROUP_CONFIG), else
+    the broker's setting under the group config's name (DEFAULT_CONFIG, as Kafka reports it)."""
+    out = []
+    for name, definition in group_definitions(settings).items():
+        chain = []
+        if name in overrides:
+            chain.append(Synonym(name, overrides[name], Source.GROUP_CONFIG))
         chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
         out.append(_resolved(definition, chain[0].value, chain[0].source, tuple(chain)))
     return out

@@ -31,6 +31,7 @@ from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, ClientQuota,
     MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+from kshim.configs.groups import check_group_names
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
     DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState,
@@ -107,6 +108,7 @@ class Controller:
                 PartitionRow(i, [0], 0, 0, [0]) for i in range(record.partitions)]
             self._topics[record.name] = _Topic(record.name, record.topic_id, record.configs, rows)
         self._broker_configs = store.load_broker_configs()
+        self._group_configs = store.load_group_configs()
         # each start of the controller is a new "election" of the quorum of one (DescribeQuorum's epoch)
         self.epoch = store.reserve("controller_epoch", 1) + 1
         stored = store.load_features() or {}
@@ -134,7 +136,8 @@ class Controller:
         client_quotas = tuple(ClientQuota(entity, dict(values)) for entity, values in self._quotas.items())
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
                              dict(self._features), self._features_epoch, tuple(self._acls),
-                             tuple(self._scram[key] for key in sorted(self._scram)), client_quotas)
+                             tuple(self._scram[key] for key in sorted(self._scram)), client_quotas,
+                             {group: dict(configs) for group, configs in self._group_configs.items()})
 
     def _publish(self) -> None:
         self.version += 1
@@ -616,6 +619,24 @@ class Controller:
         else:
             self._broker_configs.pop(resource, None)
         log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
+        self._publish()
+
+    def set_group_configs(self, group: str, configs: dict[str, str | None], *, validate_only: bool = False) -> None:
+        """Replace a group's config overrides (GROUP resource); the broker computed the full set and
+        checked it against its group settings' bounds, the controller checks names and types."""
+        if not group:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, "a group config resource needs a group id")
+        clean = check_group_names(configs)
+        if validate_only:
+            return
+        if clean == self._group_configs.get(group, {}):
+            return
+        self.store.replace_group_configs(group, clean)
+        if clean:
+            self._group_configs[group] = clean
+        else:
+            self._group_configs.pop(group, None)
+        log.info("group configs of %r: %s", group, clean)
         self._publish()
 
     # ------------------------------------------------------------------ ACLs

@@ -192,6 +192,13 @@ class SetBrokerConfigs(Operation[None], code=12, publishes=True):
 
 
 @dataclass(frozen=True)
+class SetGroupConfigs(Operation[None], code=200, publishes=True):
+    group: str
+    configs: dict[str, str | None]  # the group's whole set of overrides (the broker checked their bounds)
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
 class CreateAcls(Operation[None], code=130, publishes=True):
     """Add ACL bindings (the broker validated each; existing ones stay as they are)."""
     acls: tuple[AclBinding, ...]

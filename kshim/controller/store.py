@@ -1,5 +1,5 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
-dynamic broker configs, SCRAM credentials (salted), client quotas, partition state (replicas,
+dynamic broker configs, group configs, SCRAM credentials (salted), client quotas, partition state (replicas,
 leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the
 controller writes it.
 
@@ -48,6 +48,12 @@ CREATE TABLE IF NOT EXISTS broker_configs (
     key TEXT NOT NULL,
     value TEXT NOT NULL,
     PRIMARY KEY (resource, key)
+);
+CREATE TABLE IF NOT EXISTS group_configs (
+    group_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (group_id, key)
 );
 CREATE TABLE IF NOT EXISTS acls (
     resource_type INTEGER NOT NULL,
@@ -258,6 +264,19 @@ class MetadataStore:
             self._db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
             self._db.executemany("INSERT INTO broker_configs (resource, key, value) VALUES (?, ?, ?)",
                                  [(resource, k, v) for k, v in configs.items()])
+
+    def load_group_configs(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for group_id, key, value in self._db.execute("SELECT group_id, key, value FROM group_configs"):
+            out.setdefault(group_id, {})[key] = value
+        return out
+
+    def replace_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM group_configs WHERE group_id = ?", (group_id,))
+            self._db.executemany("INSERT INTO group_configs (group_id, key, value) VALUES (?, ?, ?)",
+                                 [(group_id, k, v) for k, v in configs.items()])
 
     def load_acls(self) -> list[AclBinding]:
         return [AclBinding(*row) for row in self._db.execute(

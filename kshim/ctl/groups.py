@@ -15,7 +15,9 @@ The brokers come from --bootstrap HOST:PORT[,HOST:PORT...] (any kshim or Kafka b
 the controller of the cluster in --data-dir (`kshim serve --brokers N`). Versions are negotiated
 with ApiVersions. A group whose coordinator cannot be found or answers with an error is shown
 with that error; the other groups are still shown. KIP-848 ("consumer" type) groups, which
-DescribeGroups does not describe, are described with ConsumerGroupDescribe (API 69).
+DescribeGroups does not describe, are described with ConsumerGroupDescribe (API 69), and share
+groups (KIP-932, "share" type) with ShareGroupDescribe (API 77): state, epochs, members and the
+partitions each member shares (a share group commits no offsets: OffsetFetch is not asked).
 """
 from __future__ import annotations
 
@@ -38,9 +40,11 @@ END_OFFSETS = "ListOffsets latest, isolation read_uncommitted (the high watermar
 
 LIST_GROUPS, DESCRIBE_GROUPS, OFFSET_FETCH, LIST_OFFSETS = 16, 15, 9, 2
 CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 groups
+SHARE_GROUP_DESCRIBE = 77  # KIP-932 share groups
 # the versions this module can speak, per API; the highest one the broker serves too is used
 OUR_VERSIONS = {METADATA: METADATA_VERSIONS, LIST_GROUPS: (0, 5), FIND_COORDINATOR: (0, 6),
-                DESCRIBE_GROUPS: (0, 5), OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9), CONSUMER_GROUP_DESCRIBE: (0, 0)}
+                DESCRIBE_GROUPS: (0, 5), OFFSET_FETCH: (2, 9), LIST_OFFSETS: (1, 9), CONSUMER_GROUP_DESCRIBE: (0, 0),
+                SHARE_GROUP_DESCRIBE: (1, 1)}
 
 
 # ------------------------------------------------------------------------- consumer protocol
@@ -299,6 +303,9 @@ async def _describe(pool: Pool, bootstrap: Broker, brokers: dict, listed: dict, 
                        protocol_type=mine[0]["protocol_type"])
     d = resp.groups[0]
     problems = []
+    if out["group_type"] == "share":
+        out["error"] = "; ".join(await _describe_share_group(coordinator, group_id, out)) or None
+        return out
     if out["group_type"] == "consumer" and (d.error_code or d.group_state == "Dead"):
         # KIP-848: DescribeGroups does not describe these (Kafka answers GROUP_ID_NOT_FOUND, kshim
         # Dead); ConsumerGroupDescribe (API 69) does, where the broker serves it
@@ -360,6 +367,30 @@ async def _describe_consumer_group(coordinator: Broker, group_id: str, out: dict
     return []
 
 
+async def _describe_share_group(coordinator: Broker, group_id: str, out: dict[str, Any]) -> list[str]:
+    """Members and assignments of a share group (several members may share a partition); returns
+    problems to report."""
+    if SHARE_GROUP_DESCRIBE not in coordinator.versions:
+        out["note"] = "a share group: the broker serves no ShareGroupDescribe, members are not shown"
+        return []
+    try:
+        _, resp = await coordinator.request(SHARE_GROUP_DESCRIBE, {"group_ids": [group_id],
+                                                                   "include_authorized_operations": False})
+    except (OSError, TimeoutError, ConnectionError) as e:
+        return [f"ShareGroupDescribe: {failure_text(e)}"]
+    d = resp.groups[0]
+    if d.error_code:
+        return ["ShareGroupDescribe: " + error_text(d.error_code, d.get("error_message"))]
+    out.update(state=d.group_state, protocol=d.assignor_name, group_epoch=d.group_epoch)
+    for mem in d.members:
+        out["members"].append({
+            "member_id": mem.member_id, "group_instance_id": None, "client_id": mem.client_id,
+            "host": mem.client_host, "member_epoch": mem.member_epoch,
+            "subscribed_topics": sorted(mem.subscribed_topic_names),
+            "assignment": {tp.topic_name: sorted(tp.partitions) for tp in mem.assignment.topic_partitions}})
+    return []
+
+
 # ------------------------------------------------------------------------------- entry points
 def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
@@ -383,7 +414,7 @@ def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None
 
 def add_parser(commands) -> argparse.ArgumentParser:
     p = commands.add_parser(
-        "groups", help="consumer groups: members, assignments, committed offsets, lag",
+        "groups", help="consumer and share groups: members, assignments, committed offsets, lag",
         description="List consumer groups with state, protocol, members, assignments, committed offsets and "
                     "lag per partition, asking the brokers (their coordinators) with the Kafka protocol. "
                     "The brokers are found through --bootstrap, else through the controller of the cluster "
@@ -435,7 +466,7 @@ def format_table(report: dict[str, Any]) -> str:
                 rows.append([o["topic"], str(o["partition"]), cell_text(o["committed"]), cell_text(o["log_end_offset"]),
                              cell_text(o["lag"]), cell_text(o["metadata"]), cell_text(o["error"])])
             lines.extend("  " + line for line in text_table(rows).splitlines())
-        else:
+        elif g.get("group_type") != "share":
             lines.append("  no committed offsets")
     lines.append("")
     lines.append(f"log end: {report['end_offsets']}")

@@ -300,8 +300,12 @@ class ConsumerGroup:
                            rebalance_timeout_ms: int = -1, subscribed_topic_names=None,
                            subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
                            owned: list[tuple[Hashable, list[int]]] | None = None, client_id: str = "",
-                           client_host: str = "", topics: Topics | None = None) -> HeartbeatResult:
-        """The answer to one (validated) heartbeat."""
+                           client_host: str = "", topics: Topics | None = None,
+                           session_timeout_ms: int | None = None,
+                           heartbeat_interval_ms: int | None = None) -> HeartbeatResult:
+        """The answer to one (validated) heartbeat. `session_timeout_ms` / `heartbeat_interval_ms`:
+        the group's consumer.session.timeout.ms / consumer.heartbeat.interval.ms (its GROUP
+        configs); None: the coordinator's."""
         if self.dead:
             return HeartbeatResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         owned_set = None if owned is None else {(t, p) for t, ps in owned for p in ps}
@@ -356,7 +360,7 @@ class ConsumerGroup:
         if rack_id is not None:
             member.rack_id = rack_id
         member.client_id, member.client_host = client_id or member.client_id, client_host or member.client_host
-        member.session_deadline = now + self.config.consumer_session_timeout_ms
+        member.session_deadline = now + (session_timeout_ms or self.config.consumer_session_timeout_ms)
         before = frozenset(member.assigned)
         self._refresh(topics)
         self._reconcile(now, member, owned_set)
@@ -364,7 +368,7 @@ class ConsumerGroup:
         full = member_epoch == JOIN_EPOCH or (rebalance_timeout_ms != -1 and subscribed_topic_names is not None
                                               and owned is not None)
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.epoch,
-                               self.config.consumer_heartbeat_interval_ms,
+                               heartbeat_interval_ms or self.config.consumer_heartbeat_interval_ms,
                                by_topic(member.assigned) if full or member.assigned != before else None)
 
     def _static(self, instance_id: str | None) -> ConsumerMember | None:

@@ -18,6 +18,13 @@
   its members, so they go on heartbeating and committing under their generation. Consumer
   (KIP-848) groups likewise: a heartbeat that changed the group is answered once the group's
   record (members, epochs, assignments, target) is COMMITTED.
+- Share groups (KIP-932, `share_group`) likewise: one record per group, written before the
+  heartbeat that changed it is answered, loaded by a new coordinator. A share group id is never
+  reused by the other kinds, even Empty (ConsumerGroupHeartbeat: GROUP_ID_NOT_FOUND, JoinGroup:
+  INCONSISTENT_GROUP_PROTOCOL), nor a classic or consumer group id by a share group
+  (GROUP_ID_NOT_FOUND), as Kafka; an Empty share group stays until DeleteGroups deletes it, which
+  first awaits `share_group_deleters` (the share-partition state's deletion) and then writes the
+  group's tombstone. `share_member_listeners` hear of every member that leaves or is fenced.
 - A group id is either classic (`group`) or consumer (KIP-848, `consumer_group`). An Empty group
   (no members) of one kind becomes the other kind when a member of the other protocol arrives
   (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
@@ -30,14 +37,16 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from anyio.abc import TaskGroup
 
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
+from kshim.configs.groups import EffectiveGroupConfig, group_config
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.coordinator.groups.consumer_group import ConsumerGroup
+from kshim.coordinator.groups.share_group import ShareGroup
 from kshim.coordinator.groups import group_format
 from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.coordinator.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
@@ -58,10 +67,14 @@ TopicPartition = tuple[str, int]
 class GroupCoordinator:
     def __init__(self, broker: CoordinatorHost, config: GroupConfig | None = None, clock: Clock = SYSTEM) -> None:
         self.broker = broker
-        self.config = config or GroupConfig(initial_rebalance_delay_ms=broker.config.group_initial_rebalance_delay_ms)
+        settings = broker.config.group_settings
+        self.settings = settings
+        self.config = config or GroupConfig(initial_rebalance_delay_ms=broker.config.group_initial_rebalance_delay_ms,
+                                            consumer_session_timeout_ms=settings.consumer_session_timeout_ms,
+                                            consumer_heartbeat_interval_ms=settings.consumer_heartbeat_interval_ms)
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
         self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
-        self.groups: dict[str, Group | ConsumerGroup] = {}
+        self.groups: dict[str, Group | ConsumerGroup | ShareGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
         self.runtime = CoordinatorRuntime(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions, self,
@@ -70,6 +83,11 @@ class GroupCoordinator:
         self._next_expiry = 0
         # group records to write, in order (the runtime's loop starts their writes)
         self._stores: list[tuple[str, bytes, bytes | None, Callable[[ErrorCode, int], None] | None]] = []
+        # the share-partition side's hooks: awaited by DeleteGroups before a share group goes (its
+        # share state deleted; an error keeps the group), and told (group id, member id) of every
+        # member that left a share group or was fenced
+        self.share_group_deleters: list[Callable[[str], Awaitable[ErrorCode]]] = []
+        self.share_member_listeners: list[Callable[[str, str], None]] = []
 
     # ------------------------------------------------------------------ placement
     @property
@@ -113,6 +131,7 @@ class GroupCoordinator:
         loaded: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         stored_groups: dict[str, bytes | None] = {}  # group id -> its latest record (None: a tombstone)
         stored_consumer_groups: dict[str, bytes | None] = {}
+        stored_share_groups: dict[str, bytes | None] = {}
         open_txns: dict[int, list] = {}  # producer id -> its transactional records, until its marker
         for header, batch in self.runtime.stored_batches(replica):
             if header.is_control:
@@ -126,10 +145,13 @@ class GroupCoordinator:
                 key = bytes(rec.key) if rec.key else b""
                 group_id = group_format.decode_key(key)
                 consumer_group_id = group_format.decode_consumer_key(key)
+                share_group_id = group_format.decode_share_key(key)
                 if group_id is not None:
                     stored_groups[group_id] = None if rec.value is None else bytes(rec.value)
                 elif consumer_group_id is not None:
                     stored_consumer_groups[consumer_group_id] = None if rec.value is None else bytes(rec.value)
+                elif share_group_id is not None:
+                    stored_share_groups[share_group_id] = None if rec.value is None else bytes(rec.value)
                 elif header.is_transactional:
                     open_txns.setdefault(header.producer_id, []).append(rec)
                 else:
@@ -159,13 +181,21 @@ class GroupCoordinator:
                 restored.stored = value
                 self.groups[group_id] = restored
                 members += len(restored.members)
+        for group_id, value in stored_share_groups.items():
+            share = group_format.decode_share_value(value) if value is not None else None
+            if share is not None:
+                restored_share = ShareGroup.restore(group_id, share, now, self.config, self.runtime.wake.fire, topics,
+                                                    self.group_config(group_id).share_session_timeout_ms)
+                restored_share.stored = value
+                self.groups[group_id] = restored_share
+                members += len(restored_share.members)
         for group_id, entries in loaded.items():
             if entries:
                 self.offsets[group_id] = entries
                 if group_id not in self.groups:
                     self.groups[group_id] = self._new_group(group_id)
         log.info("loaded %s-%d: %d records, %d groups with offsets, %d with members (%d members)", OFFSETS_TOPIC,
-                 index, count, len(loaded), sum(1 for g in [*stored_groups, *stored_consumer_groups]
+                 index, count, len(loaded), sum(1 for g in [*stored_groups, *stored_consumer_groups, *stored_share_groups]
                                                if g in self.groups and self.groups[g].members),
                  members)
 
@@ -240,7 +270,48 @@ class GroupCoordinator:
             group.stored = value
             self._queue_store(group.group_id, group_format.encode_consumer_key(group.group_id), value, None)
 
-    def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
+    async def store_share_group(self, group: ShareGroup) -> ErrorCode:
+        """Persist a share group if a heartbeat changed it; NONE at once when nothing changed."""
+        self._tell_departures(group)
+        value = group_format.encode_share_value(group.snapshot())
+        if value == group.stored:
+            return ErrorCode.NONE
+        code = await self._write_group_record(group.group_id, group_format.encode_share_key(group.group_id), value)
+        if not code:
+            group.stored = value
+        return code
+
+    def _store_share_group(self, group: ShareGroup) -> None:
+        """A share group a timer changed (members fenced): its record, written in the background."""
+        self._tell_departures(group)
+        value = group_format.encode_share_value(group.snapshot())
+        if value != group.stored:
+            group.stored = value
+            self._queue_store(group.group_id, group_format.encode_share_key(group.group_id), value, None)
+
+    def _tell_departures(self, group: ShareGroup) -> None:
+        departed, group.departed = group.departed, []
+        for member_id, _ in departed:
+            for listener in self.share_member_listeners:
+                try:
+                    listener(group.group_id, member_id)
+                except Exception:  # a listener's bug must not fail the heartbeat
+                    log.exception("share member listener failed for %s/%s", group.group_id, member_id)
+
+    def share_group(self, group_id: str, create: bool = False) -> tuple[ErrorCode, ShareGroup | None]:
+        """The share group for ShareGroupHeartbeat (`create`: a join) and ShareGroupDescribe; a group
+        of another kind, or none without `create`: GROUP_ID_NOT_FOUND (Kafka's
+        getOrMaybeCreatePersistedShareGroup)."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ShareGroup):
+            return ErrorCode.NONE, group
+        if group is None and create:
+            share = self.groups[group_id] = ShareGroup(group_id, self.config, state_since=self.clock(),
+                                                       on_change=self.runtime.wake.fire)
+            return ErrorCode.NONE, share
+        return ErrorCode.GROUP_ID_NOT_FOUND, None
+
+    def get_group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | ShareGroup | None:
         """The group of the classic APIs; `create` (JoinGroup) turns an Empty consumer group into a
         classic one. A consumer group with members is returned as is: its classic entry points answer
         errors."""
@@ -254,13 +325,18 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             return ErrorCode.NONE, group
-        if create and (group is None or not group.members and not group.pending and group.state in (EMPTY, DEAD)):
+        if create and (group is None or not isinstance(group, ShareGroup) and not group.members
+                       and not group.pending and group.state in (EMPTY, DEAD)):
             if isinstance(group, Group) and group.persisted:  # the classic record goes with the classic group
                 self._queue_store(group_id, group_format.encode_key(group_id), None, None)
             consumer = self.groups[group_id] = ConsumerGroup(group_id, self.config, state_since=self.clock(),
                                                              on_change=self.runtime.wake.fire)
             return ErrorCode.NONE, consumer
         return ErrorCode.GROUP_ID_NOT_FOUND, None
+
+    def group_config(self, group_id: str) -> EffectiveGroupConfig:
+        """The group's effective configs: its GROUP-resource overrides, else the broker's settings."""
+        return group_config(self.broker.image, group_id, self.settings)
 
     def topics_snapshot(self) -> dict[str, tuple[Any, int]]:
         """Topic name -> (topic id, partition count), the assignors' view of the cluster."""
@@ -270,7 +346,7 @@ class GroupCoordinator:
         topic = self.broker.topics_by_id.get(topic_id)
         return topic.name if topic is not None else ""
 
-    def led_groups(self) -> list[Group | ConsumerGroup]:
+    def led_groups(self) -> list[Group | ConsumerGroup | ShareGroup]:
         return [g for g in self.groups.values() if g.state != DEAD]
 
     # ------------------------------------------------------------------ offsets
@@ -285,7 +361,7 @@ class GroupCoordinator:
         if transactional and generation < 0 and not member_id and instance_id is None:
             return ErrorCode.NONE
         group = self.groups.get(group_id)
-        if isinstance(group, ConsumerGroup):
+        if isinstance(group, (ConsumerGroup, ShareGroup)):
             return group.validate_commit(member_id, generation)
         if group is None or group.state == EMPTY and not group.members:
             if generation < 0:
@@ -443,7 +519,7 @@ class GroupCoordinator:
         if code:
             return code, []
         group = self.groups.get(group_id)
-        if isinstance(group, ConsumerGroup):  # OffsetFetch v9: the member epoch of a consumer group
+        if isinstance(group, (ConsumerGroup, ShareGroup)):  # OffsetFetch v9: the member epoch of a consumer group
             code = group.validate_fetch(member_id, member_epoch)
             if code:
                 return code, []
@@ -467,6 +543,11 @@ class GroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND
         if group is not None and (group.members or group.state != EMPTY):
             return ErrorCode.NON_EMPTY_GROUP
+        if isinstance(group, ShareGroup):
+            for deleter in self.share_group_deleters:  # its share-partition state first, as Kafka
+                code = await deleter(group_id)
+                if code:
+                    return code
         code = await self.write(group_id, [(tp, None) for tp in sorted(self.offsets.get(group_id, {}))])
         if code:
             return code
@@ -478,6 +559,11 @@ class GroupCoordinator:
             group.persisted = False
         elif isinstance(group, ConsumerGroup) and group.stored is not None:
             code = await self._write_group_record(group_id, group_format.encode_consumer_key(group_id), None)
+            if code:
+                return code
+            group.stored = None
+        elif isinstance(group, ShareGroup) and group.stored is not None:
+            code = await self._write_group_record(group_id, group_format.encode_share_key(group_id), None)
             if code:
                 return code
             group.stored = None
@@ -501,6 +587,8 @@ class GroupCoordinator:
 
     def _forget_idle_groups(self) -> None:
         for group_id, group in list(self.groups.items()):
+            if isinstance(group, ShareGroup):
+                continue  # kept until DeleteGroups (its share-partition state and configs outlive its members)
             if group.state == EMPTY and not group.members and not group.pending and not self.offsets.get(group_id):
                 del self.groups[group_id]
                 if self.partition_of(group_id) not in self.loaded:
@@ -519,6 +607,8 @@ class GroupCoordinator:
             group.tick(now)
             if isinstance(group, ConsumerGroup) and len(group.members) != members:  # a timer only fences
                 self._store_consumer_group(group)
+            elif isinstance(group, ShareGroup) and len(group.members) != members:
+                self._store_share_group(group)
         self._forget_idle_groups()
         deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
         return min(deadlines, default=math.inf)

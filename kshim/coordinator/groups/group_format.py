@@ -207,3 +207,81 @@ def decode_consumer_value(data: bytes) -> StoredConsumerGroup | None:
         m.member_id, m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names),
         m.subscribed_regex, m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state,
         tps(m.assigned), tps(m.revoking), tps(m.target)) for m in v.members))
+
+
+# ---------------------------------------------------------------------------------------- KIP-932
+# A share group as one record (Kafka spreads the same facts over its ShareGroupMetadata,
+# ShareGroupMemberMetadata, ShareGroupTargetAssignment* and ShareGroupCurrentMemberAssignment records).
+#
+# key   = version int16 (4), group string
+# value = version int16 (1), group epoch int32, assignment epoch int32, then an int32 count of
+#         members, each: member id, rack id (nullable), client id, client host, subscribed names
+#         (int32 count of strings), epoch int32, assigned and target partitions (each an int32
+#         count of topic id (16 bytes) + partition int32)
+
+SHARE_GROUP_KEY_VERSION = 4
+SHARE_GROUP_VALUE_VERSION = 1
+
+_ShareMember = Struct(
+    "member_id" / _String, "rack_id" / _NullableString, "client_id" / _String, "client_host" / _String,
+    "subscribed_names" / PrefixedArray(Int32sb, _String), "epoch" / Int32sb, "assigned" / _Partitions,
+    "target" / _Partitions)
+ShareGroupKey = Struct("version" / Int16ub, "group" / _String, Terminated)
+ShareGroupValue = Struct("version" / Int16ub, "group_epoch" / Int32sb, "assignment_epoch" / Int32sb,
+                         "members" / PrefixedArray(Int32sb, _ShareMember), Terminated)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredShareMember:
+    member_id: str
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_names: tuple[str, ...]
+    epoch: int
+    assigned: TopicPartitions
+    target: TopicPartitions
+
+
+@dataclass(frozen=True, slots=True)
+class StoredShareGroup:
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[StoredShareMember, ...]
+
+
+def encode_share_key(group: str) -> bytes:
+    return ShareGroupKey.build(dict(version=SHARE_GROUP_KEY_VERSION, group=group))
+
+
+def encode_share_value(g: StoredShareGroup) -> bytes:
+    return ShareGroupValue.build(dict(
+        version=SHARE_GROUP_VALUE_VERSION, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
+        members=[dict(member_id=m.member_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+                      subscribed_names=list(m.subscribed_names), epoch=m.epoch, assigned=_partitions(m.assigned),
+                      target=_partitions(m.target)) for m in g.members]))
+
+
+def decode_share_key(data: bytes) -> str | None:
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != SHARE_GROUP_KEY_VERSION:
+        return None
+    try:
+        return str(ShareGroupKey.parse(data).group)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+
+
+def decode_share_value(data: bytes) -> StoredShareGroup | None:
+    if len(data) < 2 or int.from_bytes(data[:2], "big") != SHARE_GROUP_VALUE_VERSION:
+        return None
+    try:
+        v = ShareGroupValue.parse(data)
+    except (StreamError, ConstructError, UnicodeDecodeError):
+        return None
+
+    def tps(items) -> TopicPartitions:
+        return frozenset((uuid.UUID(bytes=bytes(i.topic_id)), i.partition) for i in items)
+
+    return StoredShareGroup(v.group_epoch, v.assignment_epoch, tuple(StoredShareMember(
+        m.member_id, m.rack_id, m.client_id, m.client_host, tuple(m.subscribed_names), m.epoch, tps(m.assigned),
+        tps(m.target)) for m in v.members))

@@ -12,6 +12,10 @@
   compression.type, message.max.bytes, ...) with its source: this broker's dynamic setting (2),
   the cluster-wide dynamic default (3), the command line (4) or Kafka's default (5); those are
   dynamic (not read-only) except kshim's own. Another node id is INVALID_REQUEST.
+- GROUP (32) named by any group id (Kafka 4's group configs, kshim.configs.groups): every group
+  config with its effective value, source GROUP_CONFIG (8) when the group overrides it, else
+  DEFAULT_CONFIG (5) with the broker's group setting (group.share.session.timeout.ms, ...); an
+  empty name is INVALID_REQUEST. ACL: DESCRIBE_CONFIGS on the group, else GROUP_AUTHORIZATION_FAILED.
 - Other resource types (BROKER_LOGGER, ...) are INVALID_REQUEST.
 - `configuration_keys` filters by name; null or empty means every config. Unknown names are left out.
 - include_synonyms (v1+): each topic config lists the override (if any), the broker setting under
@@ -28,11 +32,11 @@ from typing import Any, Iterable, Mapping
 
 from construct import Container
 
-from kshim.configs import Resolved, broker_settings, resolve
+from kshim.configs import Resolved, broker_settings, resolve, resolve_group
 from kshim.errors import BrokerError, check_topic_name
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
-from kshim.net.handlers.config_resources import config_entry
+from kshim.net.handlers.config_resources import GROUP, config_entry, target_group
 from wire.errors import ErrorCode
 
 API_KEY = 32
@@ -81,6 +85,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
                 configs = _topic_configs(ctx, resource.resource_name)
             elif resource.resource_type == BROKER:
                 configs = _broker_configs(ctx, resource.resource_name)
+            elif resource.resource_type == GROUP:
+                group = target_group(resource)
+                configs = resolve_group(ctx.broker.image.group_configs.get(group, {}), ctx.broker.config.group_settings)
             else:
                 raise BrokerError(ErrorCode.INVALID_REQUEST,
                                   f"resource type {resource.resource_type} is not supported by kshim")

@@ -9,14 +9,19 @@
   that resource's whole set of dynamic broker settings (the topic-config defaults: log.retention.ms,
   compression.type, message.max.bytes, ...). A read-only (command-line) or unknown name is
   INVALID_CONFIG; another broker's id is INVALID_REQUEST. The controller stores them (they survive
-  a restart) and every broker applies them to topics that do not override them. Other resource
-  types are INVALID_REQUEST.
+  a restart) and every broker applies them to topics that do not override them.
+- GROUP (32), any group id: the given configs become the group's whole set of overrides
+  (kshim.configs.groups: names, types, and bounds against the broker's group settings as Kafka's
+  GroupConfig.validate; INVALID_CONFIG otherwise); the controller stores them and the group
+  coordinators apply them at the groups' next heartbeats. An empty name is INVALID_REQUEST.
+- Other resource types are INVALID_REQUEST.
 - A resource named twice in one request is INVALID_REQUEST for each entry.
 - validate_only runs every check and changes nothing.
 - New values apply at once to the topic's partitions (retention, segment rolling, max.message.bytes,
   timestamp type) and are stored so they survive a restart.
-- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
-  for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED), the
+  group (else GROUP_AUTHORIZATION_FAILED) or, for a broker, on the cluster (else
+  CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from construct import Container
 
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
-from kshim.net.handlers.config_resources import BROKER, alter_each, config_dict, target_broker, target_topic
+from kshim.net.handlers.config_resources import (BROKER, GROUP, alter_each, config_dict, target_broker, target_group,
+                                                target_topic)
 from wire.errors import ErrorCode
 
 API_KEY = 33
@@ -39,6 +45,9 @@ async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) 
     configs = config_dict(resource.configs, ErrorCode.INVALID_REQUEST)
     if resource.resource_type == BROKER:
         await ctx.broker.set_broker_configs(target_broker(ctx, resource), configs, validate_only=validate_only)
+        return
+    if resource.resource_type == GROUP:
+        await ctx.broker.set_group_configs(target_group(resource), configs, validate_only=validate_only)
         return
     name = target_topic(ctx, resource).name
     await ctx.broker.set_topic_configs(name, configs, validate_only=validate_only)

@@ -14,10 +14,14 @@
   resource's dynamic broker settings (the topic-config defaults: log.retention.ms, compression.type,
   message.max.bytes, ...); APPEND/SUBTRACT start from the broker's effective value. A read-only
   (command-line) or unknown name is INVALID_CONFIG; another broker's id is INVALID_REQUEST. The
-  controller stores them, so they survive a restart. Other resource types are INVALID_REQUEST. A resource named twice in one request is INVALID_REQUEST for each entry.
+  controller stores them, so they survive a restart.
+- GROUP (32), any group id: SET / DELETE on the group's overrides (kshim.configs.groups; no list
+  configs, so APPEND / SUBTRACT are INVALID_CONFIG), the result validated as AlterConfigs does.
+  An empty name is INVALID_REQUEST. Other resource types are INVALID_REQUEST. A resource named twice in one request is INVALID_REQUEST for each entry.
 - validate_only runs every check and changes nothing.
-- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
-  for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
+- ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED), the
+  group (else GROUP_AUTHORIZATION_FAILED) or, for a broker, on the cluster (else
+  CLUSTER_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
@@ -26,11 +30,12 @@ from typing import Any, Callable, Mapping
 
 from construct import Container
 
-from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, topic_definition
+from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, resolve_group, topic_definition
+from kshim.configs.groups import group_definition
 from kshim.errors import BrokerError
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
-from kshim.net.handlers.config_resources import BROKER, alter_each, target_broker, target_topic
+from kshim.net.handlers.config_resources import BROKER, GROUP, alter_each, target_broker, target_group, target_topic
 from wire.errors import ErrorCode
 
 API_KEY = 44
@@ -87,10 +92,25 @@ async def _alter_broker(ctx: RequestContext, resource: Container, validate_only:
     await ctx.broker.set_broker_configs(target, result, validate_only=validate_only)
 
 
+async def _alter_group(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    group = target_group(resource)
+    entries = list(resource.configs or ())
+    _check_duplicates(entries)
+    overrides = ctx.broker.image.group_configs.get(group, {})
+    current = {r.name: r.value for r in resolve_group(overrides, ctx.broker.config.group_settings)}
+    result: dict[str, str | None] = dict(overrides)
+    for entry in entries:
+        _apply(current, entry, result, group_definition)
+    await ctx.broker.set_group_configs(group, result, validate_only=validate_only)
+
+
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
     authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS)
     if resource.resource_type == BROKER:
         await _alter_broker(ctx, resource, validate_only)
+        return
+    if resource.resource_type == GROUP:
+        await _alter_group(ctx, resource, validate_only)
         return
     topic = target_topic(ctx, resource)
     entries = list(resource.configs or ())

@@ -13,7 +13,8 @@
   member owns it, and must acknowledge revocations by heartbeating without them (see
   `kshim.coordinator.groups.consumer_group`). The assignment is answered on a full request (joining, or all of
   rebalance timeout, topic names and owned partitions set) or when it changed; null otherwise.
-- Heartbeat interval 3 s, session timeout 45 s (`GroupConfig`). A heartbeat that changed the group
+- Heartbeat interval and session timeout: the group's consumer.heartbeat.interval.ms and
+  consumer.session.timeout.ms (GROUP configs, kshim.configs.groups), else the broker's (3 s, 45 s). A heartbeat that changed the group
   is answered once the group's record is COMMITTED in `__consumer_offsets` (else with the write's
   error: NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE); a coordinator that takes over loads the
   group, so members go on under their epochs after a coordinator move.
@@ -76,8 +77,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if code or group is None:
         return _answer(HeartbeatResult(code, f"Group {req.group_id} is not a consumer group"))
     owned = None if req.topic_partitions is None else [(t.topic_id, list(t.partitions)) for t in req.topic_partitions]
+    configs = coordinator.group_config(req.group_id)
     result = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",
-                                    client_host=client_host(ctx), topics=coordinator.topics_snapshot(), **fields)
+                                      client_host=client_host(ctx), topics=coordinator.topics_snapshot(),
+                                      session_timeout_ms=configs.consumer_session_timeout_ms,
+                                      heartbeat_interval_ms=configs.consumer_heartbeat_interval_ms, **fields)
     if not result.error_code:
         code = await coordinator.store_consumer_group(group)
         if code:

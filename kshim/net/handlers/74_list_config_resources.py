@@ -2,8 +2,9 @@
 configs, for Admin.listConfigResources and kafka-configs.sh --describe without a name.
 
 - v1: resource_types lists the types wanted; empty means every type kshim has: TOPIC (2), every
-  topic, internal ones included; BROKER (4), every live broker by id. A type kshim has no configs
-  for (BROKER_LOGGER, CLIENT_METRICS, GROUP) or an unknown one: UNSUPPORTED_VERSION for the whole
+  topic, internal ones included; BROKER (4), every live broker by id; GROUP (32), every group
+  with config overrides (as Kafka lists the groups that have configs). A type kshim has no configs
+  for (BROKER_LOGGER, CLIENT_METRICS) or an unknown one: UNSUPPORTED_VERSION for the whole
   request, as Kafka answers a type it does not support.
 - v0 lists client-metrics resources: kshim has no client telemetry subscriptions, so none.
 """
@@ -21,7 +22,8 @@ VERSIONS = (0, 1)
 
 TOPIC = 2
 BROKER = 4
-SUPPORTED = (TOPIC, BROKER)
+GROUP = 32
+SUPPORTED = (TOPIC, BROKER, GROUP)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
@@ -36,4 +38,6 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     if BROKER in types:
         resources += [{"resource_name": str(b.node_id), "resource_type": BROKER}
                       for b in ctx.broker.image.alive_brokers()]
+    if GROUP in types:
+        resources += [{"resource_name": group, "resource_type": GROUP} for group in sorted(ctx.broker.image.group_configs)]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "config_resources": resources}

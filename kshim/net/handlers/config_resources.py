@@ -21,6 +21,15 @@ log = logging.getLogger("kshim.handlers.configs")
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
+
+
+def target_group(resource: Container) -> str:
+    """The group a GROUP resource names (any id: a group need not exist to have configs, as in
+    Kafka); an empty name is INVALID_REQUEST (Kafka has no default group resource)."""
+    if not resource.resource_name:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+    return resource.resource_name
 
 
 def target_broker(ctx: RequestContext, resource: Container) -> str:
