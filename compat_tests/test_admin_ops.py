@@ -247,8 +247,9 @@ def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
     out = java_admin(java, cluster.bootstrap, ["features"], ["update-feature", "transaction.version", "2", "upgrade"],
                      ["update-feature", "metadata.version", "29", "safe-downgrade"],
                      ["update-feature", "group.version", "0", "safe-downgrade", "validate"], ["features"])
-    assert out[0]["supported"] == {"group.version": [0, 1], "metadata.version": [30, 30]}
-    assert out[0]["finalized"] == {"group.version": [1, 1], "metadata.version": [30, 30]}  # no transactions v2
+    assert out[0]["supported"] == {"group.version": [0, 1], "metadata.version": [30, 30], "share.version": [0, 1]}
+    assert out[0]["finalized"] == {"group.version": [1, 1], "metadata.version": [30, 30],
+                                   "share.version": [1, 1]}  # no transactions v2
     assert [line.get("error") for line in out[1:4]] == ["InvalidUpdateVersionException"] * 2 + [None]
     assert out[4]["finalized"] == out[0]["finalized"]  # validate-only changed nothing
     try:

@@ -183,7 +183,7 @@ def update(c: Controller, name: str, level: int, upgrade: FeatureUpgrade = Featu
 
 
 def test_features_are_checked_as_kafka_does(controller):
-    assert controller.image.features == {"metadata.version": 30, "group.version": 1}
+    assert controller.image.features == {"metadata.version": 30, "group.version": 1, "share.version": 1}
     checks = [("metadata.version", 29, FeatureUpgrade.SAFE_DOWNGRADE, "supports versions 30 to 30"),
               ("metadata.version", 31, FeatureUpgrade.UPGRADE, "supports versions 30 to 30"),
               ("transaction.version", 2, FeatureUpgrade.UPGRADE, "does not support"),
@@ -208,11 +208,11 @@ def test_features_are_all_or_nothing_and_persist(controller, tmp_path):
     update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE, validate_only=True)
     assert controller.image.version == version
     update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)
-    assert controller.image.features == {"metadata.version": 30}
+    assert controller.image.features == {"metadata.version": 30, "share.version": 1}
     assert controller.image.features_epoch == controller.image.version > version
     again = reopened(controller, tmp_path)
     try:
-        assert again.image.features == {"metadata.version": 30}
+        assert again.image.features == {"metadata.version": 30, "share.version": 1}
         assert again.image.features_epoch == controller.image.features_epoch
         update(again, "group.version", 1)
         assert again.image.features["group.version"] == 1

@@ -736,8 +736,8 @@ async def features(broker, version=4):
 @pytest.mark.anyio
 async def test_api_versions_reports_features_without_transaction_version(broker):
     supported, finalized, epoch = await features(broker)
-    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1)}
-    assert finalized == {"metadata.version": 30, "group.version": 1} and epoch > 0
+    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1), "share.version": (0, 1)}
+    assert finalized == {"metadata.version": 30, "group.version": 1, "share.version": 1} and epoch > 0
     supported, _, _ = await features(broker, 3)
     assert supported == {"metadata.version": (30, 30)}  # v3 leaves out minimum-0 features
 
@@ -769,7 +769,7 @@ async def test_update_features_validates_persists_and_gates_the_consumer_protoco
     resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2)))
     assert resp.error_code == 0
     _, finalized, epoch = await features(broker)
-    assert finalized == {"metadata.version": 30} and epoch == broker.image.version
+    assert finalized == {"metadata.version": 30, "share.version": 1} and epoch == broker.image.version
     hb = {"group_id": "g", "member_id": "m" * 22, "member_epoch": 0, "instance_id": None, "rack_id": None,
           "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"], "server_assignor": None,
           "topic_partitions": [], "subscribed_topic_regex": None}
@@ -777,7 +777,7 @@ async def test_update_features_validates_persists_and_gates_the_consumer_protoco
     assert resp.error_code == ErrorCode.UNSUPPORTED_VERSION
     again = reopen(broker)
     try:
-        assert again.image.features == {"metadata.version": 30}
+        assert again.image.features == {"metadata.version": 30, "share.version": 1}
     finally:
         again.close()
 

@@ -63,12 +63,33 @@ class GroupSettings:
     share_max_partition_max_record_locks: int = 10_000
 
     def broker_configs(self) -> dict[str, str]:
-        """These settings under Kafka's broker config names, as DescribeConfigs(BROKER) lists them."""
-        out = {}
-        for name, value in vars(self).items():
-            kind, rest = name.split("_", 1)
-            out[f"group.{kind}.{rest.replace('_', '.')}"] = str(value)
-        return out
+        """These settings under Kafka's broker config names (group.share.session.timeout.ms, ...)."""
+        return {_broker_name(name): str(value) for name, value in vars(self).items()}
+
+    @classmethod
+    def from_broker_configs(cls, values: Mapping[str, str]) -> "GroupSettings":
+        """Settings from Kafka broker config names (`kshim serve --group-setting NAME=VALUE`); each
+        default must lie within its min/max (Kafka refuses to start otherwise). InvalidConfig."""
+        fields = {_broker_name(name): name for name in vars(cls())}
+        given = {}
+        for name, raw in values.items():
+            if name not in fields:
+                raise InvalidConfig(f"unknown group setting {name!r}; known: {', '.join(sorted(fields))}")
+            try:
+                given[fields[name]] = int(raw)
+            except ValueError:
+                raise InvalidConfig(f"group setting {name}: {raw!r} is not a number") from None
+            if given[fields[name]] < 1:
+                raise InvalidConfig(f"group setting {name} must be at least 1")
+        settings = cls(**given)
+        for config, (lo, hi) in _BOUNDS.items():
+            synonym = GROUP_CONFIGS[config].synonym or ""
+            value = getattr(settings, synonym[len("group."):].replace(".", "_"))
+            if not getattr(settings, lo) <= value <= getattr(settings, hi):
+                raise InvalidConfig(f"group setting {synonym} ({value}) must lie within "
+                                    f"{_broker_name(lo)} ({getattr(settings, lo)}) and {_broker_name(hi)} "
+                                    f"({getattr(settings, hi)})")
+        return settings
 
 
 def _group_defs(s: GroupSettings) -> dict[str, ConfigDef]:

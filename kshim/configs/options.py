@@ -10,6 +10,8 @@ from typing import TypedDict, cast
 
 from kshim.acls import AuthorizerConfig, InvalidAcl, parse_super_users
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.groups import GroupSettings
+from kshim.errors import BrokerError
 from kshim.configs.security import (
     CLIENT_AUTH, MECHANISMS, Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
@@ -64,6 +66,7 @@ class ConnectionSettings(TypedDict):
     request_log_entries: int
     quota_window_num: int
     quota_window_size_seconds: int
+    group_settings: GroupSettings
 
 
 def positive(text: str) -> int:
@@ -87,11 +90,26 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(option, dest=name, type=non_negative if _MINIMUM.get(name) == 0 else positive,
                            default=_DEFAULTS[name],
                            help=f"{text} (default {_DEFAULTS[name]})")
+    group.add_argument("--group-setting", dest="group_setting", action="append", default=[], metavar="NAME=VALUE",
+                       help="a group coordinator setting by its Kafka broker config name, repeatable: "
+                            "group.share.session.timeout.ms, group.share.min.record.lock.duration.ms, "
+                            "group.share.max.size, group.consumer.heartbeat.interval.ms, ... (docs/configs.md, "
+                            "Group configs); each default must lie within its min and max")
 
 
 def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
     """The budgets given on the command line, as BrokerConfig keyword arguments."""
     settings = cast(ConnectionSettings, {name: getattr(args, name) for _, name, _ in OPTIONS})
+    given = {}
+    for item in getattr(args, "group_setting", None) or []:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"kshim: --group-setting wants NAME=VALUE, got {item!r}")
+        given[name.strip()] = value.strip()
+    try:
+        settings["group_settings"] = GroupSettings.from_broker_configs(given)
+    except BrokerError as e:
+        raise SystemExit(f"kshim: --group-setting: {e.message}") from None
     if settings["queued_max_request_bytes"] < args.max_request_bytes:
         raise SystemExit(f"kshim: --queued-max-request-bytes {settings['queued_max_request_bytes']} is less than "
                          f"--max-request-bytes {args.max_request_bytes}: a largest request could never be read")
@@ -101,7 +119,14 @@ def connection_settings(args: argparse.Namespace) -> ConnectionSettings:
 def connection_argv(settings: ConnectionSettings | None) -> list[str]:
     """The same budgets as options for a broker process (none: the broker's defaults)."""
     given: dict = dict(settings or {})
-    return [arg for option, name, _ in OPTIONS if name in given for arg in (option, str(given[name]))]
+    argv = [arg for option, name, _ in OPTIONS if name in given for arg in (option, str(given[name]))]
+    group_settings = given.get("group_settings")
+    if group_settings is not None:
+        defaults = GroupSettings().broker_configs()
+        for name, value in group_settings.broker_configs().items():
+            if value != defaults[name]:
+                argv += ["--group-setting", f"{name}={value}"]
+    return argv
 
 
 def add_authorizer_options(parser: argparse.ArgumentParser) -> None:

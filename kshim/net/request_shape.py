@@ -31,7 +31,7 @@ _ANSWERS: dict[tuple, str] = {  # (api key, field[, "v0": an older name])
     (42, "results"): "groups_names",
     (61, "partitions"): "partition_indexes",
     (65, "transaction_states"): "transactional_ids",
-    (69, "groups"): "group_ids",
+    (69, "groups"): "group_ids", (77, "groups"): "group_ids",
     (30, "results"): "creations", (31, "filter_results"): "filters",
     (43, "replica_election_results"): "topic_partitions", (43, "partition_result"): "partitions",
     (51, "results"): "upsertions",
