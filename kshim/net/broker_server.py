@@ -11,6 +11,7 @@ from __future__ import annotations
 import anyio
 
 from kshim.broker import Broker
+from kshim.configs import group_config
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.share_partitions.coordinator import ShareCoordinator
 from kshim.coordinator.share_partitions.manager import SharePartitionManager
@@ -27,7 +28,7 @@ class BrokerServer:
         self.transactions = TransactionCoordinator(broker)
         # share groups' data half: the share-state coordinator, and the share partitions led here
         self.share_coordinator = ShareCoordinator(broker)
-        self.share = SharePartitionManager(broker, self.share_coordinator)
+        self.share = SharePartitionManager(broker, self.share_coordinator, group_configs=self._share_configs)
         self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
         self.quotas = QuotaManager(broker.config.quota_window_num, broker.config.quota_window_size_seconds)
         broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self.share_coordinator.on_image,
@@ -37,6 +38,16 @@ class BrokerServer:
         self.transactions.on_image()
         self.share_coordinator.on_image()
         self._on_image()
+
+    def _share_configs(self, group: str) -> dict[str, str]:
+        """A share group's effective GROUP configs (kshim.configs.group_config), by the names the
+        share partitions read."""
+        c = group_config(self.broker.image, group, self.broker.config.group_settings)
+        return {"share.record.lock.duration.ms": str(c.share_record_lock_duration_ms),
+                "share.auto.offset.reset": c.share_auto_offset_reset,
+                "share.isolation.level": c.share_isolation_level,
+                "group.share.delivery.count.limit": str(c.share_delivery_count_limit),
+                "group.share.partition.max.record.locks": str(c.share_partition_max_record_locks)}
 
     def _on_image(self) -> None:
         self.quotas.update(self.broker.image.client_quotas)
