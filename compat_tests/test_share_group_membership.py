@@ -158,8 +158,8 @@ def test_java_share_consumers_admin_and_group_configs(kshim, java, topic_name):
     assert {"group_id": group, "type": "Share", "state": "Stable", "protocol": "share"} in listed["groups"]
     [configs] = by_type["configs"]
     entries = configs["entries"]
-    assert entries["share.auto.offset.reset"] == {"value": "earliest", "source": "GROUP_CONFIG"}
-    assert entries["share.record.lock.duration.ms"] == {"value": "20000", "source": "GROUP_CONFIG"}
+    assert entries["share.auto.offset.reset"] == {"value": "earliest", "source": "DYNAMIC_GROUP_CONFIG"}
+    assert entries["share.record.lock.duration.ms"] == {"value": "20000", "source": "DYNAMIC_GROUP_CONFIG"}
     assert entries["share.session.timeout.ms"] == {"value": "45000", "source": "DEFAULT_CONFIG"}
     assert by_type["bad-config"] == [{"type": "bad-config", "error": "InvalidConfigurationException"}]
 

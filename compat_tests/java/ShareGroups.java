@@ -107,7 +107,8 @@ public class ShareGroups {
         Runtime.getRuntime().halt(0);
     }
 
-    /** The group once it has `members` members, each with a non-empty assignment (bounded wait). */
+    /** The group once it has `members` members, each with a non-empty assignment at the group's
+     *  assignment epoch (bounded wait: members take a new assignment at their next heartbeat). */
     static ShareGroupDescription waitFor(Admin admin, String group, int members) throws Exception {
         long deadline = System.currentTimeMillis() + 50_000;
         ShareGroupDescription d = null;
@@ -119,7 +120,9 @@ public class ShareGroups {
                 Thread.sleep(200);  // no member has joined yet
                 continue;
             }
-            boolean assigned = d.members().stream().allMatch(m -> !m.assignment().topicPartitions().isEmpty());
+            final int target = d.targetAssignmentEpoch();  // every member caught up with the last assignment
+            boolean assigned = d.members().stream().allMatch(
+                    m -> !m.assignment().topicPartitions().isEmpty() && m.memberEpoch() == target);
             if (d.members().size() == members && assigned) return d;
             Thread.sleep(200);
         }
