@@ -385,6 +385,11 @@ class SharePartitionManager:
                                           **sp.state.counts()}
         return out
 
+    def in_flight_list(self, group: str) -> list[dict]:
+        """`in_flight` as rows (the admin socket's answer to `kshim ctl groups`)."""
+        return [{"topic": topic, "partition": index, **counts}
+                for (topic, index), counts in sorted(self.in_flight(group).items())]
+
     # ------------------------------------------------------------------ lock expiry
     async def expire_due(self) -> float:
         """Release the records whose lock expired (and write them); the next deadline, or inf."""
