@@ -1,7 +1,8 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
 dynamic broker configs, SCRAM credentials (salted), client quotas, partition state (replicas,
-leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the
-controller writes it.
+leader, leader epoch, ISR, and a reassignment's adding and removing replicas), the replicas a
+broker that was down has yet to delete, registered brokers, ACLs, and the producer-id counter.
+Only the controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
 format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
