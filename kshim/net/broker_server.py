@@ -29,6 +29,9 @@ class BrokerServer:
         # share groups' data half: the share-state coordinator, and the share partitions led here
         self.share_coordinator = ShareCoordinator(broker)
         self.share = SharePartitionManager(broker, self.share_coordinator, group_configs=self._share_configs)
+        # the group half tells the data half of members that leave and of groups DeleteGroups deletes
+        self.groups.share_member_listeners.append(self.share.on_member_left)
+        self.groups.share_group_deleters.append(self.share.delete_group_state)
         self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
         self.quotas = QuotaManager(broker.config.quota_window_num, broker.config.quota_window_size_seconds)
         broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self.share_coordinator.on_image,
