@@ -608,12 +608,16 @@ class Partition:
                 if self.log.log_end_offset > before:
                     self.log.truncate_to(before)
                 raise
-            self._storage_works()
-            for pos, header in records.iter_batches(data):
-                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-                if header.producer_id >= 0:
-                    self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
+            self._took_from_leader(data)
         self.update_follower_hw(leader_high_watermark)
+
+    def _took_from_leader(self, data: bytes | memoryview) -> None:
+        """After a follower append: the leader epochs and producer state of what it brought."""
+        self._storage_works()
+        for pos, header in records.iter_batches(data):
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if header.producer_id >= 0:
+                self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
 
     def submit_follower_append(self, data: bytes | memoryview) -> asyncio.Future | None:
         """append_as_follower's write handed to the log writer (None: there is none, so the
@@ -631,11 +635,7 @@ class Partition:
     def _follower_written(self, job: WriteJob) -> BaseException | None:
         e = job.error
         if e is None:
-            self._storage_works()
-            for pos, header in records.iter_batches(job.data):
-                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-                if header.producer_id >= 0:
-                    self._track(self.producers, header, memoryview(job.data)[pos:pos + header.size])
+            self._took_from_leader(job.data)
             return None
         if isinstance(e, OSError):
             self._storage_failed(e)
