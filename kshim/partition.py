@@ -128,7 +128,7 @@ class Partition:
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
-        self.epochs = LeaderEpochCache.open(self.directory, self.log)
+        self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
         self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
         self.producers = self._load_producer_state()
         self._hw_checkpointed = -1
@@ -234,6 +234,7 @@ class Partition:
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
             log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
                      self.log_end_offset, list(self.isr))
+        self.epochs.save()  # the cut of the open, if the assignment above did not restore it
         if self.is_leader:
             self._advance_hw()
         self._hw_changed.fire()  # acks=all waiters must re-check leadership
