@@ -612,7 +612,7 @@ class Partition:
             self._took_from_leader(data)
         self.update_follower_hw(leader_high_watermark)
 
-    def _took_from_leader(self, data: bytes | memoryview) -> None:
+    def _took_from_leader(self, data: bytes | bytearray | memoryview) -> None:
         """After a follower append: the leader epochs and producer state of what it brought."""
         self._storage_works()
         for pos, header in records.iter_batches(data):

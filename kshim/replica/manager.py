@@ -375,17 +375,21 @@ class ReplicaManager:
                     errors: Sequence[ErrorCode | None], failed: Mapping[int, PartitionAppend],
                     late: Mapping[int, Rejection]) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
         results: list[PartitionAppend | Awaitable[PartitionAppend]] = []
+        # the replicas as they were at the append: one removed while its write is out still
+        # ends its acks=all wait (no longer leader)
+        replicas: list[Partition | None] = []
         written = False  # some write was handed to the log writer: the answer waits for it
         for i, (topic, index, data) in enumerate(entries):
+            replicas.append(self._replicas.get((topic, index)))
             result = failed.get(i) or self._append_one(acks, topic, index, data, errors[i])
             if not isinstance(result, PartitionAppend):
                 written = True
             results.append(result)
         if written:
-            return self._when_written(acks, timeout_s, entries, results, late)
-        return self._settle(acks, timeout_s, entries, results, late)  # type: ignore[arg-type]
+            return self._when_written(acks, timeout_s, replicas, results, late)
+        return self._settle(acks, timeout_s, replicas, results, late)  # type: ignore[arg-type]
 
-    def _settle(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+    def _settle(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
                 results: list[PartitionAppend], late: Mapping[int, Rejection]
                 ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
         waits = []
@@ -393,17 +397,17 @@ class ReplicaManager:
             bad = late.get(i)
             if bad is not None and not result.error:
                 result.error, result.message = bad.error, bad.message
-            if acks == -1 and result.appended:
-                topic, index, _ = entries[i]
-                waits.append((result, self._replicas[(topic, index)]))
+            replica = replicas[i]
+            if acks == -1 and result.appended and replica is not None:
+                waits.append((result, replica))
         return self._await_commit(results, waits, timeout_s) if waits else results
 
-    async def _when_written(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
+    async def _when_written(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
                             pending: list[PartitionAppend | Awaitable[PartitionAppend]],
                             late: Mapping[int, Rejection]) -> list[PartitionAppend]:
         """Every write is already handed out (the writer coalesces them); await them in order."""
         results = [r if isinstance(r, PartitionAppend) else await r for r in pending]
-        settled = self._settle(acks, timeout_s, entries, results, late)
+        settled = self._settle(acks, timeout_s, replicas, results, late)
         return settled if isinstance(settled, list) else await settled
 
     def _append_one(self, acks: int, topic: str, index: int, data: Records,
