@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="port of the web console and /metrics (docs/console.md); 0 picks a free one, "
                             "printed on the ready line (default 0)")
     serve.add_argument("--no-console", action="store_true", help="serve no web console and no /metrics")
+    serve.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
+                       help="finalize the transaction.version feature at this level when starting (2, the "
+                            "default of a new cluster: transactions v2, KIP-890; 0 or 1: clients use v1); "
+                            "UpdateFeatures changes it later (docs/transactions.md)")
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
@@ -150,7 +154,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
-        inter_broker=inter_broker)
+        inter_broker=inter_broker, transaction_version=args.transaction_version)
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -267,6 +271,7 @@ def _main(argv: list[str] | None = None) -> int:
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
+            transaction_version=args.transaction_version,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")
