@@ -5,6 +5,8 @@ broker than the partition leader, so the leader verifies writes over AddPartitio
   TRANSACTION_ABORTABLE / INVALID_TXN_STATE; v2: INVALID_PRODUCER_EPOCH, the abort bumped the epoch)
   and leaves no hanging transaction: the last stable offset is the high watermark (raw requests, the
   "late retry" being the same bytes sent again);
+- `kshim ctl txns --abort TXN_ID` ends a transaction its producer left open: read_committed moves
+  on and the producer is fenced;
 - the Java client 4.3 uses transactions v2 at transaction.version 2 (Produce v13, EndTxn v5, no
   AddPartitionsToTxn) and the classic protocol once the feature is downgraded to 1, read back
   correctly by a read_committed consumer either way.
@@ -15,8 +17,9 @@ test_transactions_cluster.py (librdkafka, which only speaks the classic protocol
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 
-from compat_tests.cluster import Cluster, running
+from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.java_client import JavaClient, build
 from compat_tests.kshim_process import wait_until
 from compat_tests.raw_kafka import RawConnection, list_offsets_latest
@@ -155,3 +158,28 @@ def test_the_java_client_follows_the_finalized_transaction_version(cluster, java
     values = read_committed(cluster.bootstrap, topic_name)
     assert sorted(v.decode() for v in values) == sorted(f"commit-{s}-{i}" for _ in (1, 2) for s, n in ((0, 4), (2, 2))
                                                          for i in range(n))
+
+
+def test_ctl_aborts_a_transaction_left_open(cluster, topic_name):
+    create_topics(cluster, topic_name, partitions=1)
+    leader = address(cluster, cluster.partition(topic_name)["leader"])
+    tid = f"left-open-{topic_name}"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": tid, "log_level": 3})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, b"never committed")
+    assert producer.flush(30) == 0
+    assert list_offsets_latest(leader, topic_name, 1) < list_offsets_latest(leader, topic_name, 0)  # held back
+
+    done = run_ctl(cluster.data_dir, "txns", "--abort", tid)
+    assert done.returncode == 0, done.stderr
+    assert "was Ongoing" in done.stdout and "aborted and fenced" in done.stdout
+    wait_until(lambda: list_offsets_latest(leader, topic_name, 1) == list_offsets_latest(leader, topic_name, 0), 20,
+               message="read_committed past the aborted transaction")
+    with pytest.raises(KafkaException) as fenced:
+        producer.commit_transaction(30)
+    assert fenced.value.args[0].fatal() or fenced.value.args[0].txn_requires_abort()
+    seal(cluster.bootstrap, topic_name, partitions=1)
+    assert read_committed(cluster.bootstrap, topic_name, partitions=1) == []
+    missing = run_ctl(cluster.data_dir, "txns", "--abort", f"nobody-{topic_name}")
+    assert missing.returncode == 1 and "not found" in missing.stderr

@@ -16,6 +16,10 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
   client older than Produce v11 / TxnOffsetCommit v5; errors a client would not retry (no
   coordinator yet, a transaction being ended, the connection lost) are NOT_ENOUGH_REPLICAS, which
   every producer retries without refreshing its metadata.
+- CONCURRENT_TRANSACTIONS (the previous transaction's markers are still being written, which is
+  common right after a v2 commit) is asked again here after 20 ms, doubling, for up to 100 ms in
+  all, before the producer hears of it (Kafka's add.partitions.to.txn.retry.backoff.ms and
+  .max.ms defaults): a producer's own retry would wait its retry.backoff.ms (100 ms) or more.
 - A marker for the producer appended while the question was out makes the answer stale: the
   batch is refused with INVALID_TXN_STATE (Kafka's verification guard).
 """
@@ -36,6 +40,8 @@ log = logging.getLogger("kshim.transactions")
 ADD_PARTITIONS_TO_TXN = 24
 VERIFY_VERSION = 5
 REQUEST_TIMEOUT_S = 10.0
+RETRY_BACKOFF_S = 0.02      # add.partitions.to.txn.retry.backoff.ms
+RETRY_BACKOFF_MAX_S = 0.1   # add.partitions.to.txn.retry.backoff.max.ms: CONCURRENT_TRANSACTIONS retried this long
 
 TopicPartition = tuple[str, int]
 
@@ -92,6 +98,17 @@ class Verifier:
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
                      partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
         """The coordinator's answer for each partition (its own codes, before `for_client`)."""
+        deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
+        backoff = RETRY_BACKOFF_S
+        while True:
+            codes = await self._verify_once(transactional_id, producer_id, producer_epoch, partitions, add)
+            if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or anyio.current_time() + backoff > deadline:
+                return codes
+            await anyio.sleep(backoff)
+            backoff *= 2
+
+    async def _verify_once(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
         try:
             node_id = self._coordinator_node(transactional_id)
         except LookupError:

@@ -39,7 +39,9 @@ request and response.
   (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced or bumped epoch,
   INVALID_PRODUCER_ID_MAPPING; NOT_ENOUGH_REPLICAS (retried by clients) while the coordinator
   cannot answer yet. So a retry arriving after its transaction was aborted opens no transaction.
-  Batches of more than one producer id in one transactional request: INVALID_PRODUCER_ID_MAPPING.
+  Batches of more than one producer id in one transactional request: INVALID_PRODUCER_ID_MAPPING;
+  transactional batches in a request without a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for every partition (Kafka's answer; such a write could not be verified).
 - ACLs (docs/security.md): WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its
   partitions (nothing appended, never auto-created); auto-creation also needs CREATE on the
   cluster or the topic (else UNKNOWN_TOPIC_OR_PARTITION); a transactional produce needs WRITE on
@@ -104,11 +106,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     replicas = broker.replica_manager
     rejected = await replicas.validator.check([data for _, _, data in entries],
                                               [replicas.requires_keys(name, index) for name, index, _ in entries])
-    if tid is not None:
-        refused = await _verify(ctx, tid, entries, {i for i, (name, _, _) in enumerate(entries)
-                                                    if name in topic_errors or name not in broker.topics} | set(rejected))
-        if refused:
-            rejected = {**rejected, **refused}
+    refused = await _verify(ctx, tid, entries, {i for i, (name, _, _) in enumerate(entries)
+                                                if name in topic_errors or name not in broker.topics} | set(rejected))
+    if refused:
+        rejected = {**rejected, **refused}
     results = replicas.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
     size = sum(len(data) for _, _, data in entries if data is not None)
     if req.acks == 0:
@@ -124,10 +125,11 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     return _when_committed(ctx, req, results, size)
 
 
-async def _verify(ctx: RequestContext, tid: str, entries: list[tuple[str, int, Records]],
+async def _verify(ctx: RequestContext, tid: str | None, entries: list[tuple[str, int, Records]],
                   skip: set[int]) -> dict[int, Rejection]:
     """Ask the transaction coordinator about the entries whose transactional batch would open a
-    transaction on its partition; the refusals, by entry."""
+    transaction on its partition; the refusals, by entry. Transactional batches without a
+    transactional id: the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers."""
     verifier = ctx.transactions.verifier
     producer: tuple[int, int] | None = None
     wanted: dict[int, tuple[str, int]] = {}
@@ -141,6 +143,10 @@ async def _verify(ctx: RequestContext, tid: str, entries: list[tuple[str, int, R
             continue  # the append answers for a bad batch
         if header.producer_id < 0 or not header.is_transactional:
             continue
+        if tid is None:
+            return {j: Rejection(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                 "transactional records in a request without a transactional id", 0)
+                    for j in range(len(entries))}
         if producer is None:
             producer = (header.producer_id, header.producer_epoch)
         elif producer != (header.producer_id, header.producer_epoch):
@@ -149,7 +155,7 @@ async def _verify(ctx: RequestContext, tid: str, entries: list[tuple[str, int, R
             continue
         if verifier.needs(name, index, *producer):
             wanted[i] = (name, index)
-    if not wanted or producer is None:
+    if not wanted or producer is None or tid is None:
         return refused
     guards = {i: verifier.guard(*tp, producer[0]) for i, tp in wanted.items()}
     codes = await verifier.verify(tid, *producer, set(wanted.values()), add=ctx.version >= 12)
