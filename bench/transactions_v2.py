@@ -9,8 +9,9 @@ size (compat_tests/java/KshimClient.java `txn-bench`: begin, N sends, commitTran
              through the leader's verification, EndTxn v5 bumps the epoch; no AddPartitionsToTxn
   kshim v1   `kshim serve --transaction-version 1`: AddPartitionsToTxn, Produce v11 (verified
              against the coordinator's state), EndTxn v4
-  mock       ../shared/peers/mock_broker.py --brokers 1 (librdkafka's mock): it finalizes no
-             transaction.version, so the Java client uses v1 there too
+  mock       ../shared/peers/mock_broker.py --brokers 1 --java-compat (librdkafka's mock, behind
+             its proxy for the Java client): it finalizes no transaction.version, so the Java
+             client uses v1 there too
 
 Reported per target and size: transactions/s, records/s, commitTransaction p50/p99 (ms). Each JVM
 starts once per measurement; its start-up and initTransactions are outside the timed loop.
@@ -33,11 +34,30 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from throughput import PhaseError, log, start_kshim, start_mock  # noqa: E402
+from throughput import (  # noqa: E402  (the sibling script's building blocks)
+    BOOTSTRAP_RE, MOCK_BROKER, ManagedProcess, PhaseError, log, parse_bootstrap, start_kshim, wait_tcp,
+)
 
 from compat_tests.java_client import build  # noqa: E402
 
 TARGETS = ("kshim v2", "kshim v1", "mock")
+
+
+def start_mock(args, workdir: str, topics: list[str]) -> "tuple[ManagedProcess, str]":
+    """The mock with --java-compat: its own ApiVersions v3+ answer is unreadable to the Java client."""
+    argv = [sys.executable, MOCK_BROKER, "--brokers", "1", "--java-compat"]
+    for t in topics:
+        argv += ["--topic", "%s:%d" % (t, args.partitions)]
+    mp = ManagedProcess("mock", argv, os.path.join(workdir, "mock.stderr.log"), cwd=workdir)
+    deadline = time.monotonic() + args.startup_timeout
+    try:
+        bootstrap = parse_bootstrap(mp.wait_line(BOOTSTRAP_RE, deadline).group(1), "mock BOOTSTRAP line")
+        wait_tcp(bootstrap, deadline)
+    except BaseException:
+        mp.stop()
+        raise
+    log("mock ready on %s (pid %d)" % (bootstrap, mp.pid))
+    return mp, bootstrap
 
 
 def measure(java, bootstrap: str, topic: str, seconds: float, size: int) -> dict:
@@ -53,14 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="measurements per target and size; best kept (default 1)")
     p.add_argument("--partitions", type=int, default=3, help="partitions of each topic (default 3)")
     p.add_argument("--startup-timeout", type=float, default=60.0)
+    p.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}")
     p.add_argument("--json", help="write every measurement to this file")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    targets = [t for t in TARGETS if t in args.targets.split(",")]
     workdir = tempfile.mkdtemp(prefix="kshim-bench-txnv2-")
     java = build(Path(workdir) / "java")
     runs: list[dict] = []
     ok = True
-    for target in TARGETS:
+    for target in targets:
         topics = [f"txnv2-{n}-{i}" for n in sizes for i in range(args.repeat)]
         where = os.path.join(workdir, target.replace(" ", "-"))
         os.makedirs(where)
@@ -93,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Java client {'(transactions v2 where finalized)'}, {args.seconds:g} s per measurement, best of {args.repeat}")
     print(f"{'records/txn':>11}  {'target':<9}  {'txn/s':>8}  {'records/s':>10}  {'commit p50 ms':>13}  {'commit p99 ms':>13}")
     for n in sizes:
-        for target in TARGETS:
+        for target in targets:
             r = best.get((target, n))
             if r is None:
                 print(f"{n:>11}  {target:<9}  {'failed':>8}")

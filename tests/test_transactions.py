@@ -328,3 +328,45 @@ async def test_v2_adds_partitions_implicitly_and_bumps_the_epoch_at_every_end(tm
             tg.cancel_scope.cancel()
     finally:
         broker.close()
+
+
+@pytest.mark.anyio
+async def test_txn_offset_commit_is_verified_and_v5_adds_the_group(tmp_path):
+    from kshim.coordinator.groups import OFFSETS_TOPIC
+    from tests.test_groups import find
+    txn_offset_commit = importlib.import_module("kshim.net.handlers.28_txn_offset_commit")
+    broker, p = await standalone_topic(tmp_path)
+    coordinator = served(broker).transactions
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(coordinator.run)
+            assert (await find(broker, "g")).coordinators[0].error_code == ErrorCode.NONE
+            served(broker).groups.load_pending()
+            await coordinated(broker, "offsets")
+            pid = (await init(broker, "offsets")).producer_id
+
+            async def commit(version: int, epoch: int = 0) -> int:
+                resp = await call_awaiting(broker, txn_offset_commit, version, {
+                    "transactional_id": "offsets", "group_id": "g", "producer_id": pid, "producer_epoch": epoch,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                            "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+                return resp.topics[0].partitions[0].error_code
+
+            assert await commit(4) == ErrorCode.INVALID_TXN_STATE  # no AddOffsetsToTxn first
+            assert await commit(5) == ErrorCode.NONE               # v2: the group joins the transaction
+            group_partition = (OFFSETS_TOPIC, served(broker).groups.partition_of("g"))
+            assert coordinator.txns["offsets"].partitions == frozenset({group_partition})
+            assert await end_v5(broker, "offsets", pid, 0, True) == (ErrorCode.NONE, pid, 1)
+            await settle(broker, "offsets", TxnState.COMPLETE_COMMIT)
+            assert await commit(5) == ErrorCode.PRODUCER_FENCED  # the ended transaction's epoch
+            # transactional records without a transactional id: refused as Kafka does, nothing appended
+            end_offset = p.log_end_offset
+            resp = await call_awaiting(broker, produce, 11, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 5000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data(pid, 0, b"x", epoch=1)}]}]})
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert p.log_end_offset == end_offset
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
