@@ -13,6 +13,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.log.files import ephemeral_dir
 from kshim.net.tls import dev_files
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
@@ -46,7 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a broker", description="Run a broker on 127.0.0.1 with its data on disk.")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=9092, help="port to listen on; 0 picks a free one (default 9092)")
-    serve.add_argument("--data-dir", type=Path, default=Path("kshim-data"), help="where logs and metadata live (default ./kshim-data)")
+    serve.add_argument("--data-dir", type=Path, default=None, help="where logs and metadata live (default ./kshim-data)")
+    serve.add_argument("--ephemeral", action="store_true",
+                       help="for tests and quick experiments: keep everything in a new directory on tmpfs "
+                            "(/dev/shm when there is one) and delete it when the process exits. NOTHING "
+                            "SURVIVES THE PROCESS: topics, records, offsets and configs are gone after it "
+                            "stops (a SIGKILL leaves the directory behind, named on the ready line). Same "
+                            "log code as on disk; not with --data-dir")
     serve.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics on Metadata and Produce")
     serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
@@ -169,7 +177,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     return anyio.run(run_cluster, settings)
 
 
-async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None) -> None:
+async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None, ephemeral: bool = False) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listeners
@@ -189,7 +197,8 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             server = Server(node, faults, requests)
             port = await tg.start(server.serve, listeners)
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
-            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests)
+            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
+                           node.share.in_flight_list)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             if config.security.listeners:
@@ -205,7 +214,8 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 console = f"; console http://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}){console}", flush=True)
+                kept = " (EPHEMERAL: deleted at exit)" if ephemeral else ""
+                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}{kept}){console}", flush=True)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     tg.cancel_scope.cancel()
@@ -239,6 +249,22 @@ def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        if args.ephemeral and args.data_dir is not None:
+            print("kshim: --ephemeral makes its own data directory: leave out --data-dir", file=sys.stderr)
+            return 2
+        if args.ephemeral:
+            args.data_dir = ephemeral_dir()
+            try:
+                return _run(args)
+            finally:
+                shutil.rmtree(args.data_dir, ignore_errors=True)
+        if args.data_dir is None:
+            args.data_dir = Path("kshim-data")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "ctl":
         return ctl.main(args)
     if args.command == "broker":
@@ -278,6 +304,6 @@ def _main(argv: list[str] | None = None) -> int:
         except (DataDirInUse, OSError) as e:
             print(f"kshim: {e}", file=sys.stderr)
             return 1
-        return run_server(_serve, config, lock, None if args.no_console else args.console_port,
+        return run_server(_serve, config, lock, None if args.no_console else args.console_port, args.ephemeral,
                           name="kshim", address=f"{args.host}:{args.port}")
     return 2

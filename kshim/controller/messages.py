@@ -476,6 +476,13 @@ class RequestLogRead(Operation[str], code=143, served_by=Server.BROKER):
     limit: Int32 = 1000
 
 
+@dataclass(frozen=True)
+class ShareInFlight(Operation[str], code=210, served_by=Server.BROKER):
+    """`kshim ctl groups`: the share partitions of share group `group` this broker leads, with their
+    start offset, window end and records by state; a JSON list."""
+    group: str
+
+
 # ---------------------------------------------------------------------------------------- frames
 _RequestHead = Struct("correlation_id" / Int32sb, "code" / Int16ub)
 _ResponseHead = Struct("correlation_id" / Int32sb, "code" / Int16ub, "error_code" / Int16sb,
