@@ -67,7 +67,8 @@ class Broker:
                                                   config.log_cleaner_io_max_bytes_per_second,
                                                   config.log_cleaner_dedupe_buffer_size,
                                                   config.log_cleaner_backoff_ms),
-                                              config.max_incremental_fetch_session_cache_slots)
+                                              config.max_incremental_fetch_session_cache_slots,
+                                              config.log_dirs)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
         self._install_lock: anyio.Lock | None = None  # made on first use, inside the event loop

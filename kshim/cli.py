@@ -30,6 +30,7 @@ from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.net.tls import dev_files
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
@@ -47,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=9092, help="port to listen on; 0 picks a free one (default 9092)")
     serve.add_argument("--data-dir", type=Path, default=Path("kshim-data"), help="where logs and metadata live (default ./kshim-data)")
+    serve.add_argument("--log-dirs", type=log_dirs_arg, default=None, metavar="A,B",
+                       help="directories the partition logs live in, comma-separated (Kafka's log.dirs; "
+                            "default: the data dir). New replicas go to the one with the fewest; "
+                            "with --brokers, broker i uses A/broker-i, B/broker-i (docs/storage.md)")
     serve.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics on Metadata and Produce")
     serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
@@ -141,6 +146,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         return 2
     settings = ClusterSettings(
         brokers=args.brokers, port=args.port, data_dir=args.data_dir, host=args.host, partitions=args.partitions,
+        log_dirs=args.log_dirs or [],
         replication_factor=args.replication_factor,
         session_timeout_ms=args.broker_session_timeout_ms or 9000,
         min_insync_replicas=args.min_insync_replicas or 1,
@@ -263,7 +269,8 @@ def _main(argv: list[str] | None = None) -> int:
         if args.uncommitted_read_limit is not None:
             topic_defaults["kshim.uncommitted.read.limit"] = args.uncommitted_read_limit
         config = BrokerConfig(
-            host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
+            host=args.host, port=args.port, data_dir=args.data_dir, log_dirs=args.log_dirs or [],
+            default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
@@ -272,6 +279,11 @@ def _main(argv: list[str] | None = None) -> int:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")
         except (DataDirInUse, OSError) as e:
             print(f"kshim: {e}", file=sys.stderr)
+            return 1
+        try:  # held until the process ends
+            open_log_dirs(config.log_dirs, config.data_dir, f"kshim serve on {args.host}:{args.port}")
+        except (DataDirInUse, DuplicateReplica, OSError) as e:
+            print(f"kshim: log dir: {e}", file=sys.stderr)
             return 1
         return run_server(_serve, config, lock, None if args.no_console else args.console_port,
                           name="kshim", address=f"{args.host}:{args.port}")

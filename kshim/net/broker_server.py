@@ -43,6 +43,7 @@ class BrokerServer:
         """The background work: replica housekeeping and the coordinators' loading and timers."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.broker.replica_manager.housekeeping)
+            tg.start_soon(self.broker.replica_manager.run_moves)
             tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)
             tg.start_soon(self.groups.run)
             tg.start_soon(self.transactions.run)
