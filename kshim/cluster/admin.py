@@ -2,6 +2,7 @@
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
 one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
 (this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
+`kshim ctl groups` (the in-flight records of the share partitions it leads),
 and for the console (kshim.console) the replicas' offsets and the broker's metrics. Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
 (``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
@@ -16,7 +17,7 @@ from typing import Callable, Mapping, Protocol
 
 import anyio
 
-from kshim.cluster.image import MetadataImage
+from kshim.cluster.image import MetadataImage, replica_status
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
@@ -46,8 +47,9 @@ class AdminHost(Protocol):
 
 class BrokerAdmin:
     def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
-                 requests: RequestLog | None = None) -> None:
+                 requests: RequestLog | None = None, share_in_flight: Callable[[str], list[dict]] | None = None) -> None:
         self.broker = broker
+        self.share_in_flight_of = share_in_flight
         self.metrics = metrics
         self.faults = faults if faults is not None else FaultRules()
         self.requests = requests if requests is not None else RequestLog(0)
@@ -68,16 +70,21 @@ class BrokerAdmin:
         brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "pid": os.getpid() if b.node_id == me else b.pid,
                     "alive": b.alive, "isolated": b.isolated, "epoch": b.epoch, "process": "running"}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
-        partitions = [{"topic": t.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                       "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
-                       "replica_offsets": {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets
-                       else {}}
-                      for t in sorted(image.topics.values(), key=lambda t: t.name) for p in t.partitions]
+        alive = {b.node_id for b in image.brokers.values() if b.alive}
+        partitions = []
+        for t in sorted(image.topics.values(), key=lambda t: t.name):
+            for p in t.partitions:
+                reported = {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets else {}
+                partitions.append({"topic": t.name, "partition": p.index, "leader": p.leader,
+                                   "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                                   "replicas": list(p.replicas), "isr": list(p.isr), "adding": list(p.adding),
+                                   "removing": list(p.removing), "replica_offsets": reported,
+                                   "replica_states": replica_status(p, alive, reported)})
         return json.dumps({"cluster_id": image.cluster_id, "mode": "single broker (kshim serve)",
                            "supervisor": {"pid": None},
                            "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
                                           "restarts": 0, "image_version": image.version},
-                           "brokers": brokers, "partitions": partitions})
+                           "brokers": brokers, "partitions": partitions, "deleting": []})
 
     async def fault_add(self, rule: str) -> str:
         try:
@@ -104,6 +111,10 @@ class BrokerAdmin:
         entries = [{**e, "node": self.broker.node_id} for e in entries]
         return json.dumps({"node": self.broker.node_id, "entries": entries, "dropped": dropped,
                            "last": self.requests.seq, "capacity": self.requests.capacity})
+
+    async def share_in_flight(self, group: str) -> str:
+        found = self.share_in_flight_of(group) if self.share_in_flight_of is not None else []
+        return json.dumps([{**p, "node": self.broker.node_id} for p in found])
 
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
@@ -143,7 +154,8 @@ def replica_states(broker: AdminHost) -> list[dict]:
 
 
 async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
-                faults: FaultRules | None = None, requests: RequestLog | None = None, *,
+                faults: FaultRules | None = None, requests: RequestLog | None = None,
+                share_in_flight: Callable[[str], list[dict]] | None = None, *,
                 task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
@@ -157,4 +169,4 @@ async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] 
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests).handle).serve(path, task_status=task_status)
+    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests, share_in_flight).handle).serve(path, task_status=task_status)

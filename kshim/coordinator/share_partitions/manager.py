@@ -36,8 +36,8 @@ from kshim.coordinator.runtime import CoordinatorHost
 from kshim.coordinator.share_partitions.coordinator import ShareCoordinator, StateKey
 from kshim.coordinator.share_partitions.persister import SharePersister
 from kshim.coordinator.share_partitions.sessions import ShareSessionCache
-from kshim.coordinator.share_partitions.state import (AckBatch, Acquired, LogBatch, SharePartitionState,
-                                                    ShareLimits)
+from kshim.coordinator.share_partitions.state import (AckBatch, Acquired, LogBatch, RecordState,
+                                                    SharePartitionState, ShareLimits)
 from kshim.partition import OffsetOutOfRange, Partition
 from kshim.signal import Signal
 from wire import records
@@ -53,6 +53,7 @@ DEFAULT_GROUP_CONFIGS: dict[str, str] = {
     "group.share.delivery.count.limit": "5",
     "group.share.partition.max.record.locks": "2000",
 }
+READ_CHUNK_BYTES = 1 << 20  # a fetch reads at most this much per partition (it acquires at most max_records)
 GroupConfigs = Callable[[str], Mapping[str, str]]
 _DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
 
@@ -94,6 +95,7 @@ class SharePartitionManager:
         self.partitions: dict[StateKey, SharePartition] = {}
         self._loading: dict[StateKey, anyio.Lock] = {}
         self.sessions = ShareSessionCache()
+        self._departed: list[tuple[str, str]] = []  # (group, member) that left: released by the task
         self.released = Signal()  # records became AVAILABLE: waiting fetches look again
         self._wake = Signal()  # a new lock deadline: the expiry task looks again
 
@@ -195,7 +197,7 @@ class SharePartitionManager:
             if offset >= bound:
                 continue
             try:
-                data = replica.log.read(offset, budget, bound, True)
+                data = replica.log.read(offset, min(budget, READ_CHUNK_BYTES), bound, True)
             except OffsetOutOfRange:
                 sp.state.move_start(replica.log_start_offset)
                 continue
@@ -313,6 +315,67 @@ class SharePartitionManager:
                     await self._persist(sp)
                     self.released.fire()
 
+    # ------------------------------------------------------------------ offsets admin (the group's coordinator asks)
+    async def describe_offset(self, group: str, topic_id: uuid.UUID, index: int) -> tuple[ErrorCode, int, int, int]:
+        """(error, start offset or -1 if the group has no state there, leader epoch, lag or -1).
+        The lag (v1) is what is still to be delivered: the high watermark this broker knows
+        (it hosts a replica) less the start offset and the records done above it."""
+        code, stored = await self.persister.read((group, topic_id, index), -1)
+        if code:
+            return code, -1, -1, -1
+        if stored is None or stored.start_offset < 0:
+            return ErrorCode.NONE, -1, -1, -1
+        lag = -1
+        topic = self.broker.topics_by_id.get(topic_id)
+        replica = self.broker.partition(topic.name, index) if topic is not None else None
+        if replica is not None:
+            done = sum(b.last_offset - b.first_offset + 1 for b in stored.batches
+                       if b.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+            lag = max(replica.high_watermark - stored.start_offset - done, 0)
+        return ErrorCode.NONE, stored.start_offset, stored.leader_epoch, lag
+
+    async def alter_offset(self, group: str, topic_id: uuid.UUID, index: int, start_offset: int) -> ErrorCode:
+        """Start the share partition over at `start_offset` under a new state epoch (the group is
+        empty: nothing is acquired); its leader sees it when a session next opens on it, or when
+        its next write is fenced."""
+        key = (group, topic_id, index)
+        code, stored = await self.persister.read(key, -1)
+        if code:
+            return code
+        state_epoch = stored.state_epoch + 1 if stored is not None else 1
+        code = await self.persister.initialize(key, state_epoch, start_offset)
+        if not code:
+            self.partitions.pop(key, None)
+        return code
+
+    async def delete_state(self, group: str, topic_id: uuid.UUID, index: int) -> ErrorCode:
+        key = (group, topic_id, index)
+        code = await self.persister.delete(key)
+        if not code:
+            self.partitions.pop(key, None)
+        return code
+
+    def on_member_left(self, group: str, member: str) -> None:
+        """The group coordinator's news that a member left or was fenced: its session closes and
+        the background task releases what it holds here (a listener may not wait)."""
+        self.sessions.close((group, member))
+        self._departed.append((group, member))
+        self._wake.fire()
+
+    async def delete_group_state(self, group: str) -> ErrorCode:
+        """Delete the group's state on every partition (DeleteGroups, before the group's
+        tombstone); the first error, if any, keeps the group."""
+        for session in self.sessions.of_group(group):
+            self.sessions.close(session.key)
+        for name, topic in list(self.broker.topics.items()):
+            if name.startswith("__"):
+                continue
+            for info in topic.partitions:
+                code = await self.delete_state(group, topic.topic_id, info.index)
+                if code:
+                    return code
+        return ErrorCode.NONE
+
     def in_flight(self, group: str) -> dict[tuple[str, int], dict[str, int]]:
         """Per partition of `group` led here: the start offset, window and record counts by state."""
         out = {}
@@ -322,9 +385,16 @@ class SharePartitionManager:
                                           **sp.state.counts()}
         return out
 
+    def in_flight_list(self, group: str) -> list[dict]:
+        """`in_flight` as rows (the admin socket's answer to `kshim ctl groups`)."""
+        return [{"topic": topic, "partition": index, **counts}
+                for (topic, index), counts in sorted(self.in_flight(group).items())]
+
     # ------------------------------------------------------------------ lock expiry
     async def expire_due(self) -> float:
         """Release the records whose lock expired (and write them); the next deadline, or inf."""
+        while self._departed:
+            await self.release_member(*self._departed.pop(0))
         deadline = math.inf
         for key, sp in list(self.partitions.items()):
             next_ms = sp.state.next_deadline()
