@@ -192,7 +192,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             port = await tg.start(server.serve, listeners)
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
             await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                           node.share.in_flight_list)
+                           node.share.in_flight_list, node.telemetry.instances)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             if config.security.listeners:
