@@ -1,8 +1,9 @@
-"""Several log directories per broker (`kshim serve --brokers 3 --log-dirs A,B`: broker i keeps its
-replicas in A/broker-i and B/broker-i) seen and changed with the admin clients: DescribeLogDirs,
-DescribeReplicaLogDirs and AlterReplicaLogDirs from the Java Admin client and kafka-python, and a
-replica moved between dirs under a running idempotent producer loses, duplicates and reorders
-nothing.
+"""Several log directories (`kshim serve --log-dirs A,B`) seen and changed with the admin clients:
+DescribeLogDirs, DescribeReplicaLogDirs and AlterReplicaLogDirs from the Java Admin client and
+kafka-python, and a replica moved between dirs under a running idempotent producer loses,
+duplicates and reorders nothing. One broker: a move is within a broker, and a single process
+starts quickly (a cluster's brokers each get their own subdirectories of the dirs, tested in
+tests/test_log_dirs.py).
 """
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ from kafka import TopicPartitionReplica
 from kafka import errors as kerrors
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compat_tests.cluster import Cluster, running
 from compat_tests.java_client import JavaClient, build
-from compat_tests.kshim_process import wait_until
-from compat_tests.test_admin_ops import java_admin, replicas
+from compat_tests.kshim_process import KshimProcess, wait_until
+from compat_tests.test_admin_ops import java_admin
 
 DEADLINE_S = 30.0
 
@@ -32,9 +32,10 @@ def dirs(tmp_path_factory) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, dirs):
-    with running(Cluster(tmp_path_factory.mktemp("cluster"), 3, "--log-dirs", ",".join(map(str, dirs)),
-                         "--group-initial-rebalance-delay-ms", "0")) as c:
-        yield c
+    proc = KshimProcess(tmp_path_factory.mktemp("kshim-data"), "--log-dirs", ",".join(map(str, dirs)),
+                        "--group-initial-rebalance-delay-ms", "0").start()
+    yield proc
+    assert proc.terminate() == 0, proc.logs()
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def kadmin(cluster):
 
 
 def broker_dirs(dirs: list[Path], broker: int) -> list[str]:
-    return [str(d / f"broker-{broker}") for d in dirs]
+    return [str(d) for d in dirs]
 
 
 def current_dir(kadmin: KafkaAdminClient, broker: int, topic: str, index: int) -> tuple[str | None, bool]:
@@ -67,36 +68,32 @@ def current_dir(kadmin: KafkaAdminClient, broker: int, topic: str, index: int) -
     return current, future
 
 
-def test_each_broker_lists_both_dirs_and_spreads_replicas(cluster, dirs, kadmin, java):
-    kadmin.create_topics([NewTopic("spread", 6, 2)])
-    holders = replicas(cluster, "spread")
-    out = java_admin(java, cluster.bootstrap, ["log-dirs", "0", "1", "2"])
-    for broker in range(3):
-        mine = [line for line in out if line["broker"] == broker]
-        assert sorted(line["path"] for line in mine) == sorted(broker_dirs(dirs, broker))
-        counts = [len([r for r in line["replicas"] if r.startswith("spread-")]) for line in mine]
-        hosted = sum(1 for rs in holders if broker in rs)
-        assert sum(counts) == hosted and max(counts) - min(counts) <= 1  # the emptier dir takes each new one
-        assert all(line["error"] is None and 0 < line["usable_bytes"] <= line["total_bytes"] for line in mine)
+def test_the_broker_lists_both_dirs_and_spreads_replicas(cluster, dirs, kadmin, java):
+    kadmin.create_topics([NewTopic("spread", 6, 1)])
+    out = java_admin(java, cluster.bootstrap, ["log-dirs", "0"])
+    assert sorted(line["path"] for line in out) == sorted(broker_dirs(dirs, 0))
+    counts = [len([r for r in line["replicas"] if r.startswith("spread-")]) for line in out]
+    assert sum(counts) == 6 and max(counts) - min(counts) <= 1  # the emptier dir takes each new one
+    assert all(line["error"] is None and 0 < line["usable_bytes"] <= line["total_bytes"] for line in out)
+    for i in range(6):  # each replica in exactly one dir
+        assert sum(Path(d, f"spread-{i}").is_dir() for d in broker_dirs(dirs, 0)) == 1
 
 
 def test_alter_replica_log_dirs_errors(cluster, dirs, kadmin, java):
     kadmin.create_topics([NewTopic("errs", 1, 1)])
-    [[holder]] = replicas(cluster, "errs")
-    other = next(b for b in range(3) if b != holder)
     out = kadmin.alter_replica_log_dirs({
-        TopicPartitionReplica("errs", 0, holder): "/no/such/dir",
-        TopicPartitionReplica("errs", 0, other): broker_dirs(dirs, other)[0]})
-    assert out[TopicPartitionReplica("errs", 0, holder)] is kerrors.LogDirNotFoundError
-    assert out[TopicPartitionReplica("errs", 0, other)] is kerrors.ReplicaNotAvailableError
-    [line] = java_admin(java, cluster.bootstrap, ["alter-log-dirs", str(holder), "/no/such/dir", "errs:0"])
+        TopicPartitionReplica("errs", 0, 0): "/no/such/dir",
+        TopicPartitionReplica("errs", 7, 0): broker_dirs(dirs, 0)[0]})
+    assert out[TopicPartitionReplica("errs", 0, 0)] is kerrors.LogDirNotFoundError
+    assert out[TopicPartitionReplica("errs", 7, 0)] is kerrors.ReplicaNotAvailableError
+    [line] = java_admin(java, cluster.bootstrap, ["alter-log-dirs", "0", "/no/such/dir", "errs:0"])
     assert line["error"] == "LogDirNotFoundException"
 
 
 def test_a_move_under_a_running_producer_loses_nothing(cluster, dirs, kadmin, java):
     topic = "moving"
-    kadmin.create_topics([NewTopic(topic, 1, 2, topic_configs={"segment.bytes": "1048576"})])
-    [holders] = replicas(cluster, topic)
+    kadmin.create_topics([NewTopic(topic, 1, 1, topic_configs={"segment.bytes": "1048576"})])
+    holders = [0]
     sent: list[bytes] = []
     errors: list[str] = []
     stop = threading.Event()
@@ -121,7 +118,7 @@ def test_a_move_under_a_running_producer_loses_nothing(cluster, dirs, kadmin, ja
         wait_until(lambda: len(sent) > 20_000, DEADLINE_S, message="a few MiB produced before the move")
         moves = {}
         targets = {}
-        for broker in holders:  # the leader's replica and the follower's, at once
+        for broker in holders:
             now, _ = current_dir(kadmin, broker, topic, 0)
             targets[broker] = next(d for d in broker_dirs(dirs, broker) if d != now)
             moves[TopicPartitionReplica(topic, 0, broker)] = targets[broker]

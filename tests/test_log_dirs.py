@@ -257,3 +257,11 @@ async def test_a_restart_finishes_a_complete_move_and_restarts_an_incomplete_one
         assert broker.partition("t", 1).directory == dst1 / "t-1" and values(broker, "t", 1) == [b"v1"]
     finally:
         broker.close()
+
+
+def test_each_broker_of_a_cluster_gets_its_own_subdirectory_of_each_log_dir(tmp_path):
+    from kshim.controller.process import ClusterSettings
+    settings = ClusterSettings(brokers=3, port=9092, data_dir=tmp_path, log_dirs=[tmp_path / "a", tmp_path / "b"])
+    cmd = settings.broker_command(2)
+    assert cmd[cmd.index("--log-dirs") + 1] == f"{tmp_path / 'a' / 'broker-2'},{tmp_path / 'b' / 'broker-2'}"
+    assert "--log-dirs" not in ClusterSettings(brokers=1, port=9092, data_dir=tmp_path).broker_command(0)
