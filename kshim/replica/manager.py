@@ -393,6 +393,8 @@ class ReplicaManager:
             move.copied_end_offset = end
             if copied <= MOVE_FINAL_BYTES:
                 break
+        # fsync the source off the event loop first: closing it in _swap then has little left to sync
+        await anyio.to_thread.run_sync(replica.log.flush)
         if move.cancelled or self._replicas.get(key) is not replica:
             self.deleter.remove(move.future)
             return
