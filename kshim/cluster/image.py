@@ -73,18 +73,23 @@ def replica_status(p: PartitionInfo, alive: set[int], offsets: dict[str, dict[st
 # finalizes. metadata.version is kshim's level only: its metadata is no KRaft log whose records a
 # lower level would change. group.version 1 enables the consumer rebalance protocol (KIP-848); 0
 # turns ConsumerGroupHeartbeat away. share.version 1 enables share groups (KIP-932; Kafka 4.3's
-# clients use them only when it is finalized); 0 turns ShareGroupHeartbeat away. transaction.version is absent (level 0): kshim has no
-# transactions v2 (KIP-890 part 2), and clients must not switch to it.
+# clients use them only when it is finalized); 0 turns ShareGroupHeartbeat away. transaction.version 2 (KIP-890 part 2, the default as in Kafka
+# 4): clients add partitions implicitly with Produce v12+ / TxnOffsetCommit v5 and EndTxn v5 bumps
+# the epoch; at 0 or 1 clients keep the v1 protocol (the broker still verifies transactional
+# produce, part 1, as Kafka does at every level).
 METADATA_VERSION = "metadata.version"
 GROUP_VERSION = "group.version"
+TRANSACTION_VERSION = "transaction.version"
 SHARE_VERSION = "share.version"  # 1 enables share groups (KIP-932); 0 turns their APIs away
 KSHIM_METADATA_VERSION = 30  # Kafka 4.3-IV0
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (KSHIM_METADATA_VERSION, KSHIM_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
     SHARE_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
 }
-DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1, SHARE_VERSION: 1}
+DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1, SHARE_VERSION: 1,
+                                    TRANSACTION_VERSION: 2}
 
 
 # Kafka's internal topics that kshim has; only the broker's own coordinators write them
@@ -153,6 +158,8 @@ class MetadataImage:
     scram: tuple[ScramEntry, ...] = ()
     # client quotas set with AlterClientQuotas, in no particular order
     client_quotas: tuple[ClientQuota, ...] = ()
+    # client-metrics subscriptions (KIP-714): name -> configs (kshim.configs.client_metrics)
+    client_metrics: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
     # group configs set with AlterConfigs on GROUP resources: group id -> its overrides
     # (kshim.configs.groups.group_config reads them)
     group_configs: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)

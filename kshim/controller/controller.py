@@ -43,8 +43,9 @@ import anyio
 from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
-    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, ClientQuota,
-    MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, TRANSACTION_VERSION, BrokerInfo,
+    ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+from kshim.configs import client_metrics
 from kshim.configs.groups import check_group_names
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
@@ -91,6 +92,8 @@ class ControllerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
     # partition replicas a broker may host (descriptors): past it CreateTopics/CreatePartitions fail
     max_partitions_per_broker: int = 10_000
+    # `serve --transaction-version`: finalized at start, over what the data dir stored (None: keep it)
+    transaction_version: int | None = None
 
 
 class Controller:
@@ -131,6 +134,13 @@ class Controller:
                           if level > 0 and name in SUPPORTED_FEATURES}
         self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
         self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
+        wanted = config.transaction_version
+        if wanted is not None and self._features.get(TRANSACTION_VERSION, 0) != wanted:
+            self._features = {**self._features, TRANSACTION_VERSION: wanted}
+            self._features = {name: level for name, level in self._features.items() if level > 0}
+            self._features_epoch = self.version
+            store.save_features({name: self._features.get(name, 0) for name in SUPPORTED_FEATURES},
+                                self._features_epoch)
         self._acls: dict[AclBinding, None] = dict.fromkeys(store.load_acls())  # ordered set
         self._scram = {(e.user, e.mechanism): e for e in store.load_scram()}
         self._quotas: dict[quotas.Entity, dict[str, float]] = {
@@ -140,6 +150,7 @@ class Controller:
         self._deletions: dict[int, dict[tuple[uuid.UUID, int], PendingDeletion]] = {}
         for d in store.load_pending_deletions():
             self._deletions.setdefault(d.node, {})[(d.topic_id, d.index)] = d
+        self._client_metrics = store.load_client_metrics()
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -157,6 +168,7 @@ class Controller:
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
                              dict(self._features), self._features_epoch, tuple(self._acls),
                              tuple(self._scram[key] for key in sorted(self._scram)), client_quotas,
+                             {name: dict(configs) for name, configs in self._client_metrics.items()},
                              {group: dict(configs) for group, configs in self._group_configs.items()})
 
     def _publish(self) -> None:
@@ -827,6 +839,20 @@ class Controller:
         else:
             self._group_configs.pop(group, None)
         log.info("group configs of %r: %s", group, clean)
+        self._publish()
+
+    def set_client_metrics(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        """Replace a client-metrics subscription's configs (Kafka's CLIENT_METRICS resource); an
+        empty set removes it."""
+        client_metrics.parse(name, configs)  # raises BrokerError as Kafka's validation
+        if validate_only:
+            return
+        self.store.replace_client_metrics(name, dict(configs))
+        if configs:
+            self._client_metrics[name] = dict(configs)
+        elif self._client_metrics.pop(name, None) is None:
+            return
+        log.info("client-metrics subscription %r: %s", name, configs or "removed")
         self._publish()
 
     # ------------------------------------------------------------------ ACLs

@@ -192,6 +192,14 @@ class SetBrokerConfigs(Operation[None], code=12, publishes=True):
 
 
 @dataclass(frozen=True)
+class SetClientMetrics(Operation[None], code=180, publishes=True):
+    """A client-metrics subscription (KIP-714 CLIENT_METRICS resource): its whole set of configs,
+    validated by kshim.configs.client_metrics; empty removes it."""
+    name: str
+    configs: dict[str, str]
+
+
+@dataclass(frozen=True)
 class SetGroupConfigs(Operation[None], code=200, publishes=True):
     group: str
     configs: dict[str, str | None]  # the group's whole set of overrides (the broker checked their bounds)
@@ -453,6 +461,12 @@ class ShutdownBroker(Operation[None], code=144, publishes=True):
 class BrokerStatus(Operation[str], code=145, served_by=Server.BROKER):
     """`kshim ctl status` on a single `kshim serve` (no supervisor): the broker's own view, as JSON in
     the shape of the cluster's Status (its controller runs in the broker's process)."""
+
+
+@dataclass(frozen=True)
+class TelemetryRead(Operation[str], code=181, served_by=Server.BROKER):
+    """`kshim ctl telemetry`: the client instances this broker knows (KIP-714) and the metrics each
+    pushed last, a JSON list."""
 
 
 @dataclass(frozen=True)

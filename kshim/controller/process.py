@@ -74,6 +74,8 @@ class ClusterSettings:
     port: int
     data_dir: Path
     host: str = "127.0.0.1"
+    # --log-dirs: broker i keeps its partition logs in <dir>/broker-i of each (default: its data dir)
+    log_dirs: list[Path] = field(default_factory=list)
     partitions: int = 1
     replication_factor: int | None = None  # min(3, brokers)
     session_timeout_ms: int = 9000
@@ -92,6 +94,7 @@ class ClusterSettings:
     # inter-broker listener, which brokers register (None: host and port above)
     broker_security: list[list[str]] = field(default_factory=list)
     inter_broker: tuple[str, int] | None = None
+    transaction_version: int | None = None  # finalized by the controller at its start (None: as stored)
 
     @property
     def rf(self) -> int:
@@ -107,7 +110,8 @@ class ClusterSettings:
                 "--session-timeout-ms", str(self.session_timeout_ms), "--partitions", str(self.partitions),
                 "--replication-factor", str(self.rf), "--min-insync-replicas", str(self.min_insync_replicas),
                 "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level,
-                "--max-partitions-per-broker", str(self.max_partitions_per_broker)]
+                "--max-partitions-per-broker", str(self.max_partitions_per_broker)] + (
+            [] if self.transaction_version is None else ["--transaction-version", str(self.transaction_version)])
 
     def broker_command(self, node_id: int) -> list[str]:
         host, port = self.inter_broker or (self.host, self.port)
@@ -118,6 +122,8 @@ class ClusterSettings:
                "--max-request-bytes", str(self.max_request_bytes),
                "--min-insync-replicas", str(self.min_insync_replicas),
                "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level]
+        if self.log_dirs:
+            cmd += ["--log-dirs", ",".join(str(d / f"broker-{node_id}") for d in self.log_dirs)]
         if not self.auto_create_topics:
             cmd.append("--no-auto-create-topics")
         if self.max_open_segment_files is not None:
