@@ -187,7 +187,7 @@ def test_features_are_checked_as_kafka_does(controller):
                                          "transaction.version": 2}
     checks = [("metadata.version", 29, FeatureUpgrade.SAFE_DOWNGRADE, "supports versions 30 to 30"),
               ("metadata.version", 31, FeatureUpgrade.UPGRADE, "supports versions 30 to 30"),
-              ("share.version", 1, FeatureUpgrade.UPGRADE, "does not support"),
+              ("streams.version", 1, FeatureUpgrade.UPGRADE, "does not support"),
               ("transaction.version", 3, FeatureUpgrade.UPGRADE, "supports versions 0 to 2"),
               ("transaction.version", 1, FeatureUpgrade.UPGRADE, "without setting the upgrade type"),
               ("group.version", 0, FeatureUpgrade.UPGRADE, "without setting the upgrade type"),

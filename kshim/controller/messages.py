@@ -197,6 +197,7 @@ class SetClientMetrics(Operation[None], code=180, publishes=True):
     validated by kshim.configs.client_metrics; empty removes it."""
     name: str
     configs: dict[str, str]
+    validate_only: bool = False
 
 
 @dataclass(frozen=True)
