@@ -150,7 +150,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
-        inter_broker=inter_broker)
+        inter_broker=inter_broker, client_properties=security.client_properties(args.data_dir))
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -185,11 +185,18 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             server = Server(node, faults, requests)
             port = await tg.start(server.serve, listeners)
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
-            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests)
-            announce_port(broker, port)  # --port 0: advertise the port actually bound
-            lock.update_owner(f"kshim serve on {config.host}:{port}")
+            client_properties = config.security.client_properties(config.data_dir)  # ctl's and the console's
+            await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
+                           client_properties)
+            registered = port
             if config.security.listeners:
                 config.security.listeners = server.bound  # Metadata advertises the bound ports
+                inter = config.security.inter_broker()
+                assert inter is not None
+                registered = inter.port  # as a cluster's brokers do: `kshim ctl groups/txns` connect there
+            announce_port(broker, registered)  # --port 0: advertise the port actually bound
+            lock.update_owner(f"kshim serve on {config.host}:{port}")
+            if config.security.listeners:
                 for listener in server.bound:
                     print(f"kshim listener {listener.url()}", flush=True)
             if server.dev_ca is not None:
@@ -197,7 +204,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             console = ""
             if console_port is not None:
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition, faults)
-                bound = await tg.start(Console(source).serve, config.host, console_port)
+                bound = await tg.start(Console(source, client_properties).serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

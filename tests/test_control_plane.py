@@ -91,6 +91,7 @@ REQUESTS = [
     m.ShutdownBroker(2, 7),
     m.BrokerStatus(),
     m.RequestLogRead(17, 100),
+    m.ClientProperties(),
     m.AlterClientQuotas((m.QuotaAlteration((QuotaEntityPart("user", None),), {"consumer_byte_rate": 1e6,
                                                                                "request_percentage": None}),
                          m.QuotaAlteration((), {})), True),
@@ -129,6 +130,7 @@ RESULTS = [
     (m.FaultList, "[]"),
     (m.ShutdownBroker, None),
     (m.BrokerStatus, json.dumps({"brokers": []})),
+    (m.ClientProperties, json.dumps({"security.protocol": "SASL_SSL"})),
     (m.FaultClear, json.dumps({"cleared": 2})),
     (m.AlterClientQuotas, (m.QuotaAlterationResult(0, None), m.QuotaAlterationResult(42, "Invalid empty entity"))),
 ]

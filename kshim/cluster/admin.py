@@ -2,9 +2,10 @@
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
 one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
 (this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
-and for the console (kshim.console) the replicas' offsets and the broker's metrics. Served by `kshim serve`
+for the console (kshim.console) the replicas' offsets and the broker's metrics, and for `kshim ctl groups`
+and `txns` the inter-broker identity they connect with (ClientProperties). Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
-(``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
+(``<data-dir>/broker-i/broker.sock``). Unix socket only (mode 0600): nothing listens on the network.
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ class AdminHost(Protocol):
 
 class BrokerAdmin:
     def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
-                 requests: RequestLog | None = None) -> None:
+                 requests: RequestLog | None = None, client_properties: Mapping[str, str] | None = None) -> None:
         self.broker = broker
+        self._client_properties = dict(client_properties or {})  # the inter-broker identity (a password)
         self.metrics = metrics
         self.faults = faults if faults is not None else FaultRules()
         self.requests = requests if requests is not None else RequestLog(0)
@@ -78,6 +80,9 @@ class BrokerAdmin:
                            "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
                                           "restarts": 0, "image_version": image.version},
                            "brokers": brokers, "partitions": partitions})
+
+    async def client_properties(self) -> str:
+        return json.dumps(self._client_properties)
 
     async def fault_add(self, rule: str) -> str:
         try:
@@ -143,8 +148,8 @@ def replica_states(broker: AdminHost) -> list[dict]:
 
 
 async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
-                faults: FaultRules | None = None, requests: RequestLog | None = None, *,
-                task_status=anyio.TASK_STATUS_IGNORED) -> None:
+                faults: FaultRules | None = None, requests: RequestLog | None = None,
+                client_properties: Mapping[str, str] | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
     try:
@@ -157,4 +162,5 @@ async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] 
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests).handle).serve(path, task_status=task_status)
+    admin = BrokerAdmin(broker, metrics, faults, requests, client_properties)
+    await rpc.RpcServer(admin.handle).serve(path, task_status=task_status)

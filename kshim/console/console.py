@@ -6,7 +6,7 @@ itself (server-sent events), as JSON, and as Prometheus metrics.
   in time (paused, killed, starting) keeps its last known offsets, marked stale.
 - Every GROUPS_POLL_S: consumer groups (members, assignments, committed offsets, lag) and
   transactions, asked of the brokers with the Kafka protocol, as `kshim ctl groups` and `kshim
-  ctl txns` do.
+  ctl txns` do, with the inter-broker identity (its listener's TLS and SASL user).
 - Polling runs only while someone watches: an event stream is open, or /state or /metrics was
   asked within WATCH_S (each of which refreshes first when the state is older than POLL_S), so
   an unwatched console costs its brokers nothing.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 import anyio
 from prometheus_client import CollectorRegistry, generate_latest
@@ -33,6 +33,9 @@ from kshim.console.page import PAGE
 from kshim.console.sources import Source
 from kshim.ctl import groups as ctl_groups
 from kshim.ctl import txns as ctl_txns
+from kshim.ctl.common import CtlError
+from kshim.ctl.security import client_security
+from kshim.replication.client import ClientSecurity
 from kshim.errors import BrokerError
 
 log = logging.getLogger("kshim.console")
@@ -48,8 +51,10 @@ WATCH_S = 10.0
 
 
 class Console:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, client_properties: Mapping[str, str] | None = None) -> None:
         self.source = source
+        self._client_properties = dict(client_properties or {})  # Kafka client properties (a password)
+        self._security: tuple[ClientSecurity | None] | None = None  # made from them on first use
         self.state: dict[str, Any] = {"mode": source.mode, "version": 0, "ready": False}
         self.version = 0
         self.changed = anyio.Event()
@@ -137,8 +142,18 @@ class Console:
             addresses = [(b["host"], b["port"]) for b in self.state.get("brokers", [])
                          if b.get("alive") and b.get("process") in ("running", "external")]
             if addresses:
-                self._groups = await self._ask_kafka(ctl_groups.collect(addresses), "groups", self._groups)
-                self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None), "transactions", self._txns)
+                try:
+                    if self._security is None:  # once: it loads the CA file
+                        self._security = (client_security(self._client_properties, "the inter-broker identity"),)
+                    security = self._security[0]
+                except CtlError as e:  # the serve options were checked at start: unlikely, but shown
+                    self._groups = {"groups": [], "errors": [str(e)]}
+                    self._txns = {"transactions": [], "errors": [str(e)]}
+                else:
+                    self._groups = await self._ask_kafka(ctl_groups.collect(addresses, security=security), "groups",
+                                                         self._groups)
+                    self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None, security),
+                                                       "transactions", self._txns)
             await anyio.sleep(GROUPS_POLL_S)
 
     async def _ask_kafka(self, call: Any, what: str, last: dict[str, Any]) -> dict[str, Any]:

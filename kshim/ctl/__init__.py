@@ -6,8 +6,9 @@ Every command but `groups`, `txns` and `compact` is one request to the superviso
 over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
 start, pause, resume) are carried out by the supervisor, on the processes it started: ctl itself
 never signals anything. `groups` and `txns`
-ask the brokers with the Kafka protocol (found through the controller, or --bootstrap for a single
-broker or any Kafka cluster).
+ask the brokers with the Kafka protocol (found through the controller, connecting over the
+inter-broker listener as the inter-broker user; or --bootstrap for any Kafka cluster, with
+--command-config FILE for its credentials: docs/security.md).
 
     status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
                        partitions, leaders, ISRs, replica offsets; a single `kshim serve`
@@ -19,9 +20,9 @@ broker or any Kafka cluster).
     resume NODE        SIGCONT: it registers again
     isolate NODE       replication traffic to and from it is dropped, while it stays up
     heal NODE          end the isolation
-    groups [--bootstrap HOST:PORT] [--group ID] [--table]
+    groups [--bootstrap HOST:PORT [--command-config FILE]] [--group ID] [--table]
                        consumer groups: state, members, assignments, committed offsets, lag
-    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--json]
+    txns [--bootstrap HOST:PORT [--command-config FILE]] [--state STATE]... [--producers TOPIC] [--json]
                        transactions: coordinator, state, producer, running time, partitions;
                        --producers TOPIC: each partition's producers and open transactions
     compact TOPIC [PARTITION]

@@ -19,8 +19,9 @@ The transactional id and state of each producer id come from the ListTransaction
 producer holding an open transaction on a partition while its transactional id is not Ongoing
 (or Prepare*), or has no transactional id, is a hanging transaction.
 
-The brokers come from --bootstrap HOST:PORT[,...], else from the controller of the cluster in
---data-dir, as for `ctl groups`. An id or partition that cannot be described is shown with its
+The brokers come from --bootstrap HOST:PORT[,...] (with --command-config FILE for credentials),
+else from the controller of the cluster in --data-dir over its inter-broker listener, as for
+`ctl groups`. An id or partition that cannot be described is shown with its
 error; the others are still shown. Output is a table, or JSON with --json.
 """
 from __future__ import annotations
@@ -36,8 +37,10 @@ import anyio
 
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
                                RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster, connect_any,
-                               failure_text, metadata, parse_addresses)
+                               brokers_down, failure_text, metadata, parse_addresses)
 from kshim.ctl.common import TXNS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
+from kshim.ctl.security import add_command_config, from_command_config, from_data_dir
+from kshim.replication.client import ClientSecurity
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 TRANSACTION_KEY = 1  # FindCoordinator key type of a transactional id
@@ -203,9 +206,11 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
 
 
 # --------------------------------------------------------------------------------- the report
-async def collect(addresses: list[tuple[str, int]], states: list[str], topic: str | None) -> dict[str, Any]:
-    """The report (see the module docstring) from the brokers reachable through `addresses`."""
-    pool = Pool(TXNS_CLIENT_ID, WANTED)
+async def collect(addresses: list[tuple[str, int]], states: list[str], topic: str | None,
+                  security: ClientSecurity | None = None) -> dict[str, Any]:
+    """The report (see the module docstring) from the brokers reachable through `addresses`,
+    connecting with `security` (None: PLAINTEXT)."""
+    pool = Pool(TXNS_CLIENT_ID, WANTED, security)
     try:
         bootstrap = await connect_any(pool, addresses)
         brokers = {b.node_id: (b.host, b.port) for b in (await metadata(bootstrap, [])).brokers}
@@ -227,13 +232,21 @@ async def collect(addresses: list[tuple[str, int]], states: list[str], topic: st
 
 
 def txns(data_dir=None, bootstrap: str | None = None, states: list[str] | None = None,
-         producers: str | None = None) -> dict[str, Any]:
+         producers: str | None = None, command_config=None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
+    security = None
+    if command_config is not None:
+        bootstrap, security = from_command_config(command_config, bootstrap)
     if not bootstrap and data_dir is None:
         raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
-    addresses = parse_addresses(bootstrap) if bootstrap else addresses_from_cluster(data_dir)
+    if bootstrap:
+        addresses = parse_addresses(bootstrap)
+    else:
+        addresses = addresses_from_cluster(data_dir)
+        if command_config is None:
+            security = from_data_dir(data_dir, brokers_down(data_dir))  # the inter-broker listener's identity
     try:
-        return anyio.run(collect, addresses, states or [], producers)
+        return anyio.run(collect, addresses, states or [], producers, security)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
 
@@ -291,8 +304,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "(DescribeProducers), with the start offset of their open transaction: how to find a "
                     "hanging transaction.")
     p.add_argument("--bootstrap", metavar="HOST:PORT",
-                   help="any broker (kshim or Kafka), comma-separated for several; wins over --data-dir, needed "
-                        "for a single broker (`kshim serve` without --brokers)")
+                   help="any broker (kshim or Kafka), comma-separated for several; wins over --data-dir")
+    add_command_config(p)
     p.add_argument("--state", action="append", metavar="STATE", dest="states",
                    help=f"show transactions in this state only; repeatable ({', '.join(KNOWN_STATES)})")
     p.add_argument("--producers", metavar="TOPIC", help="show the producers of every partition of TOPIC instead")
@@ -305,7 +318,7 @@ def main(args: argparse.Namespace) -> int:
         print("kshim ctl txns: --state filters transactions, not --producers", file=sys.stderr)
         return 2
     try:
-        report = txns(args.data_dir, args.bootstrap, args.states, args.producers)
+        report = txns(args.data_dir, args.bootstrap, args.states, args.producers, args.command_config)
     except CtlError as e:
         print(f"kshim ctl txns: {e}", file=sys.stderr)
         return 1
