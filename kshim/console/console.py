@@ -13,30 +13,28 @@ itself (server-sent events), as JSON, and as Prometheus metrics.
 - A change of state wakes every event stream; each sends the newest state only, so a slow
   browser never queues states (memory stays bounded).
 - /metrics: the cluster's own gauges, then each broker's metrics with a `broker` label.
+- Start-up: prometheus_client loads at the first /metrics, `kshim ctl groups/txns` at the first
+  groups poll (someone watches), so a broker nobody looks at loads neither.
 """
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 import anyio
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from kshim.clock import SYSTEM
 from kshim.console.http import HttpRequest, HttpResponse, HttpServer
 from kshim.console.page import PAGE
 from kshim.console.sources import Source
-from kshim.ctl import groups as ctl_groups
-from kshim.ctl import txns as ctl_txns
 from kshim.ctl.common import CtlError
-from kshim.ctl.security import client_security
-from kshim.replication.client import ClientSecurity
 from kshim.errors import BrokerError
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from kshim.replication.client import ClientSecurity
 
 log = logging.getLogger("kshim.console")
 
@@ -142,6 +140,9 @@ class Console:
             addresses = [(b["host"], b["port"]) for b in self.state.get("brokers", [])
                          if b.get("alive") and b.get("process") in ("running", "external")]
             if addresses:
+                from kshim.ctl import groups as ctl_groups  # start-up: see the module docstring
+                from kshim.ctl import txns as ctl_txns
+                from kshim.ctl.security import client_security
                 try:
                     if self._security is None:  # once: it loads the CA file
                         self._security = (client_security(self._client_properties, "the inter-broker identity"),)
@@ -179,6 +180,11 @@ class Console:
 
     # ------------------------------------------------------------------ metrics
     async def metrics(self) -> bytes:
+        # start-up: prometheus_client loads at the first scrape (see the module docstring)
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import GaugeMetricFamily, Metric
+        from prometheus_client.parser import text_string_to_metric_families
+        from prometheus_client.samples import Sample
         families: dict[str, Metric] = {}
         up = GaugeMetricFamily("kshim_console_broker_scrape_up", "1 when the broker answered this scrape",
                                labels=["broker"])
@@ -221,7 +227,9 @@ class Console:
             return HttpResponse.json(self.state)
         if path == "/metrics":
             await self._fresh()
-            return HttpResponse(200, await self.metrics(), CONTENT_TYPE_LATEST)
+            body = await self.metrics()
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST  # loaded by metrics() already
+            return HttpResponse(200, body, CONTENT_TYPE_LATEST)
         if path == "/events":
             if self.streams >= MAX_EVENT_STREAMS:
                 return HttpResponse.text("too many event streams\n", 503)
@@ -348,6 +356,8 @@ def cluster_metrics(state: dict[str, Any]) -> list[Metric]:
     """The cluster as the controller sees it (Kafka's KafkaController metrics where it has them)."""
     brokers = state.get("brokers", [])
     partitions = state.get("partitions", [])
+
+    from prometheus_client.core import GaugeMetricFamily
 
     def gauge(name: str, text: str, value: float) -> Metric:
         return GaugeMetricFamily(name, text, value=value)

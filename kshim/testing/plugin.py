@@ -17,12 +17,14 @@ Options: `--kshim-arg=ARG` (repeatable) adds a serve option to every broker the 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from kshim.ctl.faults import FaultClient, RequestLogClient
 from kshim.testing import KshimBroker, KshimCluster
+
+if TYPE_CHECKING:  # loaded with the first broker (kshim.testing): this module loads in every pytest run
+    from kshim.ctl.faults import FaultClient, RequestLogClient
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
