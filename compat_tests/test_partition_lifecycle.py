@@ -62,10 +62,16 @@ def test_a_topic_deleted_while_a_broker_is_down_is_deleted_there_when_it_returns
                 wait_until(lambda: not (here / "doomed-0").exists(), DEADLINE_S,
                            message=f"broker {node} deleted its replica")
             assert (away / "doomed-0").is_dir(), "the broker that is down still has its replica"
+            # `kshim ctl status` shows its replicas as deleting until it is back (the others' are done)
+            wait_until(lambda: sorted((d["partition"], d["node"]) for d in cluster.status()["deleting"]) == [
+                (0, 2), (1, 2)], DEADLINE_S, message="broker 2's replicas listed as deleting")
+            table = run_ctl(cluster.data_dir, "status", "--table").stdout
+            assert "DELETING TOPIC" in table and "doomed" in table, table
             assert run_ctl(cluster.data_dir, "start", "2").returncode == 0
             wait_until(lambda: cluster.broker(2)["alive"], DEADLINE_S, message="broker 2 back")
             wait_until(lambda: not [p for p in away.iterdir() if p.name.startswith("doomed-")], DEADLINE_S,
                        message="broker 2 deleted the stray replicas")
+            wait_until(lambda: cluster.status()["deleting"] == [], DEADLINE_S, message="nothing left deleting")
             assert "doomed" not in admin.list_topics()
         finally:
             admin.close()

@@ -18,9 +18,10 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, S
 from kshim.configs import BrokerLevel
 from kshim.configs.broker import BrokerConfig
 from kshim.controller.messages import (
-    AllocateProducerIds, AlterScramCredentials, CreatePartitions, CreateTopic, DeleteTopic, DescribeQuorum, Election,
-    ElectionResult, ElectLeaders, FeatureUpdate, Operation, QuorumState, ScramDeletion, ScramResult, SetBrokerConfigs,
-    SetTopicConfigs, UnregisterBroker, UpdateFeatures)
+    AllocateProducerIds, AlterPartitionReassignments, AlterScramCredentials, CreatePartitions, CreateTopic, DeleteTopic,
+    DescribeQuorum, Election, ElectionResult, ElectLeaders, FeatureUpdate, ListPartitionReassignments,
+    OngoingReassignment, Operation, QuorumState, Reassignment, ReassignmentResult, ScramDeletion, ScramResult,
+    SetBrokerConfigs, SetTopicConfigs, UnregisterBroker, UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -165,6 +166,19 @@ class Broker:
         has applied the image with the new leaders."""
         asked = None if partitions is None else {name: tuple(indexes) for name, indexes in partitions.items()}
         return await self.controller.call(ElectLeaders(election, asked))
+
+    async def alter_partition_reassignments(self, reassignments: Sequence[Reassignment], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> tuple[ReassignmentResult, ...]:
+        """Start or cancel reassignments (KIP-455); once answered, this broker has applied the
+        image with the new replica sets (the replicas then move on their own)."""
+        return await self.controller.call(AlterPartitionReassignments(tuple(reassignments),
+                                                                      allow_replication_factor_change))
+
+    async def list_partition_reassignments(self, partitions: Mapping[str, Sequence[int]] | None
+                                           ) -> tuple[OngoingReassignment, ...]:
+        asked = None if partitions is None else {name: tuple(indexes) for name, indexes in partitions.items()}
+        return await self.controller.call(ListPartitionReassignments(asked))
 
     async def describe_quorum(self) -> QuorumState:
         return await self.controller.call(DescribeQuorum())

@@ -9,13 +9,16 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterPartitionReassignmentsOptions;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.FeatureMetadata;
 import org.apache.kafka.clients.admin.FeatureUpdate;
 import org.apache.kafka.clients.admin.FinalizedVersionRange;
 import org.apache.kafka.clients.admin.ListConfigResourcesOptions;
 import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.PartitionReassignment;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.SupportedVersionRange;
@@ -176,6 +179,53 @@ public class AdminOps {
             case "unregister": {  // BROKER
                 admin.unregisterBroker(Integer.parseInt(a.get(0))).all().get(T, MS);
                 KshimClient.emit(KshimClient.obj("type", "unregistered", "broker", Integer.parseInt(a.get(0))));
+                break;
+            }
+            case "reassign": {  // [keep-rf] TOPIC:PART=B:B... or TOPIC:PART=cancel, one result per partition
+                AlterPartitionReassignmentsOptions options = new AlterPartitionReassignmentsOptions();
+                List<String> specs = a;
+                if (!a.isEmpty() && a.get(0).equals("keep-rf")) {
+                    options.allowReplicationFactorChange(false);
+                    specs = a.subList(1, a.size());
+                }
+                Map<TopicPartition, java.util.Optional<NewPartitionReassignment>> asked = new HashMap<>();
+                for (String s : specs) {
+                    String[] kv = s.split("=");
+                    if (kv[1].equals("cancel")) {
+                        asked.put(tp(kv[0]), java.util.Optional.empty());
+                    } else {
+                        List<Integer> replicas = new ArrayList<>();
+                        for (String b : kv[1].split(":")) replicas.add(Integer.parseInt(b));
+                        asked.put(tp(kv[0]), java.util.Optional.of(new NewPartitionReassignment(replicas)));
+                    }
+                }
+                Map<String, Object> results = new TreeMap<>();
+                for (Map.Entry<TopicPartition, org.apache.kafka.common.KafkaFuture<Void>> e :
+                        admin.alterPartitionReassignments(asked, options).values().entrySet()) {
+                    try {
+                        e.getValue().get(T, MS);
+                        results.put(e.getKey().toString(), null);
+                    } catch (ExecutionException x) {
+                        results.put(e.getKey().toString(), x.getCause().getClass().getSimpleName());
+                    }
+                }
+                KshimClient.emit(KshimClient.obj("type", "reassigned", "results", results));
+                break;
+            }
+            case "list-reassignments": {  // [TOPIC:PART...] (none: every partition)
+                Map<TopicPartition, PartitionReassignment> found;
+                if (a.isEmpty()) {
+                    found = admin.listPartitionReassignments().reassignments().get(T, MS);
+                } else {
+                    Set<TopicPartition> asked = new HashSet<>();
+                    for (String s : a) asked.add(tp(s));
+                    found = admin.listPartitionReassignments(asked).reassignments().get(T, MS);
+                }
+                Map<String, Object> out = new TreeMap<>();
+                for (Map.Entry<TopicPartition, PartitionReassignment> e : found.entrySet())
+                    out.put(e.getKey().toString(), KshimClient.obj("replicas", e.getValue().replicas(),
+                            "adding", e.getValue().addingReplicas(), "removing", e.getValue().removingReplicas()));
+                KshimClient.emit(KshimClient.obj("type", "reassignments", "reassignments", out));
                 break;
             }
             default:

@@ -17,7 +17,7 @@ from typing import Callable, Mapping, Protocol
 
 import anyio
 
-from kshim.cluster.image import MetadataImage
+from kshim.cluster.image import MetadataImage, replica_status
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
@@ -70,16 +70,21 @@ class BrokerAdmin:
         brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "pid": os.getpid() if b.node_id == me else b.pid,
                     "alive": b.alive, "isolated": b.isolated, "epoch": b.epoch, "process": "running"}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
-        partitions = [{"topic": t.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                       "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
-                       "replica_offsets": {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets
-                       else {}}
-                      for t in sorted(image.topics.values(), key=lambda t: t.name) for p in t.partitions]
+        alive = {b.node_id for b in image.brokers.values() if b.alive}
+        partitions = []
+        for t in sorted(image.topics.values(), key=lambda t: t.name):
+            for p in t.partitions:
+                reported = {str(me): offsets[(t.name, p.index)]} if (t.name, p.index) in offsets else {}
+                partitions.append({"topic": t.name, "partition": p.index, "leader": p.leader,
+                                   "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                                   "replicas": list(p.replicas), "isr": list(p.isr), "adding": list(p.adding),
+                                   "removing": list(p.removing), "replica_offsets": reported,
+                                   "replica_states": replica_status(p, alive, reported)})
         return json.dumps({"cluster_id": image.cluster_id, "mode": "single broker (kshim serve)",
                            "supervisor": {"pid": None},
                            "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
                                           "restarts": 0, "image_version": image.version},
-                           "brokers": brokers, "partitions": partitions})
+                           "brokers": brokers, "partitions": partitions, "deleting": []})
 
     async def client_properties(self) -> str:
         return json.dumps(self._client_properties)

@@ -35,6 +35,38 @@ class PartitionInfo:
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int = 0  # bumped at every change of leader or ISR (AlterPartition fencing)
+    # a reassignment under way (KIP-455): `replicas` holds the target replicas, then those being
+    # removed; the adding ones join the ISR as they catch up, then the controller drops the removing
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    def replica_state(self, node: int, alive: bool) -> str:
+        """A replica's state in Kafka's replica state machine, as `kshim ctl status` shows it:
+        offline (its broker is down), adding or removing (a reassignment), else online."""
+        if not alive:
+            return "offline"
+        if node in self.adding:
+            return "adding"
+        if node in self.removing:
+            return "removing"
+        return "online"
+
+
+def replica_status(p: PartitionInfo, alive: set[int], offsets: dict[str, dict[str, int]]) -> dict[str, dict]:
+    """Each replica of p as `kshim ctl status` shows it: its state (PartitionInfo.replica_state),
+    whether it is in the ISR, and its lag behind the leader's log end in records (None until both
+    reported their offsets; `offsets` maps node ids, as str, to their reported log_end_offset)."""
+    leader_end = offsets.get(str(p.leader), {}).get("log_end_offset")
+    out = {}
+    for r in p.replicas:
+        end = offsets.get(str(r), {}).get("log_end_offset")
+        out[str(r)] = {"state": p.replica_state(r, r in alive), "in_sync": r in p.isr,
+                       "lag": None if end is None or leader_end is None else max(leader_end - end, 0)}
+    return out
 
 
 # Feature flags (KIP-584) as Kafka 4.3 names them: what kshim supports, and what a new cluster

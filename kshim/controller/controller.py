@@ -14,6 +14,20 @@ Election rules (Kafka's, KRaft flavour):
 - a fenced broker that registers again leads offline partitions whose ISR it is in; it rejoins
   other ISRs only when their leader expands them (AlterPartition) once it has caught up;
 - every leader change bumps the leader epoch; every leader or ISR change bumps the partition epoch.
+
+Reassignments (KIP-455, Kafka's ReplicationControlManager and PartitionReassignmentReplicas):
+- AlterPartitionReassignments sets a partition's replicas to the target followed by the replicas
+  being removed, and records which are being added and removed; the brokers of the adding ones
+  open an empty replica from that image and fetch from the leader like any follower, and the
+  leader takes each into the ISR once it has caught up (AlterPartition);
+- the reassignment completes in the change that puts every target replica in the ISR: the
+  removing replicas leave the replica set and the ISR, the leader stays if it is a target
+  replica in the ISR and alive, else the first such target replica leads (Kafka's online
+  election); the leader epoch is bumped when replicas are removed. Each broker that no longer
+  has its replica in the image deletes it (kshim.replica.manager), at once or when it returns;
+- cancelling (null replicas) reverts to the original replicas: the adding ones leave the replica
+  set and ISR; if only adding replicas were in sync, the revert needs an unclean election and is
+  refused unless the topic allows one.
 """
 from __future__ import annotations
 
@@ -33,9 +47,10 @@ from kshim.cluster.image import (
     MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
-    DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, QuorumReplica, QuorumState,
-    QuotaAlteration, QuotaAlterationResult, ScramDeletion, ScramResult)
-from kshim.controller.store import STOPPED_PID, BrokerRow, MetadataStore, PartitionRow, TopicRecord
+    DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, OngoingReassignment, QuorumReplica,
+    QuorumState, QuotaAlteration, QuotaAlterationResult, Reassignment, ReassignmentResult, ScramDeletion, ScramResult)
+from kshim.controller.store import (
+    STOPPED_PID, BrokerRow, MetadataStore, PartitionRow, PendingDeletion, TopicRecord)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.signal import Signal
 from wire.errors import ErrorCode
@@ -119,13 +134,18 @@ class Controller:
         self._quotas: dict[quotas.Entity, dict[str, float]] = {
             tuple(QuotaEntityPart(t, n) for t, n in entity): values
             for entity, values in store.load_client_quotas().items()}
+        # replicas removed from brokers that have not applied the image removing them yet, by node
+        self._deletions: dict[int, dict[tuple[uuid.UUID, int], PendingDeletion]] = {}
+        for d in store.load_pending_deletions():
+            self._deletions.setdefault(d.node, {})[(d.topic_id, d.index)] = d
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
     def _build_image(self) -> MetadataImage:
         topics = {
             t.name: TopicInfo(t.name, t.topic_id, dict(t.configs), tuple(
-                PartitionInfo(p.index, tuple(p.replicas), p.leader, p.leader_epoch, tuple(p.isr), p.partition_epoch)
+                PartitionInfo(p.index, tuple(p.replicas), p.leader, p.leader_epoch, tuple(p.isr), p.partition_epoch,
+                              tuple(p.adding), tuple(p.removing))
                 for p in t.partitions))
             for t in self._topics.values()
         }
@@ -261,6 +281,9 @@ class Controller:
         del self._brokers[node_id]
         for key in [k for k in self.replica_log_ends if k[0] == node_id]:
             del self.replica_log_ends[key]
+        gone = self._deletions.pop(node_id, {})
+        if gone:  # it will never report having deleted them
+            self.store.forget_deletions(list(gone.values()))
         log.warning("broker %d unregistered", node_id)
         self._publish()
 
@@ -283,6 +306,34 @@ class Controller:
             broker.image_version = version
             if version >= self.version:
                 broker.caught_up_ms = self.clock.wall_ms()
+            pending = self._deletions.get(node_id)
+            if pending and broker.info.alive:
+                # it applied the image that removed them: its replica manager deleted them
+                done = [d for d in pending.values() if d.version <= version]
+                if done:
+                    self.store.forget_deletions(done)
+                    for d in done:
+                        del pending[(d.topic_id, d.index)]
+                        log.info("broker %d deleted its replica of %s-%d", node_id, d.topic, d.index)
+
+    def pending_deletions(self) -> list[PendingDeletion]:
+        """Replicas removed from brokers that have not yet applied the image removing them
+        (`kshim ctl status` shows them as deleting): a broker that is down deletes them when it returns."""
+        return sorted((d for pending in self._deletions.values() for d in pending.values()),
+                      key=lambda d: (d.topic, d.index, d.node))
+
+    def _deletions_of(self, topic: _Topic, index: int, nodes: list[int]) -> list[PendingDeletion]:
+        """The pending deletions of `nodes`' replicas of topic-index, by the next image."""
+        return [PendingDeletion(topic.name, topic.topic_id, index, node, self.version + 1) for node in nodes]
+
+    def _note_deletions(self, deletions: list[PendingDeletion]) -> None:
+        for d in deletions:
+            self._deletions.setdefault(d.node, {})[(d.topic_id, d.index)] = d
+
+    def _forget_deletions(self, topic: _Topic, index: int, nodes: list[int]) -> list[PendingDeletion]:
+        """Replicas assigned again before their broker removed them: nothing to delete."""
+        return [self._deletions[n].pop((topic.topic_id, index)) for n in nodes
+                if (topic.topic_id, index) in self._deletions.get(n, {})]
 
     # ------------------------------------------------------------------ the quorum and features
     def describe_quorum(self) -> QuorumState:
@@ -468,10 +519,146 @@ class Controller:
             raise BrokerError(ErrorCode.INELIGIBLE_REPLICA, f"cannot add fenced replicas {added} to the ISR")
         p.isr = [r for r in p.replicas if r in new_isr]
         p.partition_epoch += 1
-        self.store.save_partitions(topic, [p])
         log.info("%s-%d: isr %s (partition epoch %d)", topic, index, p.isr, p.partition_epoch)
+        deletions = self._complete_reassignment(t, p, alive)  # the ISR may now hold every target replica
+        self.store.save_partitions(topic, [p], deletions)
+        self._note_deletions(deletions)
         self._publish()
+        # (if the reassignment moved leadership away, the asking broker has applied that image
+        # too: Kafka answers NEW_LEADER_ELECTED, kshim the new state)
         return self.image.topics[topic].partitions[index]
+
+    # ------------------------------------------------------------------ reassignments (KIP-455)
+    def alter_partition_reassignments(self, reassignments: tuple[Reassignment, ...],
+                                      allow_replication_factor_change: bool = True) -> tuple[ReassignmentResult, ...]:
+        """Kafka's alterPartitionReassignments: each partition on its own (an error answers that
+        partition only), one publish for all."""
+        alive = self._alive()
+        changed: dict[str, dict[int, PartitionRow]] = {}
+        deletions: dict[str, list[PendingDeletion]] = {}
+        results = []
+        for r in reassignments:
+            try:
+                self._reassign(r, allow_replication_factor_change, alive, changed, deletions)
+                code, message = ErrorCode.NONE, None
+            except BrokerError as e:
+                log.info("cannot alter the reassignment of %s-%d: %s", r.topic, r.partition, e.message)
+                code, message = e.code, e.message
+            results.append(ReassignmentResult(r.topic, r.partition, int(code), message))
+        for name, rows in changed.items():
+            self.store.save_partitions(name, list(rows.values()), deletions.get(name))
+            self._note_deletions(deletions.get(name, []))
+        if changed:
+            self._publish()
+        return tuple(results)
+
+    def _reassign(self, r: Reassignment, allow_rf_change: bool, alive: set[int],
+                  changed: dict[str, dict[int, PartitionRow]], deletions: dict[str, list[PendingDeletion]]) -> None:
+        topic = self._topics.get(r.topic)
+        if topic is None:
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {r.topic}.")
+        if not 0 <= r.partition < len(topic.partitions):
+            raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                              f"Unable to find partition {r.topic}:{r.partition}.")
+        p = topic.partitions[r.partition]
+        before = (list(p.replicas), list(p.isr), p.leader, list(p.adding), list(p.removing))
+        if r.replicas is None:
+            removed = self._cancel_reassignment(topic, p, alive)
+        else:
+            removed = self._start_reassignment(topic, p, list(r.replicas), allow_rf_change, alive)
+        if (list(p.replicas), list(p.isr), p.leader, list(p.adding), list(p.removing)) != before:
+            p.partition_epoch += 1
+            changed.setdefault(topic.name, {})[p.index] = p
+            deletions.setdefault(topic.name, []).extend(removed)
+
+    def _start_reassignment(self, topic: _Topic, p: PartitionRow, target: list[int], allow_rf_change: bool,
+                            alive: set[int]) -> list[PendingDeletion]:
+        """Kafka's changePartitionReassignment: validate the target as a manual assignment, then
+        replicas = target + removing; complete at once if the ISR already allows it."""
+        def bad(message: str) -> BrokerError:
+            return BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, message)
+
+        if not target:
+            raise bad("The manual partition assignment includes an empty replica list.")
+        previous = None
+        for broker in sorted(target):
+            if broker not in self._brokers:
+                raise bad(f"The manual partition assignment includes broker {broker}, but no such broker is "
+                          f"registered.")
+            if broker == previous:
+                raise bad(f"The manual partition assignment includes the broker {broker} more than once.")
+            previous = broker
+        original = [r for r in p.replicas if r not in p.adding]
+        if not allow_rf_change and len(target) != len(original):
+            raise BrokerError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"The replication factor is changed from {len(original)} to {len(target)}")
+        adding = sorted(set(target) - set(p.replicas))
+        removing = sorted(set(p.replicas) - set(target))
+        self._check_budget(topic.name, [PartitionRow(p.index, adding, NO_LEADER, 0, [])])
+        p.replicas, p.adding, p.removing = target + removing, adding, removing
+        if adding:
+            # assigned again before its broker removed the old replica: it catches up from there
+            self.store.forget_deletions(self._forget_deletions(topic, p.index, adding))
+            log.info("%s-%d: reassigning to %s (adding %s, removing %s)", topic.name, p.index, target, adding,
+                     removing)
+        return self._complete_reassignment(topic, p, alive)
+
+    def _complete_reassignment(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> list[PendingDeletion]:
+        """Finish p's reassignment if every target replica is in the ISR (Kafka's
+        maybeCompleteReassignment): the removing replicas leave; the replicas to delete."""
+        if not p.adding and not p.removing:
+            return []
+        replicas = [r for r in p.replicas if r not in p.removing]
+        isr = [r for r in p.isr if r not in p.removing]
+        if not isr or not replicas or any(r not in isr for r in replicas):
+            return []
+        removed = [r for r in p.replicas if r in p.removing]
+        p.replicas, p.isr, p.adding, p.removing = replicas, [r for r in replicas if r in isr], [], []
+        self._online_election(topic, p, alive, removed)
+        log.info("%s-%d: reassignment complete: replicas %s, leader %d (epoch %d), removed %s", topic.name,
+                 p.index, p.replicas, p.leader, p.leader_epoch, removed)
+        return self._deletions_of(topic, p.index, removed)
+
+    def _cancel_reassignment(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> list[PendingDeletion]:
+        """Kafka's cancelPartitionReassignment (PartitionReassignmentRevert): back to the original
+        replicas; the adding ones leave the replica set and the ISR."""
+        if not p.adding and not p.removing:
+            raise BrokerError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                              f"No partition reassignment is in progress for {topic.name}-{p.index}.")
+        original = [r for r in p.replicas if r not in p.adding]
+        isr = [r for r in p.isr if r not in p.adding]
+        if not isr:  # only adding replicas are in sync: the revert elects an out-of-sync replica
+            if not self._effective(topic)["unclean.leader.election.enable"]:
+                raise BrokerError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                  f"Unable to revert partition assignment for {topic.name}:{p.index} because it "
+                                  f"would require an unclean leader election.")
+            isr = [original[0]]
+        removed = list(p.adding)
+        p.replicas, p.isr, p.adding, p.removing = original, isr, [], []
+        self._online_election(topic, p, alive, removed)
+        log.info("%s-%d: reassignment cancelled: replicas %s, isr %s, leader %d", topic.name, p.index, p.replicas,
+                 p.isr, p.leader)
+        return self._deletions_of(topic, p.index, removed)
+
+    def _online_election(self, topic: _Topic, p: PartitionRow, alive: set[int], removed: list[int]) -> None:
+        """Kafka's online election after the replicas changed: the leader stays if it is still in
+        the ISR and alive, else the first alive ISR member leads. Removing replicas bumps the leader
+        epoch even when the leader stays, so fetches and produces of the old set are fenced."""
+        epoch = p.leader_epoch
+        if p.leader not in p.isr or p.leader not in alive:
+            self._elect(topic, p, alive)
+        if removed and p.leader_epoch == epoch:
+            p.leader_epoch += 1
+
+    def list_partition_reassignments(self, partitions: dict[str, tuple[int, ...]] | None
+                                     ) -> tuple[OngoingReassignment, ...]:
+        if partitions is None:
+            asked = [(t, p) for t in self._topics.values() for p in t.partitions]
+        else:
+            asked = [(t, t.partitions[i]) for name, indexes in partitions.items()
+                     if (t := self._topics.get(name)) is not None for i in indexes if 0 <= i < len(t.partitions)]
+        return tuple(OngoingReassignment(t.name, p.index, tuple(p.replicas), tuple(p.adding), tuple(p.removing))
+                     for t, p in asked if p.adding or p.removing)
 
     # ------------------------------------------------------------------ topic admin
     def create_topic(self, name: str, partitions: int = -1, replication_factor: int = -1,
@@ -507,8 +694,10 @@ class Controller:
         topic = self._topics.get(name)
         if topic is None:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        self.store.delete_topic(name)
+        deletions = [d for p in topic.partitions for d in self._deletions_of(topic, p.index, p.replicas)]
+        self.store.delete_topic(name, deletions)
         del self._topics[name]
+        self._note_deletions(deletions)
         log.info("deleted topic %s", name)
         self._publish()
         return topic.topic_id
@@ -524,7 +713,8 @@ class Controller:
         if total <= len(topic.partitions):
             raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                               f"topic {name!r} has {len(topic.partitions)} partitions; the new count must be larger")
-        rf = len(topic.partitions[0].replicas)
+        first = topic.partitions[0]
+        rf = len(first.replicas) - len(first.removing)  # the target's, if it is being reassigned
         alive = sorted(self._alive())
         adding = total - len(topic.partitions)
         if assignments is None:

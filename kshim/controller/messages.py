@@ -349,6 +349,46 @@ class UnregisterBroker(Operation[None], code=113, publishes=True):
     node_id: Int32
 
 
+@dataclass(frozen=True)
+class Reassignment:
+    """One partition of AlterPartitionReassignments: its target replicas, or None to cancel."""
+    topic: str
+    partition: Int32
+    replicas: tuple[Int32, ...] | None
+
+
+@dataclass(frozen=True)
+class ReassignmentResult:
+    topic: str
+    partition: Int32
+    error_code: Int32  # a wire.errors.ErrorCode
+    message: str | None
+
+
+@dataclass(frozen=True)
+class AlterPartitionReassignments(Operation[tuple[ReassignmentResult, ...]], code=170, publishes=True):
+    """Kafka's AlterPartitionReassignments (KIP-455): each partition on its own, one result per
+    partition in order; allow_replication_factor_change=False refuses a target of another size."""
+    reassignments: tuple[Reassignment, ...]
+    allow_replication_factor_change: bool = True
+
+
+@dataclass(frozen=True)
+class OngoingReassignment:
+    topic: str
+    partition: Int32
+    replicas: tuple[Int32, ...]
+    adding: tuple[Int32, ...]
+    removing: tuple[Int32, ...]
+
+
+@dataclass(frozen=True)
+class ListPartitionReassignments(Operation[tuple[OngoingReassignment, ...]], code=171):
+    """The reassignments under way among the asked partitions (None: all of them); partitions
+    and topics that do not exist or are not reassigning are left out, as Kafka does."""
+    partitions: dict[str, tuple[Int32, ...]] | None
+
+
 # ---------------------------------------------------------------------------------------- kshim ctl -> supervisor
 @dataclass(frozen=True)
 class Status(Operation[str], code=32, served_by=Server.SUPERVISOR):

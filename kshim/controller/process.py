@@ -463,6 +463,7 @@ class SupervisorService:
             },
             "brokers": brokers,
             "partitions": view["partitions"] if view else [],
+            "deleting": view.get("deleting", []) if view else [],
         }
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from kshim.cluster import lifeline
-from kshim.cluster.image import MetadataImage
+from kshim.cluster.image import MetadataImage, replica_status
 from kshim.configs.options import positive
 from kshim.controller import messages as m
 from kshim.controller import rpc
@@ -95,6 +95,7 @@ class ControllerService:
                     "isolated": b.isolated, "epoch": b.epoch}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
         partitions = []
+        alive = {b.node_id for b in image.brokers.values() if b.alive}
         for topic in sorted(image.topics.values(), key=lambda t: t.name):
             for p in topic.partitions:
                 replica_offsets = {}
@@ -105,14 +106,18 @@ class ControllerService:
                 partitions.append({
                     "topic": topic.name, "partition": p.index, "leader": p.leader, "leader_epoch": p.leader_epoch,
                     "partition_epoch": p.partition_epoch, "replicas": list(p.replicas), "isr": list(p.isr),
-                    "replica_offsets": replica_offsets,
+                    "adding": list(p.adding), "removing": list(p.removing),
+                    "replica_offsets": replica_offsets, "replica_states": replica_status(p, alive, replica_offsets),
                 })
+        deleting = [{"topic": d.topic, "topic_id": str(d.topic_id), "partition": d.index, "node": d.node}
+                    for d in self.controller.pending_deletions()]
         return {
             "cluster_id": image.cluster_id,
             "controller": {"pid": os.getpid(), "image_version": image.version,
                            "session_timeout_ms": self.controller.config.session_timeout_ms},
             "brokers": brokers,
             "partitions": partitions,
+            "deleting": deleting,
         }
 
 

@@ -1,7 +1,8 @@
 """Cluster metadata that must survive restarts: cluster id, topics, partition counts, topic configs,
 dynamic broker configs, SCRAM credentials (salted), client quotas, partition state (replicas,
-leader, leader epoch, ISR), registered brokers, ACLs, and the producer-id counter. Only the
-controller writes it.
+leader, leader epoch, ISR, and a reassignment's adding and removing replicas), the replicas a
+broker that was down has yet to delete, registered brokers, ACLs, and the producer-id counter.
+Only the controller writes it.
 
 SQLite (stdlib) because it gives atomic, crash-safe updates of small relational state with no
 format of our own to get wrong, and a user can inspect it with the `sqlite3` shell. Record data
@@ -34,7 +35,19 @@ CREATE TABLE IF NOT EXISTS partitions (
     leader_epoch INTEGER NOT NULL,
     isr TEXT NOT NULL,
     partition_epoch INTEGER NOT NULL,
+    adding TEXT NOT NULL DEFAULT '[]',  -- a reassignment under way: replicas being added
+    removing TEXT NOT NULL DEFAULT '[]',  -- and being removed (KIP-455)
     PRIMARY KEY (topic, idx)
+);
+CREATE TABLE IF NOT EXISTS pending_deletions (
+    -- replicas whose broker has not yet applied the image that removed them (topic deleted,
+    -- reassigned away): `kshim ctl status` shows them as deleting until it has
+    topic TEXT NOT NULL,
+    topic_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    node INTEGER NOT NULL,
+    version INTEGER NOT NULL,  -- the image version that removed it
+    PRIMARY KEY (topic_id, idx, node)
 );
 CREATE TABLE IF NOT EXISTS brokers (
     node_id INTEGER PRIMARY KEY,
@@ -101,6 +114,18 @@ class PartitionRow:
     leader_epoch: int
     isr: list[int]
     partition_epoch: int = 0
+    adding: list[int] = field(default_factory=list)  # a reassignment under way (KIP-455)
+    removing: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PendingDeletion:
+    """A replica removed from a broker that has not yet applied the image that removed it."""
+    topic: str
+    topic_id: uuid.UUID
+    index: int
+    node: int
+    version: int
 
 
 @dataclass
@@ -122,6 +147,10 @@ class MetadataStore:
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.execute("PRAGMA journal_mode = WAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(partitions)")}
+        for column in ("adding", "removing"):  # a data dir from before reassignments
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE partitions ADD COLUMN {column} TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         self._db.close()
@@ -167,20 +196,37 @@ class MetadataStore:
                       "SELECT name, topic_id, partitions, created_ms FROM topics")}
         for topic, key, value in self._db.execute("SELECT topic, key, value FROM topic_configs"):
             topics[topic].configs[key] = value
-        for row in self._db.execute("SELECT topic, idx, replicas, leader, leader_epoch, isr, partition_epoch "
-                                    "FROM partitions ORDER BY topic, idx"):
+        for row in self._db.execute("SELECT topic, idx, replicas, leader, leader_epoch, isr, partition_epoch, adding, "
+                                    "removing FROM partitions ORDER BY topic, idx"):
             topics[row[0]].partition_states.append(
-                PartitionRow(row[1], json.loads(row[2]), row[3], row[4], json.loads(row[5]), row[6]))
+                PartitionRow(row[1], json.loads(row[2]), row[3], row[4], json.loads(row[5]), row[6],
+                             json.loads(row[7]), json.loads(row[8])))
         return list(topics.values())
 
-    def save_partitions(self, topic: str, rows: list[PartitionRow]) -> None:
+    def save_partitions(self, topic: str, rows: list[PartitionRow],
+                        deletions: list[PendingDeletion] | None = None) -> None:
+        """Partition states, and the replicas they no longer hold (`deletions`), in one transaction."""
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT OR REPLACE INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(topic, r.index, json.dumps(r.replicas), r.leader, r.leader_epoch, json.dumps(r.isr),
-                  r.partition_epoch) for r in rows])
+            self._db.executemany(_SAVE_PARTITION, [_partition_row(topic, r) for r in rows])
+            self._add_deletions(deletions or [])
+
+    def _add_deletions(self, deletions: list[PendingDeletion]) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO pending_deletions (topic, topic_id, idx, node, version) VALUES (?, ?, ?, ?, ?)",
+            [(d.topic, str(d.topic_id), d.index, d.node, d.version) for d in deletions])
+
+    def load_pending_deletions(self) -> list[PendingDeletion]:
+        return [PendingDeletion(topic, uuid.UUID(tid), idx, node, version) for topic, tid, idx, node, version in
+                self._db.execute("SELECT topic, topic_id, idx, node, version FROM pending_deletions "
+                                 "ORDER BY topic, idx, node")]
+
+    def forget_deletions(self, done: list[PendingDeletion]) -> None:
+        """Replicas their broker has removed (or will never remove: it was unregistered)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("DELETE FROM pending_deletions WHERE topic_id = ? AND idx = ? AND node = ?",
+                                 [(str(d.topic_id), d.index, d.node) for d in done])
 
     def load_brokers(self) -> list[BrokerRow]:
         return [BrokerRow(*row) for row in self._db.execute("SELECT node_id, host, port, epoch, pid FROM brokers")]
@@ -210,16 +256,13 @@ class MetadataStore:
                              (record.name, str(record.topic_id), record.partitions, record.created_ms))
             self._db.executemany("INSERT INTO topic_configs (topic, key, value) VALUES (?, ?, ?)",
                                  [(record.name, k, v) for k, v in record.configs.items()])
-            self._db.executemany(
-                "INSERT INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(record.name, r.index, json.dumps(r.replicas), r.leader, r.leader_epoch, json.dumps(r.isr),
-                  r.partition_epoch) for r in record.partition_states])
+            self._db.executemany(_SAVE_PARTITION, [_partition_row(record.name, r) for r in record.partition_states])
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, deletions: list[PendingDeletion] | None = None) -> None:
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
+            self._add_deletions(deletions or [])
 
     def set_partition_count(self, name: str, partitions: int) -> None:
         self._db.execute("UPDATE topics SET partitions = ? WHERE name = ?", (partitions, name))
@@ -291,6 +334,15 @@ class MetadataStore:
                 self._db.execute("DELETE FROM client_quotas WHERE entity = ?", (text,))
                 self._db.executemany("INSERT INTO client_quotas (entity, key, value) VALUES (?, ?, ?)",
                                      [(text, k, v) for k, v in values.items()])
+
+
+_SAVE_PARTITION = ("INSERT OR REPLACE INTO partitions (topic, idx, replicas, leader, leader_epoch, isr, partition_epoch, "
+                   "adding, removing) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _partition_row(topic: str, r: PartitionRow) -> tuple:
+    return (topic, r.index, json.dumps(r.replicas), r.leader, r.leader_epoch, json.dumps(r.isr), r.partition_epoch,
+            json.dumps(r.adding), json.dumps(r.removing))
 
 
 def _acl_row(a: AclBinding) -> tuple:

@@ -11,7 +11,9 @@ inter-broker listener as the inter-broker user; or --bootstrap for any Kafka clu
 --command-config FILE for its credentials: docs/security.md).
 
     status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
-                       partitions, leaders, ISRs, replica offsets; a single `kshim serve`
+                       partitions, leaders, ISRs, reassignments under way, each replica's state
+                       (online, offline, adding, removing) and lag, replica offsets, replicas
+                       still to delete on brokers that are down; a single `kshim serve`
                        answers too (its broker's own view)
     kill NODE          SIGKILL the broker: it stays down until `start`
     kill controller    SIGKILL the controller process: the supervisor restarts it at once

@@ -72,15 +72,29 @@ def format_table(s: dict[str, Any]) -> str:
     if not s["partitions"]:
         lines.append("no topics")
     else:
-        rows = [["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFSETS (node:log end/high watermark)"]]
+        rows = [["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "REPLICA STATES (node:state/lag)",
+                 "OFFSETS (node:log end/high watermark)"]]
         for p in s["partitions"]:
             offsets = " ".join(f"{node}:{o['log_end_offset']}/{o['high_watermark']}"
                                for node, o in sorted(p["replica_offsets"].items(), key=lambda kv: int(kv[0])))
             rows.append([p["topic"], str(p["partition"]), str(p["leader"]) if p["leader"] >= 0 else "none",
                          str(p["leader_epoch"]), ",".join(map(str, p["replicas"])), ",".join(map(str, p["isr"])),
-                         offsets or "-"])
+                         _states(p.get("replica_states", {})), offsets or "-"])
         lines.append(text_table(rows))
+    if s.get("deleting"):
+        lines += ["", text_table([["DELETING TOPIC", "PARTITION", "NODE", "TOPIC ID"]] + [
+            [d["topic"], str(d["partition"]), str(d["node"]), d["topic_id"]] for d in s["deleting"]])]
     return "\n".join(lines)
+
+
+def _states(states: dict[str, dict[str, Any]]) -> str:
+    """node:state/lag for each replica: lag in records behind the leader's log end (? unknown);
+    an online replica out of the ISR is shown as out-of-sync."""
+    out = []
+    for node, st in sorted(states.items(), key=lambda kv: int(kv[0])):
+        state = "out-of-sync" if st["state"] == "online" and not st["in_sync"] else st["state"]
+        out.append(f"{node}:{state}/{'?' if st['lag'] is None else st['lag']}")
+    return " ".join(out) or "-"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -12,6 +12,8 @@ import anyio
 
 from kshim.broker import Broker
 from kshim.coordinator.groups import GroupCoordinator
+from kshim.coordinator.share_partitions.coordinator import ShareCoordinator
+from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.metrics import BrokerMetrics, CoordinatorCounts, count_states
 from kshim.net.quota_manager import QuotaManager
@@ -23,12 +25,17 @@ class BrokerServer:
         self.broker = broker
         self.groups = GroupCoordinator(broker)
         self.transactions = TransactionCoordinator(broker)
+        # share groups' data half: the share-state coordinator, and the share partitions led here
+        self.share_coordinator = ShareCoordinator(broker)
+        self.share = SharePartitionManager(broker, self.share_coordinator)
         self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
         self.quotas = QuotaManager(broker.config.quota_window_num, broker.config.quota_window_size_seconds)
-        broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self._on_image]
+        broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self.share_coordinator.on_image,
+                                   self.share.on_image, self._on_image]
         broker.replica_manager.marker_listeners.append(self.groups.on_marker_committed)
         self.groups.on_image()  # an image applied before the coordinators existed
         self.transactions.on_image()
+        self.share_coordinator.on_image()
         self._on_image()
 
     def _on_image(self) -> None:
@@ -46,3 +53,5 @@ class BrokerServer:
             tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)
             tg.start_soon(self.groups.run)
             tg.start_soon(self.transactions.run)
+            tg.start_soon(self.share_coordinator.run)
+            tg.start_soon(self.share.run)

@@ -35,6 +35,8 @@ _ANSWERS: dict[tuple, str] = {  # (api key, field[, "v0": an older name])
     (30, "results"): "creations", (31, "filter_results"): "filters",
     (43, "replica_election_results"): "topic_partitions", (43, "partition_result"): "partitions",
     (51, "results"): "upsertions",
+    (78, "responses"): "topics", (79, "responses"): "topics",
+    (83, "results"): "topics", (84, "results"): "topics", (85, "results"): "topics", (86, "results"): "topics",
 }
 # a response element's field and the request element's field it echoes, where their names differ
 _ECHOES = {"partition_index": ("partition", "index"), "partition": ("partition_index", "index"),

@@ -119,6 +119,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("            if preferred not in p.isr or preferred not in alive or not self._holds_the_leaders_log(topic, p, preferred):",
          "            if preferred not in alive:"),),
         "a preferred election hands leadership to an out-of-sync replica"),
+    Mutation("a partition reassignment completes only once every target replica is in the ISR",
+             "kshim/controller/controller.py", (
+        ("        if not isr or not replicas or any(r not in isr for r in replicas):\n            return []",
+         "        if not replicas:\n            return []"),),
+        "a reassignment drops the old replicas before the new ones caught up"),
     # ------------------------------------------------------------------ transactions
     Mutation("become visible to read_committed all at once when it commits", "kshim/coordinator/groups/coordinator.py", (
         ("        if not committed or index not in self.loaded:\n            return",

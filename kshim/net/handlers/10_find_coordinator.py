@@ -5,7 +5,8 @@
   first request creates the topic through the controller (N = `offsets_topic_partitions` or
   `transaction_state_partitions`, 10 by default; replication factor min(3, live brokers);
   retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no live leader; clients
-  retry. Other key types are INVALID_REQUEST.
+  retry. Key type 2 (share, v6+): a share partition's key "group:topic id:partition" over
+  `__share_group_state` (brokers ask it; CLUSTER_ACTION). Other key types are INVALID_REQUEST.
 - v4+ batches keys in `coordinator_keys`, one answer per key.
 - ACLs (docs/security.md): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) or on the
   transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
@@ -27,13 +28,18 @@ VERSIONS = (0, 6)
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
     try:
-        if key_type not in (0, 1):
+        if key_type not in (0, 1, 2) or key_type == 2 and ctx.version < 6:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown key type {key_type}")
-        if key_type == 0:
-            authz.check_group(ctx, AclOperation.DESCRIBE, key)
+        node: BrokerInfo
+        if key_type == 2:
+            authz.check_cluster(ctx, AclOperation.CLUSTER_ACTION)
+            node = await ctx.node.share_coordinator.runtime.find(key)
         else:
-            authz.check_txn(ctx, AclOperation.DESCRIBE, key)
-        node: BrokerInfo = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
+            if key_type == 0:
+                authz.check_group(ctx, AclOperation.DESCRIBE, key)
+            else:
+                authz.check_txn(ctx, AclOperation.DESCRIBE, key)
+            node = await (ctx.groups if key_type == 0 else ctx.transactions).find(key)
     except BrokerError as e:
         return {"error_code": e.code, "error_message": e.message, "node_id": -1, "host": "", "port": -1}
     host, port = endpoint(ctx, node)  # on the listener this request came in on

@@ -22,6 +22,7 @@ from construct import Container
 from kshim.broker import Broker
 from kshim.configs.security import ANONYMOUS
 from kshim.coordinator.groups import GroupCoordinator
+from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
 from kshim.net.quota_manager import Throttle
@@ -53,6 +54,10 @@ class RequestContext:
     @property
     def transactions(self) -> TransactionCoordinator:
         return self.node.transactions
+
+    @property
+    def share(self) -> SharePartitionManager:
+        return self.node.share
 
     @property
     def version(self) -> int:

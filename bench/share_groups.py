@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Share-group consumption (KIP-932) against a classic consumer group on the same topic, in ONE run.
+
+One kshim (started here, `python -m kshim serve`, stopped by PID; or --kshim HOST:PORT), one topic
+of --partitions partitions holding --records records of --value-size bytes, then for --repeat
+rounds, each on a fresh group:
+
+  classic   --members confluent-kafka Consumers in one classic consumer group (subscribe,
+            auto.offset.reset=earliest, auto commit), polling until every record was read.
+  share     --members share members of one share group reading every record once, each
+            acknowledging (accept) the records of a fetch with its next fetch (implicit
+            acknowledgement), so every acknowledgement is a durable write before the next
+            records come. The members speak ShareFetch v1 to the leader with kshim's wire codec
+            (max_records --max-records, one request in flight each), as a share consumer does
+            once it has its assignment.
+
+A share group starts at the latest offset (share.auto.offset.reset), so each share round first
+makes its members fetch once (the share partitions start at the current end), then produces the
+records, then reads; the classic round reads the records it produced. Both count the records they
+got: a total other than --records is an error (exit 1).
+
+    python bench/share_groups.py --records 50000 --members 1 --repeat 3 [--json out.json]
+
+Prints records/s per mode (best of --repeat) and the ratio share/classic.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import tempfile
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throughput import PhaseError, log, make_values, start_kshim  # noqa: E402
+from wire import codec  # noqa: E402
+from wire.headers import decode_response_header, encode_request_header, frame  # noqa: E402
+
+METADATA, SHARE_FETCH = 3, 78
+
+
+class Raw:
+    """One Kafka connection (the request/answer loop of a share member)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.split(",")[0].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.cid = 0
+
+    def request(self, key: int, version: int, body: dict):
+        self.cid += 1
+        self.sock.sendall(frame(encode_request_header(key, version, self.cid, "kshim-bench-share")
+                                + codec.encode(key, version, "request", body)))
+        size = struct.unpack(">i", self._exact(4))[0]
+        payload = self._exact(size)
+        _cid, header = decode_response_header(key, version, payload)
+        return codec.decode(key, version, "response", payload[header:])
+
+    def _exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return bytes(out)
+
+
+class RawShareMember:
+    def __init__(self, bootstrap: str, group: str, topic: str, max_records: int) -> None:
+        meta = Raw(bootstrap).request(METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                                     "allow_auto_topic_creation": False,
+                                                     "include_topic_authorized_operations": False})
+        t = meta.topics[0]
+        nodes = {b.node_id: f"{b.host}:{b.port}" for b in meta.brokers}
+        self.topic_id = t.topic_id
+        self.partitions = [p.partition_index for p in t.partitions]
+        self.conn = Raw(nodes[t.partitions[0].leader_id])  # a single broker: every partition's leader
+        self.group, self.member, self.epoch, self.max_records = group, str(uuid.uuid4()), 0, max_records
+        self.pending: dict[int, list[tuple[int, int]]] = {}
+
+    def fetch(self, wait_ms: int) -> int:
+        """One ShareFetch acknowledging the last one's records; how many records it acquired."""
+        resp = self.conn.request(SHARE_FETCH, 1, {
+            "group_id": self.group, "member_id": self.member, "share_session_epoch": self.epoch,
+            "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": 8 << 20, "max_records": self.max_records,
+            "batch_size": self.max_records,
+            "topics": [{"topic_id": self.topic_id, "partitions": [
+                {"partition_index": p, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [1]}
+                    for a, b in (self.pending.get(p, []) if self.epoch else [])]} for p in self.partitions]}],
+            "forgotten_topics_data": []})
+        if resp.error_code:
+            raise PhaseError(f"ShareFetch error {resp.error_code}")
+        self.epoch += 1
+        self.pending = {}
+        got = 0
+        for t in resp.responses:
+            for p in t.partitions:
+                if p.error_code or p.acknowledge_error_code:
+                    raise PhaseError(f"partition {p.partition_index}: error {p.error_code}/{p.acknowledge_error_code}")
+                for a in p.acquired_records:
+                    self.pending.setdefault(p.partition_index, []).append((a.first_offset, a.last_offset))
+                    got += a.last_offset - a.first_offset + 1
+        return got
+
+
+def produce(bootstrap: str, topic: str, count: int, values) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "log_level": 3})
+    for i in range(count):
+        producer.produce(topic, values[i % len(values)])
+        if i % 1000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise PhaseError("records left unsent")
+
+
+def classic_round(bootstrap: str, topic: str, records: int, members: int, deadline_s: float) -> float:
+    group = f"bench-classic-{uuid.uuid4().hex[:8]}"
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                           "log_level": 3}) for _ in range(members)]
+    for c in consumers:
+        c.subscribe([topic])
+    got, start, first = 0, time.monotonic(), None
+    deadline = start + deadline_s
+    while got < records:
+        if time.monotonic() > deadline:
+            raise PhaseError(f"classic: read {got} of {records}")
+        for c in consumers:
+            for m in c.consume(1000, 0.05):
+                if m.error() is None:
+                    first = first or time.monotonic()
+                    got += 1
+    end = time.monotonic()
+    for c in consumers:
+        c.close()
+    if got != records:
+        raise PhaseError(f"classic: read {got}, produced {records}")
+    return records / (end - (first or start))
+
+
+def share_round(bootstrap: str, topic: str, records: int, members: int, args, values) -> float:
+    group = f"bench-share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(60)
+    readers = [RawShareMember(bootstrap, group, topic, args.max_records) for _ in range(members)]
+    for r in readers:
+        r.fetch(0)  # the share partitions start here, at the topic's end
+    produce(bootstrap, topic, records, values)
+    got, start, first = 0, time.monotonic(), None
+    deadline = start + args.deadline
+    while got < records:
+        if time.monotonic() > deadline:
+            raise PhaseError(f"share: read {got} of {records}")
+        for r in readers:
+            n = r.fetch(100)
+            if n:
+                first = first or time.monotonic()
+                got += n
+    end = time.monotonic()
+    for r in readers:
+        r.fetch(0)  # the last acknowledgements
+    if got != records:
+        raise PhaseError(f"share: read {got}, produced {records}")
+    return records / (end - (first or start))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kshim", help="HOST:PORT of a running kshim (else one is started here)")
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--members", type=int, default=1)
+    ap.add_argument("--max-records", type=int, default=500, help="ShareFetch max_records (raw share client)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--deadline", type=float, default=300.0, help="seconds per round")
+    ap.add_argument("--startup-timeout", type=float, default=120.0)
+    ap.add_argument("--kshim-arg", action="append", default=[])
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    values = make_values(args.value_size)
+    workdir = tempfile.mkdtemp(prefix="kshim-bench-share-")
+    managed = None
+    results: dict[str, list[float]] = {"classic": [], "share": []}
+    try:
+        if args.kshim:
+            bootstrap = args.kshim
+        else:
+            managed, bootstrap = start_kshim(args, workdir)
+        for rep in range(args.repeat):
+            topic = f"bench-share-{rep}-{uuid.uuid4().hex[:6]}"
+            share = share_round(bootstrap, topic, args.records, args.members, args, values)
+            classic = classic_round(bootstrap, topic, args.records, args.members, args.deadline)
+            log(f"round {rep + 1}: share {share:,.0f} records/s, classic {classic:,.0f} records/s")
+            results["share"].append(share)
+            results["classic"].append(classic)
+    except PhaseError as e:
+        log(f"error: {e}")
+        return 1
+    finally:
+        if managed is not None:
+            managed.stop()
+    best = {k: max(v) for k, v in results.items()}
+    print(f"{'mode':<10} {'records/s':>12}")
+    for k in ("classic", "share"):
+        print(f"{k:<10} {best[k]:>12,.0f}")
+    print(f"share/classic: {best['share'] / best['classic']:.2f}  ({args.records} records of {args.value_size} B, "
+          f"{args.partitions} partition(s), {args.members} member(s), best of {args.repeat})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

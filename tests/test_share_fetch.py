@@ -1,0 +1,160 @@
+"""ShareFetch and ShareAcknowledge through their handlers on a standalone broker (KIP-932): share
+sessions, acquisition and acknowledgement, durability through the share coordinator (a new
+manager, as after a leader restart, loads what was COMMITTED), the inter-broker state APIs."""
+from __future__ import annotations
+
+import importlib
+import uuid
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from kshim.broker import BrokerConfig
+from kshim.coordinator.share_partitions.manager import SharePartitionManager
+from kshim.standalone import open_standalone
+from tests.nodes import served
+from tests.test_groups import call_awaiting
+from wire import records
+from wire.errors import ErrorCode
+
+share_fetch = importlib.import_module("kshim.net.handlers.78_share_fetch")
+share_ack = importlib.import_module("kshim.net.handlers.79_share_acknowledge")
+read_state = importlib.import_module("kshim.net.handlers.84_read_share_group_state")
+
+CONFIGS = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "60000",
+           "group.share.delivery.count.limit": "3"}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = open_standalone(BrokerConfig(data_dir=tmp_path, group_initial_rebalance_delay_ms=0))
+    yield b
+    b.close()
+
+
+@asynccontextmanager
+async def running(broker):
+    """The share coordinator's loading loop and the lock-expiry task, as the server runs them."""
+    node = served(broker)
+    node.share.group_configs = lambda group: CONFIGS
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(node.share_coordinator.run)
+        tg.start_soon(node.share.run)
+        yield node
+        tg.cancel_scope.cancel()
+
+
+def append(broker, topic: str, *values: bytes) -> None:
+    assert broker.partition(topic, 0).append(records.encode_batch([(None, v) for v in values])).error == 0
+
+
+def fetch_body(tid: uuid.UUID, epoch: int, member: str = "m1", acks=(), max_records: int = 100,
+               wait: int = 0, partitions=(0,)) -> dict:
+    return {"group_id": "g", "member_id": member, "share_session_epoch": epoch, "max_wait_ms": wait, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": max_records, "batch_size": max_records,
+            "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": p, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [t]} for a, b, t in acks]}
+                for p in partitions]}],
+            "forgotten_topics_data": []}
+
+
+def acquired(resp) -> list[tuple[int, int, int]]:
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in resp.responses for p in t.partitions for a in p.acquired_records]
+
+
+def ack_codes(resp) -> list[int]:
+    return [p.acknowledge_error_code for t in resp.responses for p in t.partitions]
+
+
+@pytest.mark.anyio
+async def test_fetch_acknowledge_and_durable_state(broker):
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a", b"b", b"c", b"d")
+    async with running(broker) as node:
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))
+        assert resp.error_code == 0 and resp.acquisition_lock_timeout_ms == 60000
+        assert acquired(resp) == [(0, 3, 1)]
+        # another member finds nothing: the records are locked
+        other = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))
+        assert acquired(other) == []
+        # m1 accepts 0-1, releases 2 and keeps 3; a wrong epoch is refused
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 5, acks=[(0, 1, 1)]))
+        assert resp.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        resp = await call_awaiting(broker, share_ack, 1, {
+            "group_id": "g", "member_id": "m1", "share_session_epoch": 1, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 1, "acknowledge_types": [1]},
+                    {"first_offset": 2, "last_offset": 2, "acknowledge_types": [2]}]}]}]})
+        assert resp.error_code == 0 and [p.error_code for t in resp.responses for p in t.partitions] == [0]
+        # m2 (its session at epoch 1) gets the released record with delivery count 2
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1, member="m2"))
+        assert acquired(resp) == [(2, 2, 2)]
+        # acknowledging what another member holds: INVALID_RECORD_STATE
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 2, member="m1", acks=[(2, 2, 1)]))
+        assert ack_codes(resp) == [ErrorCode.INVALID_RECORD_STATE]
+        # the coordinator holds what was COMMITTED: start 2, record 2 and 3 in flight (as available)
+        key = ("g", tid, 0)
+        stored = node.share_coordinator.states[key]
+        assert stored.start_offset == 2
+        # a new leader (a fresh manager) loads it: 2 and 3 are redelivered, 0-1 never; their
+        # delivery counts go on from the last write (m2's acquisition of 2 was not written)
+        fresh = SharePartitionManager(broker, node.share_coordinator, group_configs=lambda g: CONFIGS)
+        results = await fresh.fetch("g", "m3", [(tid, 0)], 0, 1, 1 << 20, 100)
+        assert [(a.first_offset, a.last_offset, a.delivery_count) for a in results[0].acquired] == [(2, 3, 2)]
+
+
+@pytest.mark.anyio
+async def test_session_rules_and_request_errors(broker):
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    async with running(broker):
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, acks=[(0, 0, 1)]))
+        assert resp.error_code == ErrorCode.INVALID_REQUEST
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1))
+        assert resp.error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        resp = await call_awaiting(broker, share_fetch, 1, {**fetch_body(tid, 0), "member_id": ""})
+        assert resp.error_code == ErrorCode.INVALID_REQUEST
+        resp = await call_awaiting(broker, share_ack, 1, {"group_id": "g", "member_id": "m1", "share_session_epoch": 0,
+                                                           "topics": []})
+        assert resp.error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        # an unknown topic id and an out-of-range partition
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(uuid.uuid4(), 0))
+        assert [p.error_code for t in resp.responses for p in t.partitions] == [ErrorCode.UNKNOWN_TOPIC_ID]
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, partitions=(0, 5)))
+        assert [p.error_code for t in resp.responses for p in t.partitions] == [0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        # a long poll is answered when records arrive (a session without the bad partition)
+        await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))
+        async with anyio.create_task_group() as tg:
+            got = {}
+
+            async def poll() -> None:
+                got["resp"] = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1, wait=5000))
+            tg.start_soon(poll)
+            await anyio.sleep(0.05)
+            append(broker, "t", b"x")
+        assert acquired(got["resp"]) == [(0, 0, 1)]
+        # closing the session releases what the member holds
+        resp = await call_awaiting(broker, share_ack, 1, {"group_id": "g", "member_id": "m1", "share_session_epoch": -1,
+                                                           "topics": []})
+        assert resp.error_code == 0
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))
+        assert acquired(resp) == [(0, 0, 2)]
+
+
+@pytest.mark.anyio
+async def test_read_share_group_state_serves_the_coordinators_state(broker):
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a")
+    async with running(broker):
+        await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1, acks=[(0, 0, 3)]))
+        assert ack_codes(resp) == [0]
+        resp = await call_awaiting(broker, read_state, 0, {"group_id": "g", "topics": [
+            {"topic_id": tid, "partitions": [{"partition": 0, "leader_epoch": 0}]}]})
+        part = resp.results[0].partitions[0]
+        assert (part.error_code, part.start_offset) == (0, 1)
