@@ -21,7 +21,7 @@ def _extension() -> Callable[[Buffer], int]:
             if spec is not None and spec.loader is not None:
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)
-                return module.crc32c  # type: ignore[no-any-return]
+                return module.crc32c
     except (ImportError, OSError, AttributeError):
         pass
     from crc32c import crc32c as packaged

@@ -29,7 +29,7 @@ from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
-from kshim.replication import run_replication
+from kshim.replication.run import run_replication
 from kshim.replication.client import BrokerConnection, inter_broker_client
 from kshim.replication.isr import IsrChanges
 

@@ -137,7 +137,7 @@ class BrokerMetrics:
         from prometheus_client import CollectorRegistry, generate_latest  # lazy: see the module docstring
         if self._registry is None:
             self._registry = CollectorRegistry(auto_describe=False)
-            self._registry.register(_Scraped(self))  # type: ignore[arg-type]
+            self._registry.register(_Scraped(self))
         return generate_latest(self._registry)
 
     def counted(self) -> Iterator[Any]:
