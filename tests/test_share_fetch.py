@@ -158,3 +158,22 @@ async def test_read_share_group_state_serves_the_coordinators_state(broker):
             {"topic_id": tid, "partitions": [{"partition": 0, "leader_epoch": 0}]}]})
         part = resp.results[0].partitions[0]
         assert (part.error_code, part.start_offset) == (0, 1)
+
+
+@pytest.mark.anyio
+async def test_a_member_leaving_releases_its_records_and_deleting_the_group_drops_its_state(broker):
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a", b"b")
+    async with running(broker) as node:
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))) == [(0, 1, 1)]
+        node.share.on_member_left("g", "m1")
+        await node.share.expire_due()
+        assert ("g", "m1") not in node.share.sessions.sessions
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))) == [(0, 1, 2)]
+        resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1, member="m2", acks=[(0, 0, 1)]))
+        assert ack_codes(resp) == [0]
+        assert node.share_coordinator.states[("g", tid, 0)].start_offset == 1
+        assert await node.share.delete_group_state("g") == ErrorCode.NONE
+        assert ("g", tid, 0) not in node.share_coordinator.states and not node.share.partitions
+        assert node.share.sessions.of_group("g") == []

@@ -2,6 +2,7 @@
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
 one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
 (this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
+`kshim ctl groups` (the in-flight records of the share partitions it leads),
 for the console (kshim.console) the replicas' offsets and the broker's metrics, and for `kshim ctl groups`
 and `txns` the inter-broker identity they connect with (ClientProperties). Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
@@ -47,8 +48,10 @@ class AdminHost(Protocol):
 
 class BrokerAdmin:
     def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
-                 requests: RequestLog | None = None, client_properties: Mapping[str, str] | None = None) -> None:
+                 requests: RequestLog | None = None, share_in_flight: Callable[[str], list[dict]] | None = None,
+                 client_properties: Mapping[str, str] | None = None) -> None:
         self.broker = broker
+        self.share_in_flight_of = share_in_flight
         self._client_properties = dict(client_properties or {})  # the inter-broker identity (a password)
         self.metrics = metrics
         self.faults = faults if faults is not None else FaultRules()
@@ -115,6 +118,10 @@ class BrokerAdmin:
         return json.dumps({"node": self.broker.node_id, "entries": entries, "dropped": dropped,
                            "last": self.requests.seq, "capacity": self.requests.capacity})
 
+    async def share_in_flight(self, group: str) -> str:
+        found = self.share_in_flight_of(group) if self.share_in_flight_of is not None else []
+        return json.dumps([{**p, "node": self.broker.node_id} for p in found])
+
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
 
@@ -154,6 +161,7 @@ def replica_states(broker: AdminHost) -> list[dict]:
 
 async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
                 faults: FaultRules | None = None, requests: RequestLog | None = None,
+                share_in_flight: Callable[[str], list[dict]] | None = None,
                 client_properties: Mapping[str, str] | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
@@ -167,5 +175,5 @@ async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] 
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    admin = BrokerAdmin(broker, metrics, faults, requests, client_properties)
+    admin = BrokerAdmin(broker, metrics, faults, requests, share_in_flight, client_properties)
     await rpc.RpcServer(admin.handle).serve(path, task_status=task_status)

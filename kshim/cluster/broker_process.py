@@ -114,7 +114,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                     port = config.port  # the inter-broker listener's (fixed) port is what brokers register
                 # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                               config.security.client_properties(config.data_dir))
+                               node.share.in_flight_list, config.security.client_properties(config.data_dir))
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,

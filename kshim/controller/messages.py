@@ -477,6 +477,13 @@ class RequestLogRead(Operation[str], code=143, served_by=Server.BROKER):
 
 
 @dataclass(frozen=True)
+class ShareInFlight(Operation[str], code=210, served_by=Server.BROKER):
+    """`kshim ctl groups`: the share partitions of share group `group` this broker leads, with their
+    start offset, window end and records by state; a JSON list."""
+    group: str
+
+
+@dataclass(frozen=True)
 class ClientProperties(Operation[str], code=230, served_by=Server.BROKER):
     """`kshim ctl groups/txns --data-dir`: the inter-broker identity as Kafka client properties, a
     JSON object (security.protocol, sasl.*, ssl.*; {} for PLAINTEXT), so ctl connects to the

@@ -95,6 +95,7 @@ class SharePartitionManager:
         self.partitions: dict[StateKey, SharePartition] = {}
         self._loading: dict[StateKey, anyio.Lock] = {}
         self.sessions = ShareSessionCache()
+        self._departed: list[tuple[str, str]] = []  # (group, member) that left: released by the task
         self.released = Signal()  # records became AVAILABLE: waiting fetches look again
         self._wake = Signal()  # a new lock deadline: the expiry task looks again
 
@@ -354,6 +355,27 @@ class SharePartitionManager:
             self.partitions.pop(key, None)
         return code
 
+    def on_member_left(self, group: str, member: str) -> None:
+        """The group coordinator's news that a member left or was fenced: its session closes and
+        the background task releases what it holds here (a listener may not wait)."""
+        self.sessions.close((group, member))
+        self._departed.append((group, member))
+        self._wake.fire()
+
+    async def delete_group_state(self, group: str) -> ErrorCode:
+        """Delete the group's state on every partition (DeleteGroups, before the group's
+        tombstone); the first error, if any, keeps the group."""
+        for session in self.sessions.of_group(group):
+            self.sessions.close(session.key)
+        for name, topic in list(self.broker.topics.items()):
+            if name.startswith("__"):
+                continue
+            for info in topic.partitions:
+                code = await self.delete_state(group, topic.topic_id, info.index)
+                if code:
+                    return code
+        return ErrorCode.NONE
+
     def in_flight(self, group: str) -> dict[tuple[str, int], dict[str, int]]:
         """Per partition of `group` led here: the start offset, window and record counts by state."""
         out = {}
@@ -363,9 +385,16 @@ class SharePartitionManager:
                                           **sp.state.counts()}
         return out
 
+    def in_flight_list(self, group: str) -> list[dict]:
+        """`in_flight` as rows (the admin socket's answer to `kshim ctl groups`)."""
+        return [{"topic": topic, "partition": index, **counts}
+                for (topic, index), counts in sorted(self.in_flight(group).items())]
+
     # ------------------------------------------------------------------ lock expiry
     async def expire_due(self) -> float:
         """Release the records whose lock expired (and write them); the next deadline, or inf."""
+        while self._departed:
+            await self.release_member(*self._departed.pop(0))
         deadline = math.inf
         for key, sp in list(self.partitions.items()):
             next_ms = sp.state.next_deadline()
