@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}")
     p.add_argument("--json", help="write every measurement to this file")
     args = p.parse_args(argv)
+    args.ephemeral = False  # start_kshim (bench/throughput.py): a data dir in the work dir
     sizes = [int(s) for s in args.sizes.split(",")]
     targets = [t for t in TARGETS if t in args.targets.split(",")]
     workdir = tempfile.mkdtemp(prefix="kshim-bench-txnv2-")

@@ -42,6 +42,8 @@ inter-broker listener as the inter-broker user; or --bootstrap for any Kafka clu
     requests [--follow] [--api API] [--client-id ID] [--broker NODE]
                        the brokers' request logs as JSON lines: api, version, client id,
                        partitions, errors, latency, the fault rule applied
+    telemetry [--broker NODE] [--json]
+                       client instances that pushed metrics (KIP-714) and their latest metrics
 
 The command line is kshim.ctl.commands; this package imports nothing, so the modules that use a
 part of ctl (the console, kshim.testing) load only that part.

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import kshim.ctl
-from kshim.ctl import compact, faults, groups, status, txns
+from kshim.ctl import compact, faults, groups, status, telemetry, txns
 from kshim.ctl.common import CtlError
 
 HELP = "control a running cluster (kshim serve --brokers N)"
@@ -39,6 +39,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     groups.add_parser(commands)
     txns.add_parser(commands)
     compact.add_parser(commands)
+    telemetry.add_parser(commands)
     faults.add_parsers(commands)
     return p
 
@@ -59,6 +60,8 @@ def main(args: argparse.Namespace) -> int:
         return txns.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
+    if args.ctl_command == "telemetry":
+        return telemetry.main(args)
     if args.ctl_command in ("fault", "requests", "net"):
         run = {"fault": faults.main_fault, "requests": faults.main_requests, "net": faults.main_net}
         try:
