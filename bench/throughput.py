@@ -259,8 +259,9 @@ def start_kshim(args, workdir: str) -> "tuple[ManagedProcess, str]":
     port = free_port()
     data_dir = os.path.join(workdir, "kshim-data")
     os.makedirs(data_dir, exist_ok=True)
+    where = ["--ephemeral"] if args.ephemeral else ["--data-dir", data_dir]
     argv = [sys.executable, "-m", "kshim", "serve", "--host", HOST, "--port", str(port),
-            "--data-dir", data_dir, "--partitions", str(args.partitions)] + list(args.kshim_arg)
+            *where, "--partitions", str(args.partitions)] + list(args.kshim_arg)
     env = dict(os.environ)
     env["PYTHONPATH"] = PROJECT_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -555,7 +556,11 @@ def run_once(target: dict, topic: str, args, values) -> dict:
             log("%s: topic %s has %d partitions (--partitions %d)" % (label, topic, nparts, args.partitions))
         log("%s: topic %s ready (%d partitions); producing %d x %d B"
             % (label, topic, nparts, args.messages, args.value_size))
+        cpu0 = cpu_seconds(target.get("pid"))
         prod = produce_phase(producer, topic, args, values, state)
+        cpu1 = cpu_seconds(target.get("pid"))
+        prod["cpu_per_200mb"] = per_200mb(cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
+                                          args.messages * args.value_size)
         ok = True
     finally:
         if not ok:
@@ -567,7 +572,11 @@ def run_once(target: dict, topic: str, args, values) -> dict:
         del producer
     log("%s: produce %.1f MB/s, %.0f msg/s, p50 %.2f ms, p99 %.2f ms (%.2f s)"
         % (label, prod["mb_s"], prod["msgs_s"], prod["p50_ms"] or 0, prod["p99_ms"] or 0, prod["seconds"]))
+    cpu0 = cpu_seconds(target.get("pid"))
     cons = consume_phase(target["bootstrap"], topic, nparts, args.messages, args, label)
+    cpu1 = cpu_seconds(target.get("pid"))
+    cons["cpu_per_200mb"] = per_200mb(cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
+                                      cons["messages"] * args.value_size)
     log("%s: consume %.1f MB/s, %.0f msg/s, %d records (%.2f s)"
         % (label, cons["mb_s"], cons["msgs_s"], cons["messages"], cons["seconds"]))
     return {"topic": topic, "partitions": nparts, "produce": prod, "consume": cons}
@@ -599,7 +608,26 @@ COLS = [
     ("p99 ms", lambda b: b["produce"]["p99_ms"], ".2f"),
     ("consume MB/s", lambda b: b["consume"]["mb_s"], ".1f"),
     ("consume msg/s", lambda b: b["consume"]["msgs_s"], ",.0f"),
+    # broker CPU (user + system, /proc/<pid>/stat; brokers started here only) per 200 MB of values
+    ("cpu s/200MB prod", lambda b: b["produce"].get("cpu_per_200mb"), ".3f"),
+    ("cpu s/200MB cons", lambda b: b["consume"].get("cpu_per_200mb"), ".3f"),
 ]
+
+
+def cpu_seconds(pid: "int | None") -> "float | None":
+    """User + system CPU time of a process, from /proc (None when not measurable)."""
+    if not pid:
+        return None
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def per_200mb(cpu: "float | None", nbytes: float) -> "float | None":
+    return cpu * 200e6 / nbytes if cpu is not None and nbytes > 0 else None
 
 
 def render_table(targets) -> "tuple[str, dict]":
@@ -642,6 +670,8 @@ def parse_args(argv=None):
     g = ap.add_argument_group("targets")
     g.add_argument("--kshim", metavar="HOST:PORT", help="use a running kshim instead of starting one")
     g.add_argument("--no-kshim", action="store_true", help="leave kshim out")
+    g.add_argument("--ephemeral", action="store_true",
+                   help="start kshim with --ephemeral (its log on tmpfs, deleted at exit) instead of a data dir")
     g.add_argument("--kshim-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the started 'kshim serve' (repeatable)")
     pg = g.add_mutually_exclusive_group()
@@ -786,9 +816,9 @@ def main(argv=None) -> int:
     table, ratios = render_table(targets)
     print()
     print("%d msgs x %d B, %d partitions, acks=%s, compression=%s, linger.ms=%g, batch.size=%d, "
-          "best of %d; MB = 1e6 value bytes; p50/p99 = produce() -> delivery callback"
+          "best of %d; MB = 1e6 value bytes; p50/p99 = produce() -> delivery callback; kshim log %s"
           % (args.messages, args.value_size, args.partitions, args.acks, args.compression,
-             args.linger_ms, args.batch_size, args.repeat))
+             args.linger_ms, args.batch_size, args.repeat, "ephemeral (tmpfs)" if args.ephemeral else "durable (disk)"))
     for t in targets:
         how = {"kshim": "started here" if t["managed"] else "external",
                "mock": "librdkafka mock, started here", "peer": "external"}[t["kind"]]

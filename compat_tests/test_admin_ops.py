@@ -243,12 +243,12 @@ def test_describe_quorum_shows_the_controller_and_the_brokers(cluster, kadmin, j
 def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
     features = kadmin.describe_features()
     assert features["metadata.version"]["supported"] == (30, 30) and features["metadata.version"]["finalized"] == (30, 30)
-    assert features["group.version"]["finalized"] == (1, 1) and "transaction.version" not in features
-    out = java_admin(java, cluster.bootstrap, ["features"], ["update-feature", "transaction.version", "2", "upgrade"],
+    assert features["group.version"]["finalized"] == (1, 1) and features["transaction.version"]["finalized"] == (2, 2)
+    out = java_admin(java, cluster.bootstrap, ["features"], ["update-feature", "transaction.version", "3", "upgrade"],
                      ["update-feature", "metadata.version", "29", "safe-downgrade"],
                      ["update-feature", "group.version", "0", "safe-downgrade", "validate"], ["features"])
-    assert out[0]["supported"] == {"group.version": [0, 1], "metadata.version": [30, 30]}
-    assert out[0]["finalized"] == {"group.version": [1, 1], "metadata.version": [30, 30]}  # no transactions v2
+    assert out[0]["supported"] == {"group.version": [0, 1], "metadata.version": [30, 30], "transaction.version": [0, 2]}
+    assert out[0]["finalized"] == {"group.version": [1, 1], "metadata.version": [30, 30], "transaction.version": [2, 2]}
     assert [line.get("error") for line in out[1:4]] == ["InvalidUpdateVersionException"] * 2 + [None]
     assert out[4]["finalized"] == out[0]["finalized"]  # validate-only changed nothing
     try:
@@ -259,7 +259,8 @@ def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
 
         after = wait_until(downgraded, message="group.version 0 on the brokers")
         assert after["metadata.version"]["finalized_epoch"] > features["metadata.version"]["finalized_epoch"]
-        wait_until(lambda: java_admin(java, cluster.bootstrap, ["features"])[0]["finalized"] == {"metadata.version": [30, 30]},
+        wait_until(lambda: java_admin(java, cluster.bootstrap, ["features"])[0]["finalized"] ==
+                   {"metadata.version": [30, 30], "transaction.version": [2, 2]},
                    timeout=60, message="the Java client seeing group.version 0")
     finally:
         kadmin.update_features({"group.version": ("UPGRADE", 1)})

@@ -13,6 +13,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
+from kshim.log.files import ephemeral_dir
 from kshim.net.tls import dev_files
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
@@ -46,7 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a broker", description="Run a broker on 127.0.0.1 with its data on disk.")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=9092, help="port to listen on; 0 picks a free one (default 9092)")
-    serve.add_argument("--data-dir", type=Path, default=Path("kshim-data"), help="where logs and metadata live (default ./kshim-data)")
+    serve.add_argument("--data-dir", type=Path, default=None, help="where logs and metadata live (default ./kshim-data)")
+    serve.add_argument("--ephemeral", action="store_true",
+                       help="for tests and quick experiments: keep everything in a new directory on tmpfs "
+                            "(/dev/shm when there is one) and delete it when the process exits. NOTHING "
+                            "SURVIVES THE PROCESS: topics, records, offsets and configs are gone after it "
+                            "stops (a SIGKILL leaves the directory behind, named on the ready line). Same "
+                            "log code as on disk; not with --data-dir")
     serve.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics on Metadata and Produce")
     serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
@@ -59,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="port of the web console and /metrics (docs/console.md); 0 picks a free one, "
                             "printed on the ready line (default 0)")
     serve.add_argument("--no-console", action="store_true", help="serve no web console and no /metrics")
+    serve.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
+                       help="finalize the transaction.version feature at this level when starting (2, the "
+                            "default of a new cluster: transactions v2, KIP-890; 0 or 1: clients use v1); "
+                            "UpdateFeatures changes it later (docs/transactions.md)")
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
                             "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
@@ -150,7 +162,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
-        inter_broker=inter_broker)
+        inter_broker=inter_broker, transaction_version=args.transaction_version)
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -165,7 +177,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     return anyio.run(run_cluster, settings)
 
 
-async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None) -> None:
+async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None, ephemeral: bool = False) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listeners
@@ -202,7 +214,8 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 console = f"; console http://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}){console}", flush=True)
+                kept = " (EPHEMERAL: deleted at exit)" if ephemeral else ""
+                print(f"kshim ready: bootstrap {config.host}:{port} (data in {config.data_dir}{kept}){console}", flush=True)
                 async for signum in signals:
                     log.info("received %s, shutting down", signal.Signals(signum).name)
                     tg.cancel_scope.cancel()
@@ -236,6 +249,22 @@ def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        if args.ephemeral and args.data_dir is not None:
+            print("kshim: --ephemeral makes its own data directory: leave out --data-dir", file=sys.stderr)
+            return 2
+        if args.ephemeral:
+            args.data_dir = ephemeral_dir()
+            try:
+                return _run(args)
+            finally:
+                shutil.rmtree(args.data_dir, ignore_errors=True)
+        if args.data_dir is None:
+            args.data_dir = Path("kshim-data")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "ctl":
         return ctl.main(args)
     if args.command == "broker":
@@ -268,12 +297,13 @@ def _main(argv: list[str] | None = None) -> int:
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
+            transaction_version=args.transaction_version,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")
         except (DataDirInUse, OSError) as e:
             print(f"kshim: {e}", file=sys.stderr)
             return 1
-        return run_server(_serve, config, lock, None if args.no_console else args.console_port,
+        return run_server(_serve, config, lock, None if args.no_console else args.console_port, args.ephemeral,
                           name="kshim", address=f"{args.host}:{args.port}")
     return 2

@@ -20,10 +20,13 @@ append path, and the high watermark that separates COMMITTED from UNCOMMITTED re
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import struct
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Awaitable
 
 import anyio
 
@@ -32,6 +35,8 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
+from kshim.log.log import LogClosed
+from kshim.log.writer import Fenced, LogWriter, WriteJob
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint
 from kshim.log.txnindex import AbortedTxn
@@ -45,6 +50,15 @@ log = logging.getLogger("kshim.partition")
 
 SNAPSHOT_NAME = "producer-state.snapshot"
 HW_CHECKPOINT = "high-watermark"
+_DUPLICATE = records.BatchHeader(*([0] * len(records.BatchHeader._fields)))  # _prepare's "already stored"
+_BATCH_LENGTH = struct.Struct(">i").unpack_from
+_PRODUCER_ID = struct.Struct(">q").unpack_from
+_PRODUCER_ID_OFFSET = 43
+
+
+def _producer_id(buf: bytearray) -> int:
+    """The producer id of the first batch (-1 if none, or too short to tell)."""
+    return _PRODUCER_ID(buf, _PRODUCER_ID_OFFSET)[0] if len(buf) >= records.HEADER_SIZE else -1
 
 
 @dataclass(slots=True)
@@ -55,6 +69,7 @@ class AppendResult:
     last_offset: int = -1
     log_append_time: int = -1
     appended_batches: int = 0
+    skipped: int = 0  # the size of the last retried duplicate passed over
 
 
 @dataclass(slots=True)
@@ -107,10 +122,13 @@ class Partition:
     # watermark: they hold the last stable offset until it is (Kafka's unreplicated transactions)
     _unreplicated: list[tuple[int, int]] = field(init=False, default_factory=list)
     _storage_error: str | None = field(init=False, default=None)  # the last append's OSError, until one works
+    writer: LogWriter | None = None  # appends leave the event loop through it (kshim.log.writer)
+    # per producer id, its last append still being written here: a later one is checked after it
+    _inflight: dict[int, asyncio.Future] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config)
-        self.epochs = LeaderEpochCache.open(self.directory, self.log)
+        self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
         self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
         self.producers = self._load_producer_state()
         self._hw_checkpointed = -1
@@ -216,6 +234,7 @@ class Partition:
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
             log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
                      self.log_end_offset, list(self.isr))
+        self.epochs.save()  # the cut of the open, if the assignment above did not restore it
         if self.is_leader:
             self._advance_hw()
         self._hw_changed.fire()  # acks=all waiters must re-check leadership
@@ -353,48 +372,155 @@ class Partition:
         now = SYSTEM.wall_ms()
         append_time = now if self.log_append_time else -1
         while pos < end:
-            error, message, header = self._validate(buf, pos, end)
-            if not error and header is not None and not self.log_append_time and not from_coordinator:
-                error, message = self._check_timestamps(header, now)
-            if error or header is None:  # a header comes with NONE only
-                result.error, result.message = error, message
+            header = self._prepare(buf, pos, end, now, append_time, from_coordinator, result)
+            if header is None:
                 break
-            if header.producer_id >= 0:
-                if from_coordinator:
-                    check = self.producers.check_fence(header.producer_id, header.producer_epoch)
-                else:
-                    check = self.producers.check(header)
-                if check.is_error:
-                    result.error, result.message = ErrorCode(check.error_code), check.message
-                    break
-                if check.is_duplicate:
-                    if result.base_offset < 0:
-                        result.base_offset = check.base_offset
-                    result.last_offset = check.last_offset
-                    pos += header.size
-                    continue
-            records.set_leader_epoch(buf, pos, self.leader_epoch)
-            if self.log_append_time:
-                header = records.set_log_append_time(buf, pos, header, append_time)
+            if header is _DUPLICATE:
+                pos += result.skipped
+                continue
             try:
                 base, last = self.log.append(buf, pos, header.size)
             except OSError as e:  # a full disk, no descriptors: the segment is back as it was
                 result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}"
                 self._storage_failed(e)
                 break
-            self._storage_works()
-            if header.producer_id >= 0:
-                self.producers.update(header, base, last)
-            if result.base_offset < 0:
-                result.base_offset = base
-            result.last_offset = last
-            result.appended_batches += 1
+            self._appended(header, base, last, result)
             pos += header.size
         result.log_append_time = append_time
         if result.appended_batches:
             self._advance_hw()
             self.wake_all()
         return result
+
+    def _prepare(self, buf, pos: int, end: int, now: int, append_time: int, from_coordinator: bool,
+                 result: AppendResult) -> records.BatchHeader | None:
+        """Check the batch at ``pos`` and make it ready to append (leader epoch, LogAppendTime):
+        its header; None after an error (in ``result``); _DUPLICATE for a retried batch already
+        stored (``result`` names its offsets; ``result.skipped`` its size)."""
+        error, message, header = self._validate(buf, pos, end)
+        if not error and header is not None and not self.log_append_time and not from_coordinator:
+            error, message = self._check_timestamps(header, now)
+        if error or header is None:  # a header comes with NONE only
+            result.error, result.message = error, message
+            return None
+        if header.producer_id >= 0:
+            if from_coordinator:
+                check = self.producers.check_fence(header.producer_id, header.producer_epoch)
+            else:
+                check = self.producers.check(header)
+            if check.is_error:
+                result.error, result.message = ErrorCode(check.error_code), check.message
+                return None
+            if check.is_duplicate:
+                if result.base_offset < 0:
+                    result.base_offset = check.base_offset
+                result.last_offset = check.last_offset
+                result.skipped = header.size
+                return _DUPLICATE
+        records.set_leader_epoch(buf, pos, self.leader_epoch)
+        if self.log_append_time:
+            header = records.set_log_append_time(buf, pos, header, append_time)
+        return header
+
+    def _appended(self, header: records.BatchHeader, base: int, last: int, result: AppendResult) -> None:
+        self._storage_works()
+        if header.producer_id >= 0:
+            self.producers.update(header, base, last)
+        if result.base_offset < 0:
+            result.base_offset = base
+        result.last_offset = last
+        result.appended_batches += 1
+
+    # ------------------------------------------------------------------ appends through the log writer
+    def submit_append(self, data: bytes | memoryview | None, from_coordinator: bool = False
+                      ) -> AppendResult | Awaitable[AppendResult]:
+        """append(), with the write handed to the log writer (kshim.log.writer) when there is one:
+        an awaitable answer, unless nothing is to be written (a refusal or a retried duplicate,
+        answered at once). The checks run now, against the producer state as of the writes
+        already done; so a producer whose earlier write here is still out waits for it (in a
+        task of its own, which keeps the order even if nobody awaits the answer), as does a
+        request holding several batches (each is checked after the one before is written)."""
+        if self.writer is None or not data or len(data) < records.HEADER_SIZE:
+            return self.append(data, from_coordinator)  # nothing to write, or refused at once
+        buf = bytearray(data)  # owned: the request's buffer is not ours once the handler returns
+        pid = _producer_id(buf)
+        prev = self._inflight.get(pid) if pid >= 0 else None
+        if prev is not None or _BATCH_LENGTH(buf, 8)[0] + records.LOG_OVERHEAD != len(buf):
+            task = asyncio.ensure_future(self._append_in_turn(buf, from_coordinator, prev))
+            if pid >= 0:
+                self._inflight[pid] = task
+                task.add_done_callback(lambda t: self._forget_inflight(pid, t))
+            return asyncio.shield(task)
+        result = AppendResult()
+        now = SYSTEM.wall_ms()
+        append_time = now if self.log_append_time else -1
+        result.log_append_time = append_time
+        header = self._prepare(buf, 0, len(buf), now, append_time, from_coordinator, result)
+        if header is None or header is _DUPLICATE:
+            return result
+        job = self._submit(buf, header, result)
+        if pid >= 0:
+            self._inflight[pid] = job.future
+        return asyncio.shield(job.future)
+
+    async def _append_in_turn(self, buf: bytearray, from_coordinator: bool,
+                              prev: asyncio.Future | None) -> AppendResult:
+        if prev is not None:
+            await asyncio.wait({prev})
+        result = AppendResult()
+        now = SYSTEM.wall_ms()
+        append_time = now if self.log_append_time else -1
+        result.log_append_time = append_time
+        pos, end = 0, len(buf)
+        while pos < end:  # bounded: each round moves past a batch or stops
+            header = self._prepare(buf, pos, end, now, append_time, from_coordinator, result)
+            if header is None:
+                break
+            if header is _DUPLICATE:
+                pos += result.skipped
+                continue
+            job = self._submit(buf if pos == 0 and header.size == end else buf[pos:pos + header.size], header, result)
+            await asyncio.wait({job.future})
+            if job.error is not None:
+                break
+            pos += header.size
+        return result
+
+    def _submit(self, data: bytearray, header: records.BatchHeader, result: AppendResult) -> WriteJob:
+        assert self.writer is not None
+        epoch = self.leader_epoch
+        job = WriteJob(self.log, data, True, self._written, asyncio.get_running_loop().create_future(),
+                       context=(header, result),
+                       still_valid=lambda: self.is_leader and self.leader_epoch == epoch)
+        self.writer.submit(job)
+        return job
+
+    def _written(self, job: WriteJob) -> AppendResult:
+        """On the event loop, once the writer wrote (or failed) a leader job."""
+        header, result = job.context
+        if header.producer_id >= 0:
+            self._forget_inflight(header.producer_id, job.future)
+        e = job.error
+        if e is None and job.still_valid is not None and not job.still_valid():
+            # written, then the leadership moved before this answer: a truncation may have cut
+            # it; the producer retries against the new leader
+            e = Fenced("leadership changed while the write was out")
+        if e is None:
+            self._appended(header, job.base, job.last, result)
+            self._advance_hw()
+            self.wake_all()
+        elif isinstance(e, OSError):
+            result.error, result.message = ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}"
+            self._storage_failed(e)
+        elif isinstance(e, (LogClosed, Fenced)):
+            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not appended: {e}"
+        else:
+            result.error, result.message = ErrorCode.CORRUPT_MESSAGE, str(e)
+        return result
+
+    def _forget_inflight(self, pid: int, future: asyncio.Future) -> None:
+        if self._inflight.get(pid) is future:
+            del self._inflight[pid]
 
     def _storage_works(self) -> None:
         if self._storage_error is not None:
@@ -483,12 +609,38 @@ class Partition:
                 if self.log.log_end_offset > before:
                     self.log.truncate_to(before)
                 raise
-            self._storage_works()
-            for pos, header in records.iter_batches(data):
-                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-                if header.producer_id >= 0:
-                    self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
+            self._took_from_leader(data)
         self.update_follower_hw(leader_high_watermark)
+
+    def _took_from_leader(self, data: bytes | bytearray | memoryview) -> None:
+        """After a follower append: the leader epochs and producer state of what it brought."""
+        self._storage_works()
+        for pos, header in records.iter_batches(data):
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+            if header.producer_id >= 0:
+                self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
+
+    def submit_follower_append(self, data: bytes | memoryview) -> asyncio.Future | None:
+        """append_as_follower's write handed to the log writer (None: there is none, so the
+        caller appends directly). The future's value is None, or the OSError of a failed write
+        (logged here; the log is as it was). Call :meth:`follower_appended` after it."""
+        if self.writer is None:
+            return None
+        epoch = self.leader_epoch
+        job = WriteJob(self.log, bytes(data), False, self._follower_written,
+                       asyncio.get_running_loop().create_future(),
+                       still_valid=lambda: not self.is_leader and self.leader_epoch == epoch)
+        self.writer.submit(job)
+        return job.future
+
+    def _follower_written(self, job: WriteJob) -> BaseException | None:
+        e = job.error
+        if e is None:
+            self._took_from_leader(job.data)
+            return None
+        if isinstance(e, OSError):
+            self._storage_failed(e)
+        return e
 
     def update_follower_hw(self, leader_high_watermark: int) -> None:
         # forward only: a truncation lowers it explicitly; a leader's answer never does
@@ -501,9 +653,11 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Drop a divergent suffix (a follower after a leader change, KIP-101). The epoch cache is
         cut even when the log is not: a term in which a former leader wrote nothing must go."""
-        if offset < self.log.log_end_offset:
-            log.warning("%s-%d: truncating from %d to %d", self.topic, self.index, self.log.log_end_offset, offset)
-            self.log.truncate_to(offset)
+        before = self.log.log_end_offset
+        # always asked of the log: under its write lock, after any write still out (a write the
+        # log writer took before the leadership changed lands first, and is cut here)
+        if self.log.truncate_to(offset):
+            log.warning("%s-%d: truncated from %d to %d", self.topic, self.index, before, offset)
             self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
             # rebuilt, not trimmed: a producer whose last 5 batches were cut still has earlier ones
             # in the log, and its retries must still be recognised (Kafka rebuilds the same way)

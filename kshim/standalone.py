@@ -19,7 +19,8 @@ def open_standalone(config: BrokerConfig) -> Broker:
     store = MetadataStore(config.data_dir / "metadata.sqlite")
     controller = Controller(store, ControllerConfig(
         node_id=config.node_id, default_partitions=config.default_partitions, default_replication_factor=1,
-        topic_defaults=config.topic_defaults, max_partitions_per_broker=config.max_partitions_per_broker))
+        topic_defaults=config.topic_defaults, max_partitions_per_broker=config.max_partitions_per_broker,
+        transaction_version=config.transaction_version))
     client = LocalControllerClient(controller, config.node_id)
     broker = Broker(config, client)
     client.attach(broker.apply_image, broker.install_image)

@@ -183,10 +183,12 @@ def update(c: Controller, name: str, level: int, upgrade: FeatureUpgrade = Featu
 
 
 def test_features_are_checked_as_kafka_does(controller):
-    assert controller.image.features == {"metadata.version": 30, "group.version": 1}
+    assert controller.image.features == {"metadata.version": 30, "group.version": 1, "transaction.version": 2}
     checks = [("metadata.version", 29, FeatureUpgrade.SAFE_DOWNGRADE, "supports versions 30 to 30"),
               ("metadata.version", 31, FeatureUpgrade.UPGRADE, "supports versions 30 to 30"),
-              ("transaction.version", 2, FeatureUpgrade.UPGRADE, "does not support"),
+              ("share.version", 1, FeatureUpgrade.UPGRADE, "does not support"),
+              ("transaction.version", 3, FeatureUpgrade.UPGRADE, "supports versions 0 to 2"),
+              ("transaction.version", 1, FeatureUpgrade.UPGRADE, "without setting the upgrade type"),
               ("group.version", 0, FeatureUpgrade.UPGRADE, "without setting the upgrade type"),
               ("group.version", -1, FeatureUpgrade.SAFE_DOWNGRADE, "less than 0"),
               ("group.version", 2, FeatureUpgrade.UPGRADE, "supports versions 0 to 1")]
@@ -195,7 +197,7 @@ def test_features_are_checked_as_kafka_does(controller):
         assert code == ErrorCode.INVALID_UPDATE_VERSION and reason in message, (name, level, message)
     version = controller.image.version
     update(controller, "metadata.version", 30)  # its own level: nothing to do
-    update(controller, "transaction.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)  # absent already
+    update(controller, "kraft.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)  # absent already
     assert controller.image.version == version
 
 
@@ -203,16 +205,17 @@ def test_features_are_all_or_nothing_and_persist(controller, tmp_path):
     version = controller.image.version
     code, _ = error_of(lambda: controller.update_features((
         FeatureUpdate("group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE),
-        FeatureUpdate("transaction.version", 2, FeatureUpgrade.UPGRADE))))
+        FeatureUpdate("transaction.version", 3, FeatureUpgrade.UPGRADE))))
     assert code == ErrorCode.INVALID_UPDATE_VERSION and controller.image.features["group.version"] == 1
     update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE, validate_only=True)
     assert controller.image.version == version
     update(controller, "group.version", 0, FeatureUpgrade.SAFE_DOWNGRADE)
-    assert controller.image.features == {"metadata.version": 30}
+    update(controller, "transaction.version", 1, FeatureUpgrade.SAFE_DOWNGRADE)
+    assert controller.image.features == {"metadata.version": 30, "transaction.version": 1}
     assert controller.image.features_epoch == controller.image.version > version
     again = reopened(controller, tmp_path)
     try:
-        assert again.image.features == {"metadata.version": 30}
+        assert again.image.features == {"metadata.version": 30, "transaction.version": 1}
         assert again.image.features_epoch == controller.image.features_epoch
         update(again, "group.version", 1)
         assert again.image.features["group.version"] == 1

@@ -734,10 +734,10 @@ async def features(broker, version=4):
 
 
 @pytest.mark.anyio
-async def test_api_versions_reports_features_without_transaction_version(broker):
+async def test_api_versions_reports_features_with_transaction_version_2(broker):
     supported, finalized, epoch = await features(broker)
-    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1)}
-    assert finalized == {"metadata.version": 30, "group.version": 1} and epoch > 0
+    assert supported == {"metadata.version": (30, 30), "group.version": (0, 1), "transaction.version": (0, 2)}
+    assert finalized == {"metadata.version": 30, "group.version": 1, "transaction.version": 2} and epoch > 0
     supported, _, _ = await features(broker, 3)
     assert supported == {"metadata.version": (30, 30)}  # v3 leaves out minimum-0 features
 
@@ -754,10 +754,12 @@ async def test_update_features_validates_persists_and_gates_the_consumer_protoco
     def body(*updates, validate_only=False):
         return {"timeout_ms": 1000, "feature_updates": list(updates), **({"validate_only": validate_only} if version else {})}
 
-    resp = await call(broker, update_features, version, body(feature_update(version, "transaction.version", 2)))
+    resp = await call(broker, update_features, version, body(feature_update(version, "transaction.version", 3)))
     assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "transaction.version" in resp.error_message
     if version < 2:
         assert [(r.feature, r.error_code) for r in resp.results] == [("transaction.version", resp.error_code)]
+    resp = await call(broker, update_features, version, body(feature_update(version, "transaction.version", 0, 2)))
+    assert resp.error_code == 0
     if version >= 1:
         resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 4)))
         assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and "upgrade type" in resp.error_message
@@ -769,7 +771,7 @@ async def test_update_features_validates_persists_and_gates_the_consumer_protoco
     resp = await call(broker, update_features, version, body(feature_update(version, "group.version", 0, 2)))
     assert resp.error_code == 0
     _, finalized, epoch = await features(broker)
-    assert finalized == {"metadata.version": 30} and epoch == broker.image.version
+    assert finalized == {"metadata.version": 30} and epoch == broker.image.version  # transaction.version 0: absent
     hb = {"group_id": "g", "member_id": "m" * 22, "member_epoch": 0, "instance_id": None, "rack_id": None,
           "rebalance_timeout_ms": 1000, "subscribed_topic_names": ["t"], "server_assignor": None,
           "topic_partitions": [], "subscribed_topic_regex": None}

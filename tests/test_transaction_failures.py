@@ -179,7 +179,11 @@ async def test_txn_offset_commit_with_only_the_group_id_is_accepted(tmp_path):
         group = served(broker).groups.get_group("g", create=True)
         member_id, _ = joined(group, served(broker).groups.clock())
         sync(group, served(broker).groups.clock(), member_id, 1, [(member_id, b"x")])
-        body = {"transactional_id": "tx", "group_id": "g", "producer_id": 5, "producer_epoch": 0,
+        await coordinated(broker, "tx")  # a transaction that has the group (the broker verifies the commit)
+        pid = (await init(broker, "tx")).producer_id
+        assert await served(broker).transactions.add_partitions(
+            "tx", pid, 0, {("__consumer_offsets", index)}) == ErrorCode.NONE
+        body = {"transactional_id": "tx", "group_id": "g", "producer_id": pid, "producer_epoch": 0,
                 "generation_id": -1, "member_id": "", "group_instance_id": None,
                 "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
                                                         "committed_leader_epoch": -1, "committed_metadata": ""}]}]}

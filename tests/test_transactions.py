@@ -238,3 +238,135 @@ async def test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepa
             tg.cancel_scope.cancel()
     finally:
         broker.close()
+
+
+# ---------------------------------------------------------------------------------- transactions v2
+produce = importlib.import_module("kshim.net.handlers.00_produce")
+
+
+async def send(broker, tid: str, batch: bytes, version: int) -> int:
+    resp = await call_awaiting(broker, produce, version, {
+        "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+    return resp.responses[0].partition_responses[0].error_code
+
+
+async def end_v5(broker, tid: str, pid: int, epoch: int, committed: bool) -> tuple[int, int, int]:
+    resp = await call_awaiting(broker, end_txn, 5, {
+        "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "committed": committed})
+    return resp.error_code, resp.producer_id, resp.producer_epoch
+
+
+@pytest.mark.anyio
+async def test_v1_writes_are_verified_so_a_late_retry_opens_no_transaction(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(served(broker).transactions.run)
+            await coordinated(broker, "v1")
+            pid = (await init(broker, "v1")).producer_id
+            # no AddPartitionsToTxn: refused, in the code each Produce version knows
+            assert await send(broker, "v1", data(pid, 0, b"x"), 10) == ErrorCode.INVALID_TXN_STATE
+            assert await send(broker, "v1", data(pid, 0, b"x"), 11) == ErrorCode.TRANSACTION_ABORTABLE
+            assert await send(broker, "v1", data(pid + 7, 0, b"x"), 11) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            assert await add(broker, "v1", pid, 0) == ErrorCode.NONE
+            assert await send(broker, "v1", data(pid, 0, b"a"), 11) == ErrorCode.NONE
+            assert await send(broker, "v1", data(pid, 1, b"b"), 11) == ErrorCode.NONE  # open here: not asked again
+            assert await end(broker, "v1", pid, 0, False) == ErrorCode.NONE
+            await settle(broker, "v1", TxnState.COMPLETE_ABORT)
+            # the retry of a batch of the aborted transaction arrives late: refused, nothing hangs
+            assert await send(broker, "v1", data(pid, 2, b"late"), 11) == ErrorCode.TRANSACTION_ABORTABLE
+            assert p.last_stable_offset == p.log_end_offset
+            assert p.producers.get(pid).txn_first_offset == -1
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_v2_adds_partitions_implicitly_and_bumps_the_epoch_at_every_end(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    coordinator = served(broker).transactions
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(coordinator.run)
+            await coordinated(broker, "v2")
+            pid = (await init(broker, "v2")).producer_id
+            assert await send(broker, "v2", data(pid, 0, b"a"), 12) == ErrorCode.NONE  # no AddPartitionsToTxn
+            meta = coordinator.txns["v2"]
+            assert (meta.state, meta.partitions, meta.tv2) == (TxnState.ONGOING, frozenset({("t", 0)}), True)
+            assert await end_v5(broker, "v2", pid, 0, True) == (ErrorCode.NONE, pid, 1)
+            assert await end_v5(broker, "v2", pid, 0, True) in {(ErrorCode.NONE, pid, 1),  # a retry of the end
+                                                                 (ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1)}
+            await settle(broker, "v2", TxnState.COMPLETE_COMMIT)
+            assert await end_v5(broker, "v2", pid, 0, True) == (ErrorCode.NONE, pid, 1)
+            marker = p.producers.get(pid)
+            assert marker.epoch == 1 and marker.txn_first_offset == -1  # the COMMIT marker carries the new epoch
+            # the next transaction: epoch 1, sequence from 0 again
+            assert await send(broker, "v2", data(pid, 0, b"b", epoch=1), 12) == ErrorCode.NONE
+            assert await send(broker, "v2", data(pid, 1, b"c", epoch=1), 12) == ErrorCode.NONE
+            assert await end_v5(broker, "v2", pid, 1, False) == (ErrorCode.NONE, pid, 2)
+            await settle(broker, "v2", TxnState.COMPLETE_ABORT)
+            # the late retry of the aborted transaction's batch carries the old epoch: refused
+            assert await send(broker, "v2", data(pid, 2, b"late", epoch=1), 12) == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert p.last_stable_offset == p.log_end_offset
+            # an abort with nothing written (its produce failed verification) bumps the epoch too
+            assert await end_v5(broker, "v2", pid, 2, False) == (ErrorCode.NONE, pid, 3)
+            assert await end_v5(broker, "v2", pid, 3, True) == (ErrorCode.INVALID_TXN_STATE, -1, -1)
+            assert await end_v5(broker, "v2", pid, 1, True) == (ErrorCode.PRODUCER_FENCED, -1, -1)
+            # an exhausted epoch: the markers take the last epoch, the client a new producer id
+            meta = coordinator.txns["v2"]
+            assert await coordinator._persist(meta.but(producer_epoch=32766)) == ErrorCode.NONE
+            assert await send(broker, "v2", data(pid, 0, b"d", epoch=32766), 12) == ErrorCode.NONE
+            code, new_pid, new_epoch = await end_v5(broker, "v2", pid, 32766, True)
+            assert (code, new_epoch) == (ErrorCode.NONE, 0) and new_pid != pid
+            await settle(broker, "v2", TxnState.COMPLETE_COMMIT)
+            assert p.producers.get(pid).epoch == 32767 and p.last_stable_offset == p.log_end_offset
+            assert await end_v5(broker, "v2", pid, 32766, True) == (ErrorCode.NONE, new_pid, 0)  # a retry
+            assert await send(broker, "v2", data(new_pid, 0, b"e"), 12) == ErrorCode.NONE
+            assert await end_v5(broker, "v2", new_pid, 0, True) == (ErrorCode.NONE, new_pid, 1)
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_txn_offset_commit_is_verified_and_v5_adds_the_group(tmp_path):
+    from kshim.coordinator.groups import OFFSETS_TOPIC
+    from tests.test_groups import find
+    txn_offset_commit = importlib.import_module("kshim.net.handlers.28_txn_offset_commit")
+    broker, p = await standalone_topic(tmp_path)
+    coordinator = served(broker).transactions
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(coordinator.run)
+            assert (await find(broker, "g")).coordinators[0].error_code == ErrorCode.NONE
+            served(broker).groups.load_pending()
+            await coordinated(broker, "offsets")
+            pid = (await init(broker, "offsets")).producer_id
+
+            async def commit(version: int, epoch: int = 0) -> int:
+                resp = await call_awaiting(broker, txn_offset_commit, version, {
+                    "transactional_id": "offsets", "group_id": "g", "producer_id": pid, "producer_epoch": epoch,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                            "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
+                return resp.topics[0].partitions[0].error_code
+
+            assert await commit(4) == ErrorCode.INVALID_TXN_STATE  # no AddOffsetsToTxn first
+            assert await commit(5) == ErrorCode.NONE               # v2: the group joins the transaction
+            group_partition = (OFFSETS_TOPIC, served(broker).groups.partition_of("g"))
+            assert coordinator.txns["offsets"].partitions == frozenset({group_partition})
+            assert await end_v5(broker, "offsets", pid, 0, True) == (ErrorCode.NONE, pid, 1)
+            await settle(broker, "offsets", TxnState.COMPLETE_COMMIT)
+            assert await commit(5) == ErrorCode.PRODUCER_FENCED  # the ended transaction's epoch
+            # transactional records without a transactional id: refused as Kafka does, nothing appended
+            end_offset = p.log_end_offset
+            resp = await call_awaiting(broker, produce, 11, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 5000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": data(pid, 0, b"x", epoch=1)}]}]})
+            assert resp.responses[0].partition_responses[0].error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert p.log_end_offset == end_offset
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()

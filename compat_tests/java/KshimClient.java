@@ -116,6 +116,7 @@ public final class KshimClient {
                 case "consume": consume(bootstrap, rest, props); break;
                 case "admin": admin(bootstrap, rest, props); break;
                 case "txn": txn(bootstrap, rest, props); break;
+                case "txn-bench": txnBench(bootstrap, rest, props); break;
                 case "copy": copy(bootstrap, rest, props); break;
                 default: fail("unknown subcommand " + command);
             }
@@ -530,6 +531,45 @@ public final class KshimClient {
         emit(obj("type", "done"));
     }
 
+    /**
+     * bench/transactions_v2.py: TXID TOPIC SECONDS SIZE [VALUE_BYTES] -- committed transactions of SIZE
+     * records (sent, then commitTransaction) for SECONDS after initTransactions; emits the count,
+     * the time and commit latency percentiles (the commitTransaction call: flush, EndTxn).
+     */
+    static void txnBench(String bootstrap, List<String> args, Map<String, String> extra) throws Exception {
+        Opts o = new Opts(args, 4);
+        String txId = o.positional.get(0), topic = o.positional.get(1);
+        double seconds = Double.parseDouble(o.positional.get(2));
+        int size = Integer.parseInt(o.positional.get(3));
+        int valueBytes = o.positional.size() > 4 ? Integer.parseInt(o.positional.get(4)) : 100;
+        Map<String, Object> conf = base(bootstrap, extra);
+        conf.put("key.serializer", StringSerializer.class.getName());
+        conf.put("value.serializer", StringSerializer.class.getName());
+        conf.put("transactional.id", txId);
+        conf.put("linger.ms", "0");
+        String value = "v".repeat(valueBytes);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(conf)) {
+            producer.initTransactions();
+            List<Long> commits = new ArrayList<>();
+            long start = System.nanoTime(), end = start + (long) (seconds * 1e9);
+            long txns = 0;
+            while (System.nanoTime() < end) {
+                producer.beginTransaction();
+                for (int i = 0; i < size; i++) producer.send(new ProducerRecord<>(topic, null, value));
+                long t0 = System.nanoTime();
+                producer.commitTransaction();
+                commits.add(System.nanoTime() - t0);
+                txns++;
+            }
+            double elapsed = (System.nanoTime() - start) / 1e9;
+            java.util.Collections.sort(commits);
+            emit(obj("type", "txn-bench", "txns", txns, "records", txns * size, "seconds", elapsed,
+                     "commit_p50_ms", commits.get(commits.size() / 2) / 1e6,
+                     "commit_p99_ms", commits.get(Math.min(commits.size() - 1, (int) (commits.size() * 0.99))) / 1e6));
+            producer.close(CALL_TIMEOUT);
+        }
+        emit(obj("type", "done"));
+    }
 
     // ------------------------------------------------------------------------------- copy
     /**

@@ -72,16 +72,21 @@ def replica_status(p: PartitionInfo, alive: set[int], offsets: dict[str, dict[st
 # Feature flags (KIP-584) as Kafka 4.3 names them: what kshim supports, and what a new cluster
 # finalizes. metadata.version is kshim's level only: its metadata is no KRaft log whose records a
 # lower level would change. group.version 1 enables the consumer rebalance protocol (KIP-848); 0
-# turns ConsumerGroupHeartbeat away. transaction.version is absent (level 0): kshim has no
-# transactions v2 (KIP-890 part 2), and clients must not switch to it.
+# turns ConsumerGroupHeartbeat away. transaction.version 2 (KIP-890 part 2, the default as in Kafka
+# 4): clients add partitions implicitly with Produce v12+ / TxnOffsetCommit v5 and EndTxn v5 bumps
+# the epoch; at 0 or 1 clients keep the v1 protocol (the broker still verifies transactional
+# produce, part 1, as Kafka does at every level).
 METADATA_VERSION = "metadata.version"
 GROUP_VERSION = "group.version"
+TRANSACTION_VERSION = "transaction.version"
 KSHIM_METADATA_VERSION = 30  # Kafka 4.3-IV0
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (KSHIM_METADATA_VERSION, KSHIM_METADATA_VERSION),
     GROUP_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
 }
-DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1}
+DEFAULT_FEATURES: dict[str, int] = {METADATA_VERSION: KSHIM_METADATA_VERSION, GROUP_VERSION: 1,
+                                    TRANSACTION_VERSION: 2}
 
 
 # Kafka's internal topics that kshim has; only the broker's own coordinators write them

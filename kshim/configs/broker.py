@@ -33,6 +33,7 @@ class BrokerConfig:
     offsets_topic_partitions: int = 10  # partitions of __consumer_offsets when it is first created
     transaction_state_partitions: int = 10  # partitions of __transaction_state when it is first created
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    transaction_version: int | None = None  # serve --transaction-version: the single broker's controller finalizes it
     # the log cleaner (docs/compaction.md): its I/O rate, offset-map budget and pause between rounds
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024
     log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024

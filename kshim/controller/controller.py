@@ -43,8 +43,8 @@ import anyio
 from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
-    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, BrokerInfo, ClientQuota,
-    MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+    DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, TRANSACTION_VERSION, BrokerInfo,
+    ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
     DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, OngoingReassignment, QuorumReplica,
@@ -90,6 +90,8 @@ class ControllerConfig:
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
     # partition replicas a broker may host (descriptors): past it CreateTopics/CreatePartitions fail
     max_partitions_per_broker: int = 10_000
+    # `serve --transaction-version`: finalized at start, over what the data dir stored (None: keep it)
+    transaction_version: int | None = None
 
 
 class Controller:
@@ -129,6 +131,13 @@ class Controller:
                           if level > 0 and name in SUPPORTED_FEATURES}
         self._features[METADATA_VERSION] = DEFAULT_FEATURES[METADATA_VERSION]  # kshim has one level
         self._features_epoch = int(store.cluster_value("features_epoch", str(self.version)))
+        wanted = config.transaction_version
+        if wanted is not None and self._features.get(TRANSACTION_VERSION, 0) != wanted:
+            self._features = {**self._features, TRANSACTION_VERSION: wanted}
+            self._features = {name: level for name, level in self._features.items() if level > 0}
+            self._features_epoch = self.version
+            store.save_features({name: self._features.get(name, 0) for name in SUPPORTED_FEATURES},
+                                self._features_epoch)
         self._acls: dict[AclBinding, None] = dict.fromkeys(store.load_acls())  # ordered set
         self._scram = {(e.user, e.mechanism): e for e in store.load_scram()}
         self._quotas: dict[quotas.Entity, dict[str, float]] = {

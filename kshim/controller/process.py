@@ -92,6 +92,7 @@ class ClusterSettings:
     # inter-broker listener, which brokers register (None: host and port above)
     broker_security: list[list[str]] = field(default_factory=list)
     inter_broker: tuple[str, int] | None = None
+    transaction_version: int | None = None  # finalized by the controller at its start (None: as stored)
 
     @property
     def rf(self) -> int:
@@ -107,7 +108,8 @@ class ClusterSettings:
                 "--session-timeout-ms", str(self.session_timeout_ms), "--partitions", str(self.partitions),
                 "--replication-factor", str(self.rf), "--min-insync-replicas", str(self.min_insync_replicas),
                 "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level,
-                "--max-partitions-per-broker", str(self.max_partitions_per_broker)]
+                "--max-partitions-per-broker", str(self.max_partitions_per_broker)] + (
+            [] if self.transaction_version is None else ["--transaction-version", str(self.transaction_version)])
 
     def broker_command(self, node_id: int) -> list[str]:
         host, port = self.inter_broker or (self.host, self.port)

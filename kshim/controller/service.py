@@ -141,6 +141,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="broker default of kshim.uncommitted.read.limit (default log-end)")
     p.add_argument("--max-partitions-per-broker", type=positive, default=10_000,
                    help="partition replicas one broker may host (default 10000)")
+    p.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
+                   help="finalize transaction.version at this level at start (default: as stored, 2 when new)")
     p.add_argument("--supervisor-pid", type=int, default=None,
                    help="exit when this process (the supervisor, our parent) dies")
     p.add_argument("--supervisor-fd", type=int, default=None,
@@ -156,7 +158,7 @@ async def run_controller(args: argparse.Namespace) -> int:
         default_replication_factor=args.replication_factor,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
                         "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
-        max_partitions_per_broker=args.max_partitions_per_broker))
+        max_partitions_per_broker=args.max_partitions_per_broker, transaction_version=args.transaction_version))
     service = ControllerService(controller)
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

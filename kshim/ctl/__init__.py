@@ -23,9 +23,10 @@ broker or any Kafka cluster).
     heal NODE          end the isolation
     groups [--bootstrap HOST:PORT] [--group ID] [--table]
                        consumer groups: state, members, assignments, committed offsets, lag
-    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--json]
+    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--abort TXN_ID] [--json]
                        transactions: coordinator, state, producer, running time, partitions;
-                       --producers TOPIC: each partition's producers and open transactions
+                       --producers TOPIC: each partition's producers and open transactions;
+                       --abort TXN_ID: abort its open transaction by hand, fencing its producer
     compact TOPIC [PARTITION]
                        clean a compacted topic's logs now on every broker (also a single
                        `kshim serve`): each broker's <data dir>/broker.sock; JSON per replica

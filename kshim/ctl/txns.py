@@ -19,6 +19,14 @@ The transactional id and state of each producer id come from the ListTransaction
 producer holding an open transaction on a partition while its transactional id is not Ongoing
 (or Prepare*), or has no transactional id, is a hanging transaction.
 
+With --abort TXN_ID: end that id's open transaction by hand, as Kafka's Admin.forceTerminateTransaction
+(`kafka-transactions.sh force-terminate`) does: DescribeTransactions on its coordinator (the id must
+exist), then InitProducerId (22) with the id, asked again while the answer is CONCURRENT_TRANSACTIONS
+(the coordinator is writing the abort's markers) until it is NONE. The coordinator aborts the open
+transaction with a bumped epoch, so the producer that held it is fenced (its next request gets
+PRODUCER_FENCED) and read_committed consumers move past it. An id with no open transaction just
+gets its epoch bumped, fencing its producer all the same.
+
 The brokers come from --bootstrap HOST:PORT[,...], else from the controller of the cluster in
 --data-dir, as for `ctl groups`. An id or partition that cannot be described is shown with its
 error; the others are still shown. Output is a table, or JSON with --json.
@@ -38,11 +46,14 @@ from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, M
                                RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster, connect_any,
                                failure_text, metadata, parse_addresses)
 from kshim.ctl.common import TXNS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
+from wire.errors import ErrorCode
 
-DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
+INIT_PRODUCER_ID, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 22, 61, 65, 66
 TRANSACTION_KEY = 1  # FindCoordinator key type of a transactional id
 WANTED = {METADATA: METADATA_VERSIONS, FIND_COORDINATOR: (4, 6),  # v4: batched coordinator_keys
-          LIST_TRANSACTIONS: (0, 1), DESCRIBE_TRANSACTIONS: (0, 0), DESCRIBE_PRODUCERS: (0, 0)}
+          LIST_TRANSACTIONS: (0, 1), DESCRIBE_TRANSACTIONS: (0, 0), DESCRIBE_PRODUCERS: (0, 0),
+          INIT_PRODUCER_ID: (3, 5)}  # v3+: names no producer id (-1): a fresh instance of the id
+ABORT_WAIT_S = 30.0  # the abort's markers must be written within this
 OPEN_STATES = {"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"}  # a transaction is running
 KNOWN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
                 "PrepareEpochFence", "Dead")
@@ -226,6 +237,59 @@ async def collect(addresses: list[tuple[str, int]], states: list[str], topic: st
             await pool.close()
 
 
+async def force_terminate(addresses: list[tuple[str, int]], transactional_id: str) -> dict[str, Any]:
+    """--abort: see the module docstring. The id's state before, and its producer id and epoch after."""
+    pool = Pool(TXNS_CLIENT_ID, WANTED)
+    try:
+        bootstrap = await connect_any(pool, addresses)
+        with anyio.move_on_after(ABORT_WAIT_S) as scope:
+            while True:
+                found = (await find_coordinators(bootstrap, [transactional_id])).get(transactional_id)
+                if isinstance(found, str) or found is None:
+                    raise CtlError(found or f"FindCoordinator: no answer for {transactional_id}")
+                node, host, port = found
+                coordinator = await pool.get(host, port)
+                _, described = await coordinator.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]})
+                d = described.transaction_states[0]
+                if d.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+                    raise CtlError(f"transactional id {transactional_id!r} not found on its coordinator (broker {node})")
+                if d.error_code:
+                    await anyio.sleep(0.2)  # NOT_COORDINATOR, loading...: find it again
+                    continue
+                before = {"state": d.transaction_state, "producer_id": d.producer_id, "producer_epoch": d.producer_epoch,
+                          "partitions": {p.topic: sorted(p.partitions) for p in d.topics}}
+                while True:
+                    _, answer = await coordinator.request(INIT_PRODUCER_ID, {
+                        "transactional_id": transactional_id, "transaction_timeout_ms": d.transaction_timeout_ms,
+                        "producer_id": -1, "producer_epoch": -1})
+                    if answer.error_code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                        break
+                    await anyio.sleep(0.1)  # the abort's markers are being written
+                if answer.error_code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                    continue
+                if answer.error_code:
+                    raise CtlError(f"InitProducerId for {transactional_id!r} on broker {node}: "
+                                   f"{error_name(answer.error_code)}")
+                return {"transactional_id": transactional_id, "coordinator": node, "before": before,
+                        "producer_id": answer.producer_id, "producer_epoch": answer.producer_epoch}
+        assert scope.cancel_called
+        raise CtlError(f"the transaction of {transactional_id!r} was not aborted within {ABORT_WAIT_S:.0f} s")
+    finally:
+        with anyio.CancelScope(shield=True):
+            await pool.close()
+
+
+def abort(data_dir=None, bootstrap: str | None = None, transactional_id: str = "") -> dict[str, Any]:
+    """--abort, for scripts and tests. CtlError when it cannot be done."""
+    if not bootstrap and data_dir is None:
+        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
+    addresses = parse_addresses(bootstrap) if bootstrap else addresses_from_cluster(data_dir)
+    try:
+        return anyio.run(force_terminate, addresses, transactional_id)
+    except (OSError, TimeoutError, ConnectionError) as e:
+        raise CtlError(failure_text(e)) from None
+
+
 def txns(data_dir=None, bootstrap: str | None = None, states: list[str] | None = None,
          producers: str | None = None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
@@ -296,6 +360,9 @@ def add_parser(commands) -> argparse.ArgumentParser:
     p.add_argument("--state", action="append", metavar="STATE", dest="states",
                    help=f"show transactions in this state only; repeatable ({', '.join(KNOWN_STATES)})")
     p.add_argument("--producers", metavar="TOPIC", help="show the producers of every partition of TOPIC instead")
+    p.add_argument("--abort", metavar="TXN_ID",
+                   help="abort this transactional id's open transaction by hand (as kafka-transactions.sh "
+                        "force-terminate): its producer is fenced")
     p.add_argument("--json", action="store_true", help="JSON instead of a table")
     return p
 
@@ -304,6 +371,21 @@ def main(args: argparse.Namespace) -> int:
     if args.producers is not None and args.states:
         print("kshim ctl txns: --state filters transactions, not --producers", file=sys.stderr)
         return 2
+    if args.abort is not None:
+        if args.producers is not None or args.states:
+            print("kshim ctl txns: --abort goes alone (no --state, no --producers)", file=sys.stderr)
+            return 2
+        try:
+            done = abort(args.data_dir, args.bootstrap, args.abort)
+        except CtlError as e:
+            print(f"kshim ctl txns: {e}", file=sys.stderr)
+            return 1
+        before = done["before"]
+        print(json.dumps(done, indent=2) if args.json else
+              f"{done['transactional_id']}: was {before['state']} (producer {before['producer_id']} epoch "
+              f"{before['producer_epoch']}); aborted and fenced by its coordinator (broker {done['coordinator']}), "
+              f"now producer {done['producer_id']} epoch {done['producer_epoch']}")
+        return 0
     try:
         report = txns(args.data_dir, args.bootstrap, args.states, args.producers)
     except CtlError as e:

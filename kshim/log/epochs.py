@@ -110,6 +110,8 @@ class LeaderEpochCache:
         self._starts: list[int] = []
         self.latest_epoch = UNDEFINED_EPOCH
         self.needs_rebuild = False
+        self._saved: list[tuple[int, int]] | None = None  # what the file holds: a write of the same is skipped
+        self._deferred = False
         try:
             entries = read_checkpoint(self.path)
         except FileNotFoundError:
@@ -119,6 +121,7 @@ class LeaderEpochCache:
             self.needs_rebuild = True
         else:
             self._set(entries)
+            self._saved = list(entries)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -132,22 +135,33 @@ class LeaderEpochCache:
         cache._epochs, cache._starts = [], []
         cache.latest_epoch = UNDEFINED_EPOCH
         cache.needs_rebuild = False
+        cache._saved, cache._deferred = None, False
         for h in headers:
             cache._assign(h.partition_leader_epoch, h.base_offset)
         cache._write()
         return cache
 
     @classmethod
-    def open(cls, directory: Path, partition_log: _LogLike, *, fsync: bool = False) -> LeaderEpochCache:
+    def open(cls, directory: Path, partition_log: _LogLike, *, fsync: bool = False,
+             defer_write: bool = False) -> LeaderEpochCache:
         """The cache of a log being opened: the checkpoint if it is sane, else rebuilt from the
         log's batch headers; then cut to the log's bounds (recovery may have cut the log's tail,
-        DeleteRecords / retention may have moved its start), as Kafka's LogLoader does."""
+        DeleteRecords / retention may have moved its start), as Kafka's LogLoader does.
+        ``defer_write``: the cut is written by the next change or :meth:`save` (a partition
+        opened at start takes its leader epoch next, which often restores the very entry an
+        empty log's cut dropped: no file is rewritten then; Kafka defers this flush too)."""
         cache = cls(directory, fsync=fsync)
         if cache.needs_rebuild:
             cache = cls.rebuild(directory, partition_log.batch_headers(partition_log.log_start_offset), fsync=fsync)
+        cache._deferred = defer_write
         cache.truncate_from_end(partition_log.log_end_offset)
         cache.truncate_from_start(partition_log.log_start_offset)
+        cache._deferred = False
         return cache
+
+    def save(self) -> None:
+        """Write the checkpoint if it differs from the file (a cut :meth:`open` deferred)."""
+        self._write()
 
     # ------------------------------------------------------------------ reading
     def entries(self) -> list[tuple[int, int]]:
@@ -270,13 +284,16 @@ class LeaderEpochCache:
         self.latest_epoch = self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
     def _write(self) -> None:
+        if self._deferred or self._saved == self.entries():
+            return
         if not self.directory.is_dir():
             return  # the partition was deleted under us (Kafka's writeIfDirExists)
         lines = [str(CHECKPOINT_VERSION), str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
         # on a full disk the cache stays in memory: the next change writes it whole, and a start
         # after a crash recovers the epochs of the batches in the log
-        save_checkpoint(self.path, "\n".join(lines) + "\n", "leader-epoch checkpoint", fsync=self.fsync)
+        if save_checkpoint(self.path, "\n".join(lines) + "\n", "leader-epoch checkpoint", fsync=self.fsync):
+            self._saved = self.entries()
 
 
 __all__ = ["LeaderEpochCache", "CorruptCheckpoint", "read_checkpoint", "CHECKPOINT_NAME",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
+from pathlib import Path
 
 log = logging.getLogger("kshim.log")
 
@@ -54,3 +56,12 @@ def save_checkpoint(path: str | os.PathLike, text: str, what: str, *, fsync: boo
         _failing.discard(key)
         log.warning("saved the %s again (%s)", what, key)
     return True
+
+
+def ephemeral_dir(prefix: str = "kshim-ephemeral-") -> Path:
+    """A new directory for data that must not outlive its process (`kshim serve --ephemeral`, the
+    test fixtures): on /dev/shm (tmpfs: memory, no disk writeback) when it is there and writable,
+    else in the system's temporary directory. The caller deletes it."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))

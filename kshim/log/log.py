@@ -29,7 +29,7 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -44,6 +44,11 @@ from .segment import (
 from kshim.clock import SYSTEM, Clock
 from kshim.log.files import fsync_dir, save_checkpoint
 from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn
+
+from kshim.log.writer import Fenced
+
+if TYPE_CHECKING:
+    from kshim.log.writer import WriteJob
 
 log = logging.getLogger("kshim.log")
 
@@ -114,6 +119,66 @@ def _index_full(seg: Segment, index_bytes: int) -> bool:
     return len(seg.idx_off) >= index_bytes // IDX_ENTRY or len(seg.ts_ts) >= index_bytes // TIDX_ENTRY
 
 
+class LogClosed(ValueError):
+    """An append to a log that was closed (the replica was removed, or the broker is stopping)."""
+
+
+def _leader_metas(batch: bytearray | memoryview | bytes, pos: int, end: int, base: int) -> tuple[list, int, int]:
+    """Patch the base offsets of the whole batches in ``batch[pos:end]`` (writable) from ``base`` on:
+    (their metas, positions relative to pos; the last offset; the record count)."""
+    if end - pos >= HEADER_SIZE:
+        h = _unpack_header(batch, pos)
+        size = h[1] + LOG_OVERHEAD
+        if size == end - pos and h[3] == MAGIC and h[1] >= MIN_BATCH_LENGTH and h[6] >= 0:
+            # the hot path: exactly one batch
+            _pack_q(batch, pos, base)
+            last = base + h[6]
+            return [(0, size, last, h[8])], last, h[12]
+    next_offset = base
+    metas = []
+    records = 0
+    p = pos
+    while p < end:
+        h = read_header(batch, p)
+        size = h[1] + LOG_OVERHEAD
+        if p + size > end or h[6] < 0:
+            raise CorruptRecordError(f"malformed batch at {p}")
+        _pack_q(batch, p, next_offset)
+        last = next_offset + h[6]
+        metas.append((p - pos, size, last, h[8]))
+        records += h[12]
+        next_offset = last + 1
+        p += size
+    if not metas:
+        raise ValueError("no record batch to append")
+    return metas, next_offset - 1, records
+
+
+def _follower_metas(data: bytes | bytearray | memoryview, expected: int) -> tuple[list, int, int]:
+    """Check the whole batches a follower fetched: each follows on from ``expected`` (a gap is
+    fine: the leader's cleaner removed whole batches), CRCs match. (metas, last offset, records);
+    no metas for empty data."""
+    metas = []
+    records = 0
+    p, end = 0, len(data)
+    mv = memoryview(data)
+    while p < end:
+        h = read_header(data, p)
+        size = h[1] + LOG_OVERHEAD
+        if p + size > end or h[6] < 0:
+            raise CorruptRecordError(f"malformed batch at {p}")
+        if h[0] < expected:
+            raise ValueError(f"batch at offset {h[0]} does not follow on at {expected}")
+        if crc32c(mv[p + ATTRIBUTES_OFFSET:p + size]) != h[4]:
+            raise CorruptRecordError(f"CRC mismatch in batch at offset {h[0]}")
+        last = h[0] + h[6]
+        metas.append((p, size, last, h[8]))
+        records += h[12]
+        expected = last + 1
+        p += size
+    return metas, expected - 1, records
+
+
 class Log:
     config: LogConfig
     log_start_offset: int   # first offset readable
@@ -126,6 +191,9 @@ class Log:
         self.config = config
         self._clock = clock.wall_ms
         self._lock = threading.Lock()  # not reentrant: public methods never call each other under it
+        # held (before _lock) by whoever changes the active segment: appends, the log writer's
+        # whole write, truncation, rolls, close; readers take _lock alone
+        self._write_lock = threading.Lock()
         self._dir = str(self.directory)
         self._segments: list[Segment] = []
         self._bases: list[int] = []      # segment base offsets, for bisect
@@ -247,69 +315,129 @@ class Log:
         exceed segment.bytes or is older than segment.ms, writes, indexes, applies the flush
         policy. Returns (base offset of the first batch, last offset of the last)."""
         end = len(batch) if length is None else pos + length
-        with self._lock:
+        with self._write_lock, self._lock:
             if self._closed:
-                raise ValueError("log is closed")
+                raise LogClosed("log is closed")
             base = self.log_end_offset
-            if end - pos >= HEADER_SIZE:
-                h = _unpack_header(batch, pos)
-                size = h[1] + LOG_OVERHEAD
-                if size == end - pos and h[3] == MAGIC and h[1] >= MIN_BATCH_LENGTH and h[6] >= 0:
-                    # the hot path: exactly one batch
-                    _pack_q(batch, pos, base)
-                    last = base + h[6]
-                    data = batch if pos == 0 and end == len(batch) else memoryview(batch)[pos:end]
-                    self._append(data, [(0, size, last, h[8])], last, h[12])
-                    return base, last
-            next_offset = base
-            metas = []
-            records = 0
-            p = pos
-            while p < end:
-                h = read_header(batch, p)
-                size = h[1] + LOG_OVERHEAD
-                if p + size > end or h[6] < 0:
-                    raise CorruptRecordError(f"malformed batch at {p}")
-                _pack_q(batch, p, next_offset)
-                last = next_offset + h[6]
-                metas.append((p - pos, size, last, h[8]))
-                records += h[12]
-                next_offset = last + 1
-                p += size
-            if not metas:
-                raise ValueError("no record batch to append")
-            self._append(memoryview(batch)[pos:end], metas, next_offset - 1, records)
-            return base, next_offset - 1
+            metas, last, records = _leader_metas(batch, pos, end, base)
+            data = batch if pos == 0 and end == len(batch) else memoryview(batch)[pos:end]
+            self._append(data, metas, last, records)
+            return base, last
 
     def append_with_offsets(self, data: bytes | memoryview) -> int:
         """Follower append: whole batches that already carry their offsets, the first starting at
         log_end_offset and each following on (ValueError otherwise); CRCs are checked since the
         bytes came over the network (CorruptRecordError). Returns the new log end offset."""
-        with self._lock:
+        with self._write_lock, self._lock:
             if self._closed:
-                raise ValueError("log is closed")
-            expected = self.log_end_offset
-            metas = []
-            records = 0
-            p, end = 0, len(data)
-            mv = memoryview(data)
-            while p < end:
-                h = read_header(data, p)
-                size = h[1] + LOG_OVERHEAD
-                if p + size > end or h[6] < 0:
-                    raise CorruptRecordError(f"malformed batch at {p}")
-                if h[0] < expected:  # a gap is fine: the leader's cleaner removed whole batches
-                    raise ValueError(f"batch at offset {h[0]} does not follow on at {expected}")
-                if crc32c(mv[p + ATTRIBUTES_OFFSET:p + size]) != h[4]:
-                    raise CorruptRecordError(f"CRC mismatch in batch at offset {h[0]}")
-                last = h[0] + h[6]
-                metas.append((p, size, last, h[8]))
-                records += h[12]
-                expected = last + 1
-                p += size
+                raise LogClosed("log is closed")
+            metas, last, records = _follower_metas(data, self.log_end_offset)
             if metas:
-                self._append(mv, metas, expected - 1, records)
+                self._append(memoryview(data), metas, last, records)
             return self.log_end_offset
+
+    def write_jobs(self, jobs: Sequence[WriteJob]) -> None:
+        """The log writer's thread (kshim.log.writer): append ``jobs`` in order, each getting its
+        offsets or its error, as :meth:`append` / :meth:`append_with_offsets` one by one would.
+        The jobs that fit in the active segment are written with one vectored write, outside the
+        lock readers take: a fetch never waits for the disk, and sees a job only once it is
+        written and accounted. A job that needs a roll first, or a split over segments, is
+        appended as :meth:`append` does."""
+        with self._write_lock:
+            i, n = 0, len(jobs)
+            while i < n:  # bounded: each round settles at least one job
+                with self._lock:
+                    if self._closed:
+                        for job in jobs[i:]:
+                            job.error = LogClosed("log is closed")
+                        return
+                    seg, planned, now = self._plan(jobs, i)
+                    if not planned:
+                        job = jobs[i]
+                        i += 1
+                        if job.error is None:
+                            self._append_job(job)
+                        continue
+                try:
+                    start = seg.write([job.data for job in planned])
+                except OSError:
+                    with self._lock:  # the file is as it was: each job on its own, as separate appends
+                        for job in planned:
+                            self._append_job(job)
+                    i += len(planned)
+                    continue
+                with self._lock:
+                    for job in planned:
+                        nbytes = len(job.data)
+                        seg.account(start, nbytes, job.metas, 0, now)
+                        start += nbytes
+                        self.log_end_offset = job.last + 1
+                        self.size_bytes += nbytes
+                        self._unflushed_records += job.records
+                    self._apply_flush_policy(now)
+                i += len(planned)
+
+    def _plan(self, jobs: Sequence[WriteJob], i: int) -> tuple[Segment, list[WriteJob], int]:
+        """Under the lock: the active segment (rolled first on segment.ms or a full index) and the
+        jobs from ``jobs[i]`` on that fit in it, their offsets assigned. A job that is malformed or
+        does not follow on is given its error if it is the first (else it is the next round's)."""
+        now = self._clock()
+        cfg = self.config
+        limit = min(cfg.segment_bytes, INT32_MAX)
+        seg = self._segments[-1]
+        if seg.size and (seg.first_append_ms is not None
+                         and now - seg.first_append_ms > cfg.roll_ms - self._roll_jitter_ms
+                         or _index_full(seg, cfg.segment_index_bytes)):
+            seg = self._roll()
+        size = seg.size
+        next_offset = self.log_end_offset
+        planned: list[WriteJob] = []
+        for k in range(i, len(jobs)):
+            job = jobs[k]
+            data = job.data
+            try:
+                if job.still_valid is not None and not job.still_valid():
+                    raise Fenced("leadership changed before the write")
+                if job.leader:
+                    metas, last, records = _leader_metas(data, 0, len(data), next_offset)
+                else:
+                    metas, last, records = _follower_metas(data, next_offset)
+                    if not metas:
+                        raise ValueError("no record batch to append")
+            except (CorruptRecordError, ValueError, Fenced) as e:
+                if not planned:
+                    job.error = e
+                break
+            nbytes = len(data)
+            if not ((size + nbytes <= limit or (not size and len(metas) == 1))
+                    and last - seg.base_offset <= INT32_MAX):
+                break
+            job.metas, job.last, job.records = metas, last, records
+            job.base = next_offset if job.leader else _unpack_header(data, 0)[0]
+            planned.append(job)
+            size += nbytes
+            next_offset = last + 1
+        return seg, planned, now
+
+    def _append_job(self, job: WriteJob) -> None:
+        """One job appended under the locks, as append / append_with_offsets would (rolling and
+        splitting as needed); its outcome recorded on it."""
+        try:
+            if job.still_valid is not None and not job.still_valid():
+                raise Fenced("leadership changed before the write")
+            data = job.data
+            base = self.log_end_offset
+            if job.leader:
+                metas, last, records = _leader_metas(data, 0, len(data), base)
+            else:
+                metas, last, records = _follower_metas(data, base)
+                if not metas:
+                    raise ValueError("no record batch to append")
+                base = _unpack_header(data, 0)[0]
+            self._append(memoryview(data), metas, last, records)
+            job.base, job.last, job.error = base, last, None
+        except (OSError, CorruptRecordError, ValueError, Fenced) as e:
+            job.error = e
 
     def _append(self, data, metas: list, last_offset: int, records: int) -> None:
         """Write batches (``metas``: position in data, size, last offset, max timestamp), rolling
@@ -333,6 +461,10 @@ class Log:
         else:
             self._append_split(data, metas, now, limit)
         self._unflushed_records += records
+        self._apply_flush_policy(now)
+
+    def _apply_flush_policy(self, now: int) -> None:
+        cfg = self.config
         if cfg.flush_messages is not None and self._unflushed_records >= cfg.flush_messages:
             self._flush(now)
         elif cfg.flush_ms is not None and now - self._last_flush_ms >= cfg.flush_ms:
@@ -515,17 +647,18 @@ class Log:
         return found
 
     # ================================================================== truncation / deletion
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int) -> bool:
         """Drop everything at or after ``offset`` (replication's divergence truncation). An offset
         inside a batch truncates to that batch's base offset, since batches are kept whole; the log
-        end offset becomes that base. The log start offset follows if it ends up beyond the end."""
-        with self._lock:
+        end offset becomes that base. The log start offset follows if it ends up beyond the end.
+        Returns whether anything was dropped."""
+        with self._write_lock, self._lock:
             if offset >= self.log_end_offset:
-                return
+                return False
             i = bisect_right(self._bases, offset) - 1
             if i < 0:
                 self._reset_at(offset)
-                return
+                return True
             for seg in self._segments[i + 1:]:
                 seg.delete()
             del self._segments[i + 1:]
@@ -547,11 +680,12 @@ class Log:
             if self.log_start_offset > self.log_end_offset:
                 self.log_start_offset = self.log_end_offset
                 self._write_start_offset()
+            return True
 
     def reset_to(self, offset: int) -> None:
         """Start over, empty, at ``offset``: a follower whose whole log lies below the leader's
         log start offset (retention or DeleteRecords moved on while it was away)."""
-        with self._lock:
+        with self._write_lock, self._lock:
             self._reset_at(offset)
 
     def _reset_at(self, offset: int) -> None:
@@ -569,7 +703,7 @@ class Log:
     def advance_start_offset(self, offset: int) -> None:
         """DeleteRecords: make ``offset`` the first readable offset (persisted) and delete the
         segments entirely below it. Never moves backwards; beyond the log end is OffsetOutOfRange."""
-        with self._lock:
+        with self._write_lock, self._lock:
             if offset > self.log_end_offset:
                 raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
             if offset <= self.log_start_offset:
@@ -615,32 +749,39 @@ class Log:
         then the oldest while the log is larger than retention.bytes. Only segments entirely below
         ``max_offset`` (the high watermark; None = log end) qualify. A fully expired log becomes
         empty (active segment rolled first) with log start = log end. Returns segments deleted."""
-        with self._lock:
-            if self._closed:
-                return 0
-            now = self._clock() if now_ms is None else now_ms
-            cfg = self.config
-            upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-            deleted = 0
-            if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
-                return 0
-            if cfg.retention_ms >= 0:
-                n = 0
-                for seg in self._segments:
-                    if not seg.size or seg.next_offset > upper or now - seg.largest_timestamp() <= cfg.retention_ms:
-                        break
-                    n += 1
-                deleted += self._delete_front(n)
-            if cfg.retention_bytes >= 0:
-                diff = self.size_bytes - cfg.retention_bytes
-                n = 0
-                for seg in self._segments:
-                    if not seg.size or seg.next_offset > upper or diff < seg.size:
-                        break
-                    diff -= seg.size
-                    n += 1
-                deleted += self._delete_front(n)
-            return deleted
+        # the active segment may roll here: not while the log writer writes to it (skipped this
+        # round then; retention runs every second)
+        if not self._write_lock.acquire(blocking=False):
+            return 0
+        try:
+            with self._lock:
+                if self._closed:
+                    return 0
+                now = self._clock() if now_ms is None else now_ms
+                cfg = self.config
+                upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+                deleted = 0
+                if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
+                    return 0
+                if cfg.retention_ms >= 0:
+                    n = 0
+                    for seg in self._segments:
+                        if not seg.size or seg.next_offset > upper or now - seg.largest_timestamp() <= cfg.retention_ms:
+                            break
+                        n += 1
+                    deleted += self._delete_front(n)
+                if cfg.retention_bytes >= 0:
+                    diff = self.size_bytes - cfg.retention_bytes
+                    n = 0
+                    for seg in self._segments:
+                        if not seg.size or seg.next_offset > upper or diff < seg.size:
+                            break
+                        diff -= seg.size
+                        n += 1
+                    deleted += self._delete_front(n)
+                return deleted
+        finally:
+            self._write_lock.release()
 
     # ================================================================== config / flush / close
     def update_config(self, config: LogConfig) -> None:
@@ -687,7 +828,7 @@ class Log:
     def close(self) -> None:
         """Write the final time index entry, fsync everything, then write the clean-shutdown
         marker (after the data is durable, so the marker never vouches for lost bytes)."""
-        with self._lock:
+        with self._write_lock, self._lock:
             if self._closed:
                 return
             self._segments[-1].finish()
@@ -711,7 +852,7 @@ class Log:
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""
-        with self._lock:
+        with self._write_lock, self._lock:
             if self._closed:
                 return
             for seg in self._segments:
@@ -793,5 +934,5 @@ class Log:
                 f"segments={len(self._segments)}, bytes={self.size_bytes})")
 
 
-__all__ = ["Log", "LogConfig", "OffsetOutOfRange", "CLEAN_SHUTDOWN_FILE", "START_OFFSET_FILE",
+__all__ = ["Log", "LogClosed", "LogConfig", "OffsetOutOfRange", "CLEAN_SHUTDOWN_FILE", "START_OFFSET_FILE",
            "INDEX_SUFFIX", "LOG_SUFFIX", "TIMEINDEX_SUFFIX"]

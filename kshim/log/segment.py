@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
 from contextlib import AbstractContextManager, nullcontext
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from crc32c import crc32c
 
@@ -54,6 +54,7 @@ INT32_MAX = 2**31 - 1
 _SWAP = sys.byteorder == "little"  # index files are big-endian
 # O_APPEND: every write lands at the end even if someone got the position wrong.
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+IOV_MAX = 512            # buffers per writev, under the kernel's 1024
 _RECENT_MAX = 256         # recently appended batch positions kept for tailing readers
 SCAN_CHUNK = 16 * 1024    # header walks between index entries (a few KiB apart)
 RECOVERY_CHUNK = 1 << 20  # full CRC-checking scans read big chunks
@@ -271,15 +272,37 @@ class Segment:
         """Write ``data`` (whole batches, offsets already assigned) at the end of the segment.
         ``metas`` holds ``(position, size, last offset, max timestamp)`` per batch, positions
         counted from ``rel0`` (data[0])."""
+        start = self.write((data,))
+        self.account(start, len(data), metas, rel0, now_ms)
+
+    def write(self, datas: Sequence[bytes | bytearray | memoryview]) -> int:
+        """Write ``datas`` back to back at the end of the file, in one vectored write (the log
+        writer coalesces what is queued for this segment), without accounting them: the caller
+        then calls :meth:`account` for each, in order. Returns the position written at. On failure
+        the file is cut back to where it was: never a torn batch behind a failed write."""
         start = self.size
-        nbytes = len(data)
+        fd = self.fd
         try:
-            n = os.write(self.fd, data)
-            if n < nbytes:  # short writes only happen on odd filesystems / signals
-                write_all(self.fd, memoryview(data)[n:])
+            if len(datas) == 1:
+                data = datas[0]
+                n = os.write(fd, data)
+                if n < len(data):  # short writes only happen on odd filesystems / signals
+                    write_all(fd, memoryview(data)[n:])
+            else:
+                for i in range(0, len(datas), IOV_MAX):
+                    chunk = datas[i:i + IOV_MAX]
+                    n = os.writev(fd, chunk)
+                    total = sum(len(d) for d in chunk)
+                    if n < total:
+                        write_all(fd, memoryview(b"".join(chunk))[n:])
         except BaseException:
-            os.ftruncate(self.fd, start)  # never leave a torn batch behind a failed write
+            os.ftruncate(fd, start)
             raise
+        return start
+
+    def account(self, start: int, nbytes: int, metas: list[tuple[int, int, int, int]], rel0: int,
+                now_ms: int) -> None:
+        """Take in ``nbytes`` written at ``start`` by :meth:`write`: size, indexes, tail state."""
         if start == 0:
             self.first_append_ms = now_ms
         self.size = start + nbytes

@@ -48,6 +48,7 @@ class BrokerServer:
 
     async def run(self) -> None:
         """The background work: replica housekeeping and the coordinators' loading and timers."""
+        self.broker.replica_manager.start_writers()  # appends leave the event loop (kshim.log.writer)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.broker.replica_manager.housekeeping)
             tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)

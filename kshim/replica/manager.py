@@ -15,6 +15,7 @@ from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, resolve
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
+from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
 from kshim.partition import AppendResult, Partition
 from kshim.replica.cleaning import CleanerSettings, LogCleaner
@@ -103,6 +104,24 @@ class ReplicaManager:
         # told of every transaction marker this broker appended once it is COMMITTED (Kafka's
         # group coordinator learns of transaction completions on its partitions the same way)
         self.marker_listeners: list[Callable[[str, int, TxnMarker, int], None]] = []
+        # appends off the event loop (kshim.log.writer): one writer thread per data directory,
+        # once start_writers() was called by the serving broker (direct users append in place)
+        self._writers: dict[Path, LogWriter] | None = None
+
+    def start_writers(self) -> None:
+        """From now on, produce and replication appends go through the log writers."""
+        if self._writers is None:
+            self._writers = {}
+            for replica in [*self._replicas.values(), *self._prepared.values()]:
+                replica.writer = self._writer_for(replica.directory.parent)
+
+    def _writer_for(self, data_dir: Path) -> LogWriter | None:
+        if self._writers is None:
+            return None
+        writer = self._writers.get(data_dir)
+        if writer is None:  # a dict insert is atomic: replicas opened in worker threads may race here
+            writer = self._writers.setdefault(data_dir, LogWriter(f"log-writer {data_dir.name}"))
+        return writer
 
     # ------------------------------------------------------------------ hosting
     async def prepare_image(self, image: MetadataImage) -> None:
@@ -198,6 +217,7 @@ class ReplicaManager:
             self.deleter.remove(directory)
         replica = Partition(topic.name, info.index, directory, resolve(topic.configs, level).log_config(),
                             node_id=self.node_id, topic_id=topic.topic_id)
+        replica.writer = self._writer_for(directory.parent)
         if recorded != topic.topic_id:
             write_topic_id(directory, topic.topic_id)
         return replica
@@ -354,20 +374,44 @@ class ReplicaManager:
     def _append_all(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
                     errors: Sequence[ErrorCode | None], failed: Mapping[int, PartitionAppend],
                     late: Mapping[int, Rejection]) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
-        results = []
-        waits = []
+        results: list[PartitionAppend | Awaitable[PartitionAppend]] = []
+        # the replicas as they were at the append: one removed while its write is out still
+        # ends its acks=all wait (no longer leader)
+        replicas: list[Partition | None] = []
+        written = False  # some write was handed to the log writer: the answer waits for it
         for i, (topic, index, data) in enumerate(entries):
+            replicas.append(self._replicas.get((topic, index)))
             result = failed.get(i) or self._append_one(acks, topic, index, data, errors[i])
+            if not isinstance(result, PartitionAppend):
+                written = True
+            results.append(result)
+        if written:
+            return self._when_written(acks, timeout_s, replicas, results, late)
+        return self._settle(acks, timeout_s, replicas, results, late)  # type: ignore[arg-type]
+
+    def _settle(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
+                results: list[PartitionAppend], late: Mapping[int, Rejection]
+                ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
+        waits = []
+        for i, result in enumerate(results):
             bad = late.get(i)
             if bad is not None and not result.error:
                 result.error, result.message = bad.error, bad.message
-            results.append(result)
-            if acks == -1 and result.appended:
-                waits.append((result, self._replicas[(topic, index)]))
+            replica = replicas[i]
+            if acks == -1 and result.appended and replica is not None:
+                waits.append((result, replica))
         return self._await_commit(results, waits, timeout_s) if waits else results
 
+    async def _when_written(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
+                            pending: list[PartitionAppend | Awaitable[PartitionAppend]],
+                            late: Mapping[int, Rejection]) -> list[PartitionAppend]:
+        """Every write is already handed out (the writer coalesces them); await them in order."""
+        results = [r if isinstance(r, PartitionAppend) else await r for r in pending]
+        settled = self._settle(acks, timeout_s, replicas, results, late)
+        return settled if isinstance(settled, list) else await settled
+
     def _append_one(self, acks: int, topic: str, index: int, data: Records,
-                    topic_error: ErrorCode | None) -> PartitionAppend:
+                    topic_error: ErrorCode | None) -> PartitionAppend | Awaitable[PartitionAppend]:
         if topic_error:
             return PartitionAppend(topic_error)
         partition = self.get_partition_or_error(topic, index)
@@ -377,10 +421,15 @@ class ReplicaManager:
         if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
             return PartitionAppend(ErrorCode.NOT_ENOUGH_REPLICAS, f"ISR {list(partition.isr)} is smaller than "
                                    f"min.insync.replicas={partition.min_insync_replicas}")
-        result = _outcome(partition.append(data), partition)
-        if result.error:
-            log.info("produce to %s-%d failed: %s %s", topic, index, result.error.name, result.message or "")
-        return result
+        appended = partition.submit_append(data)
+        if not isinstance(appended, AppendResult):
+            return self._outcome_when_written(topic, index, appended, partition)
+        return _logged(topic, index, _outcome(appended, partition))
+
+    @staticmethod
+    async def _outcome_when_written(topic: str, index: int, pending: Awaitable[AppendResult],
+                                    partition: Partition) -> PartitionAppend:
+        return _logged(topic, index, _outcome(await pending, partition))
 
     async def _await_commit(self, results: list[PartitionAppend], waits: list[tuple[PartitionAppend, Partition]],
                             timeout_s: float) -> list[PartitionAppend]:
@@ -441,6 +490,8 @@ class ReplicaManager:
                     log.exception("housekeeping failed for %s-%d", replica.topic, replica.index)
 
     def close(self) -> None:
+        for writer in (self._writers or {}).values():  # what is queued is written first
+            writer.close()
         for replica in self._replicas.values():
             replica.close()
         for replica in self._removed:
@@ -449,6 +500,12 @@ class ReplicaManager:
         for replica in self._prepared.values():
             replica.close()
         self._prepared.clear()
+
+
+def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
+    if result.error:
+        log.info("produce to %s-%d failed: %s %s", topic, index, result.error.name, result.message or "")
+    return result
 
 
 def _outcome(result: AppendResult, partition: Partition) -> PartitionAppend:

@@ -21,6 +21,8 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.faults import replica_client_id
+from kshim.log.log import LogClosed
+from kshim.log.writer import Fenced
 from kshim.partition import Partition
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
 from wire.errors import ErrorCode
@@ -200,18 +202,37 @@ class Fetcher:
             "topics": [{"topic": t, "partitions": parts} for t, parts in topics.items()],
             "forgotten_topics_data": [], "rack_id": ""})
         by_key = {(p.topic, p.index): p for p in partitions}
+        answered = []
         for t in response.responses:
             for r in t.partitions:
                 asked = by_key.get((t.topic, r.partition_index))
                 if asked is None or asked.is_leader or asked.leader_id != self.leader_id:
                     continue  # the metadata moved on while the fetch was out
-                self._apply(asked, r)
+                # every partition's write handed to the log writer first: it coalesces them
+                written = (asked.submit_follower_append(r.records)
+                           if r.error_code == ErrorCode.NONE and r.records else None)
+                answered.append((asked, r, written))
+        for asked, r, written in answered:
+            if written is not None:
+                error = await written
+                if isinstance(error, (LogClosed, Fenced)) or asked.is_leader or asked.leader_id != self.leader_id:
+                    continue  # the replica went, or its leadership moved, while the write was out
+                if isinstance(error, OSError):  # a full disk: logged by the partition; this one waits
+                    self._park(asked)
+                    continue
+                if error is not None:
+                    raise error
+            self._apply(asked, r, written is not None)
 
-    def _apply(self, p: Partition, r) -> None:
+    def _apply(self, p: Partition, r, written: bool = False) -> None:
+        """Take in one partition's fetch answer (``written``: its records are already appended
+        through the log writer)."""
         code = r.error_code
         if code == ErrorCode.NONE:
             records = r.records
-            if records:
+            if written:
+                p.update_follower_hw(r.high_watermark)
+            elif records:
                 try:
                     p.append_as_follower(records, r.high_watermark)
                 except OSError:  # a full disk: logged by the partition; this one waits, the others go on

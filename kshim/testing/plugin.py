@@ -12,24 +12,42 @@ Fixtures:
 - `kshim_cluster`: a 3-broker `kshim serve --brokers 3` shared by the tests of a module (its fault
   rules are cleared after each test that used it).
 
-Options: `--kshim-arg=ARG` (repeatable) adds a serve option to every broker the fixtures start.
+Their data lives on tmpfs (/dev/shm where there is one: no disk writeback, nothing kept), in a
+directory deleted after the broker stops, as `kshim serve --ephemeral` keeps it.
+Options: `--kshim-arg=ARG` (repeatable) adds a serve option to every broker the fixtures start;
+`--kshim-durable` keeps their data in pytest's temporary directories on disk instead.
 """
 from __future__ import annotations
 
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from kshim.ctl.faults import FaultClient, RequestLogClient
+from kshim.log.files import ephemeral_dir
 from kshim.testing import KshimBroker, KshimCluster
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kshim-arg", action="append", default=[], metavar="ARG",
                      help="an option for every `kshim serve` the kshim fixtures start (repeatable)")
+    parser.addoption("--kshim-durable", action="store_true",
+                     help="keep the fixtures' broker data in pytest's temporary directories on disk, not on tmpfs")
     parser.addoption("--kshim-no-spare", action="store_true",
                      help="start each test's broker when the test asks for it, not during the test before")
+
+
+def _data_dir(durable: bool, tmp: pytest.TempPathFactory, name: str) -> Path:
+    return tmp.mktemp(name) if durable else ephemeral_dir(f"{name}-")
+
+
+def _discard(data_dir: Path, durable: bool) -> None:
+    """An ephemeral data directory goes once its broker stopped (pytest's own are kept)."""
+    if not durable:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _extra(config: pytest.Config) -> list[str]:
@@ -42,12 +60,13 @@ class _Brokers:
     def __init__(self, config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.extra = _extra(config)
         self.tmp = tmp_path_factory
+        self.durable = config.getoption("--kshim-durable")
         self.spare_wanted = not config.getoption("--kshim-no-spare")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kshim-spare")
         self.spare: Future[KshimBroker] | None = None
 
     def _start(self) -> KshimBroker:
-        return KshimBroker(self.tmp.mktemp("kshim"), *self.extra).start()
+        return KshimBroker(_data_dir(self.durable, self.tmp, "kshim"), *self.extra).start()
 
     def take(self) -> KshimBroker:
         broker = self.spare.result() if self.spare is not None else self._start()
@@ -57,7 +76,9 @@ class _Brokers:
     def close(self) -> None:
         if self.spare is not None:
             try:
-                self.spare.result().stop()
+                spare = self.spare.result()
+                spare.stop()
+                _discard(spare.data_dir, self.durable)
             except Exception:  # a spare that failed to start: nothing to stop, and no test used it
                 pass
         self.pool.shutdown()
@@ -77,6 +98,7 @@ def kshim_broker(_kshim_brokers: _Brokers) -> Iterator[KshimBroker]:
         yield broker
     finally:
         code = broker.stop()
+        _discard(broker.data_dir, _kshim_brokers.durable)
     assert code == 0, "kshim serve did not stop cleanly:\n" + broker.logs()[-5000:]
 
 
@@ -95,11 +117,13 @@ def kshim_requests(kshim_broker: KshimBroker) -> RequestLogClient:
 @pytest.fixture(scope="module")
 def _kshim_module_cluster(request: pytest.FixtureRequest,
                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[KshimCluster]:
-    cluster = KshimCluster(tmp_path_factory.mktemp("kshim-cluster"), 3, *_extra(request.config)).start()
+    durable = request.config.getoption("--kshim-durable")
+    cluster = KshimCluster(_data_dir(durable, tmp_path_factory, "kshim-cluster"), 3, *_extra(request.config)).start()
     try:
         yield cluster
     finally:
         code = cluster.stop()
+        _discard(cluster.data_dir, durable)
     assert code == 0, "kshim serve --brokers 3 did not stop cleanly:\n" + cluster.logs()[-5000:]
 
 

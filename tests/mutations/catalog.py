@@ -29,9 +29,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "            raise ProtocolError(f\"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata\")\n        return {\"responses\": responses, \"throttle_time_ms\": 0}"),),
         "acks=0 requests get a response"),
     Mutation("`acks=1` answers once the leader has appended", REPLICAS, (
-        ("        result = _outcome(partition.append(data), partition)\n",
-         "        result = _outcome(partition.append(data) if acks != 1 else AppendResult(\n"
-         "            base_offset=partition.log_end_offset, last_offset=partition.log_end_offset), partition)\n"),),
+        ("        appended = partition.submit_append(data)\n",
+         "        appended = partition.submit_append(data) if acks != 1 else AppendResult(\n"
+         "            base_offset=partition.log_end_offset, last_offset=partition.log_end_offset)\n"),),
         "acks=1 answers without appending"),
     Mutation("`acks=all` answers only once the records are COMMITTED", PARTITION, (
         ("        if result.appended_batches:\n            self._advance_hw()\n            self.wake_all()\n        return result",
@@ -43,10 +43,15 @@ MUTATIONS: tuple[Mutation, ...] = (
          "\"base_offset\": result.last_offset if result.error == ErrorCode.NONE else -1,"),),
         "the producer is told the batch's last offset as its base: not where its records are"),
     Mutation("no atomicity across a request", PARTITION, (
-        ("        pos, end = 0, len(buf)\n", "        pos, end = 0, len(buf)\n        start = self.log.log_end_offset\n"),
-        ("                result.error, result.message = error, message\n                break",
-         "                result.error, result.message = error, message\n"
-         "                self.log.truncate_to(start)\n                result.appended_batches = 0\n                break")),
+        # a request of several batches is appended batch by batch (Partition._append_in_turn)
+        ("        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n",
+         "        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n"
+         "        start = self.log.log_end_offset\n"),
+        ("            if header is None:\n                break\n            if header is _DUPLICATE:\n"
+         "                pos += result.skipped\n                continue\n            job = ",
+         "            if header is None:\n                self.log.truncate_to(start)\n"
+         "                result.appended_batches = 0\n                break\n            if header is _DUPLICATE:\n"
+         "                pos += result.skipped\n                continue\n            job = ")),
         "an invalid batch rolls back the batches of the request appended before it"),
     Mutation("each partition of a request succeeds or fails on its own", REPLICAS, (
         ("        return self._await_commit(results, waits, timeout_s) if waits else results\n",
@@ -55,7 +60,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        return self._await_commit(results, waits, timeout_s) if waits else results\n"),),
         "one failed partition fails every partition of the request"),
     Mutation("an idempotent producer's retried batch", PARTITION, (
-        ("                if check.is_duplicate:", "                if False and check.is_duplicate:"),),
+        ("            if check.is_duplicate:", "            if False and check.is_duplicate:"),),
         "a retried idempotent batch is appended again"),
     Mutation("`flush.messages` opts into fsync", "kshim/configs/resolver.py", (
         ("flush_messages=None if flush_messages == LONG_MAX else flush_messages,", "flush_messages=None,"),),
@@ -104,12 +109,12 @@ MUTATIONS: tuple[Mutation, ...] = (
          "return self.log_end_offset"),),
         "read_uncommitted reads to the log end whatever the topic says"),
     Mutation("a leader crash never loses a COMMITTED record", PARTITION, (
-        ("        if offset < self.log.log_end_offset:\n            log.warning(\"%s-%d: truncating",
-         "        if False:\n            log.warning(\"%s-%d: truncating"),),
+        ("        if self.log.truncate_to(offset):\n            log.warning(\"%s-%d: truncated",
+         "        if False:\n            log.warning(\"%s-%d: truncated"),),
         "a returning former leader keeps its divergent suffix"),
     Mutation("an idempotent acks=all producer across repeated leader crashes", PARTITION, (
-        ("                if header.producer_id >= 0:\n                    self._track(self.producers, header, memoryview(data)",
-         "                if False:\n                    self._track(self.producers, header, memoryview(data)"),),
+        ("            if header.producer_id >= 0:\n                self._track(self.producers, header, memoryview(data)",
+         "            if False:\n                self._track(self.producers, header, memoryview(data)"),),
         "followers do not replicate producer state: a new leader takes retries for new batches"),
     Mutation("leaders are elected from the ISR only", "kshim/controller/controller.py", (
         ("        in_sync = [r for r in p.replicas if r in p.isr and r in alive]",

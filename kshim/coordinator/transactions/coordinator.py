@@ -10,9 +10,15 @@ partition it leads (Kafka's placement, see `kshim.coordinator.runtime`).
   (fencing the previous instance: its requests now get PRODUCER_FENCED / INVALID_PRODUCER_EPOCH);
   if a transaction is open it is aborted first with a bumped epoch and the answer is
   CONCURRENT_TRANSACTIONS until that is done. At epoch 32766 a new producer id is handed out.
-- AddPartitionsToTxn / AddOffsetsToTxn move the transaction to Ongoing with those partitions.
+- AddPartitionsToTxn / AddOffsetsToTxn move the transaction to Ongoing with those partitions;
+  so does a partition leader's verification of a Produce v12+ / TxnOffsetCommit v5 (transactions
+  v2, KIP-890: `implicit`), while older versions only ask whether the partition is in the open
+  transaction (`is_in_transaction`, see `verification`).
 - EndTxn writes PrepareCommit/PrepareAbort, answers, then writes the markers to every partition
-  of the transaction (`markers`) and finally CompleteCommit/CompleteAbort.
+  of the transaction (`markers`) and finally CompleteCommit/CompleteAbort. EndTxn v5+ (transactions
+  v2) bumps the epoch in the Prepare record, writes the markers with it and answers it; a retry
+  naming the epoch before the bump is answered as the end it repeats. When the bump exhausts the
+  epoch, the Complete record switches to a new producer id with epoch 0.
 - A transaction left Ongoing longer than its transaction.timeout.ms is aborted with a bumped
   epoch, so the producer that left it is fenced.
 """
@@ -32,6 +38,7 @@ from kshim.partition import Partition
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.markers import MarkerWriter
 from kshim.coordinator.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
+from kshim.coordinator.transactions.verification import Verifier
 from wire import records
 from wire.errors import ErrorCode
 
@@ -53,6 +60,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = broker.config.transaction_max_timeout_ms
         self.txns: dict[str, TxnMetadata] = {}
         self.markers = MarkerWriter(broker)
+        self.verifier = Verifier(self)  # the partition leaders' side of KIP-890 (produce verification)
         self._completing: set[str] = set()  # ids whose markers are being written
         self._to_complete: list[str] = []   # found in Prepare* by a load: the task finishes them
         self._task_group: TaskGroup | None = None
@@ -100,6 +108,8 @@ class TransactionCoordinator:
         if code:
             return code
         meta = self.txns.get(transactional_id)
+        if meta is not None and meta.next_producer_id >= 0 and producer_id == meta.next_producer_id:
+            return ErrorCode.CONCURRENT_TRANSACTIONS  # the id an exhausted epoch moves to, once Complete
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if meta.producer_epoch != producer_epoch:
@@ -195,7 +205,8 @@ class TransactionCoordinator:
         return out
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             partitions: set[TopicPartition]) -> ErrorCode:
+                             partitions: set[TopicPartition], implicit: bool = False) -> ErrorCode:
+        """AddPartitionsToTxn, or (`implicit`) a leader verifying a transactions v2 write."""
         meta = self._validate(transactional_id, producer_id, producer_epoch)
         if isinstance(meta, ErrorCode):
             return meta
@@ -205,9 +216,10 @@ class TransactionCoordinator:
             return ErrorCode.NONE
         if meta.state not in (TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             return ErrorCode.INVALID_TXN_STATE
-        start = meta.start_ms if meta.state == TxnState.ONGOING else self.clock()
+        ongoing = meta.state == TxnState.ONGOING
+        start = meta.start_ms if ongoing else self.clock()
         return await self._persist(meta.but(state=TxnState.ONGOING, partitions=meta.partitions | partitions,
-                                            start_ms=start))
+                                            start_ms=start, tv2=(meta.tv2 and ongoing) or implicit))
 
     def is_in_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: set[TopicPartition]) -> ErrorCode:
@@ -217,41 +229,89 @@ class TransactionCoordinator:
             meta = self.txns.get(transactional_id) or ErrorCode.CONCURRENT_TRANSACTIONS
         if isinstance(meta, ErrorCode):
             return meta
+        if meta.state.preparing:
+            return ErrorCode.CONCURRENT_TRANSACTIONS  # the previous transaction's markers are being written
         if meta.state != TxnState.ONGOING or not partitions <= meta.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      committed: bool) -> ErrorCode:
+                      committed: bool, tv2: bool = False) -> tuple[ErrorCode, int, int]:
+        """EndTxn: the error and the producer id and epoch the client goes on with (v5). `tv2`:
+        the client speaks transactions v2 (EndTxn v5+), so the epoch is bumped."""
         code = self.check(transactional_id)
         if code:
-            return code
+            return code, -1, -1
         meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if meta.producer_epoch != producer_epoch:
-            return ErrorCode.PRODUCER_FENCED
-        if meta.pending:
-            return ErrorCode.CONCURRENT_TRANSACTIONS
+        if meta is None:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+        # transactions v2: the epoch the client sent may be the one just before this end's bump
+        # (a retry whose answer was lost), or the last one of a producer id an exhausted epoch replaced
+        retry_bump = meta.tv2 and meta.producer_id == producer_id and meta.producer_epoch == producer_epoch + 1
+        retry_overflow = meta.tv2 and meta.last_producer_id == producer_id and producer_epoch == meta.last_epoch \
+            and meta.producer_epoch == 0 and meta.state.completed
+        if meta.producer_id != producer_id and not retry_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
         state = meta.state
+        if meta.tv2 and state.preparing:
+            valid = retry_bump
+        elif meta.tv2 and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry_bump or retry_overflow or producer_epoch == meta.producer_epoch
+        else:
+            valid = producer_epoch == meta.producer_epoch
+        if not valid:
+            return ErrorCode.PRODUCER_FENCED, -1, -1
+        if meta.pending:
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
         if state == TxnState.ONGOING:
-            return await self._begin_end(meta, committed, bump=False)
-        if state == (TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT):
-            return ErrorCode.NONE  # a retry of what already happened
+            code, new = await self._begin_end(meta, committed, bump=tv2, tv2=tv2)
+            return (code, -1, -1) if code else (ErrorCode.NONE, *new.client_ids)
+        retried = producer_epoch != meta.producer_epoch or producer_id != meta.producer_id or not meta.tv2
+        if retried and state == (TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT):
+            return ErrorCode.NONE, *meta.client_ids  # a retry of what already happened
         if state == (TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT):
-            return ErrorCode.CONCURRENT_TRANSACTIONS
-        return ErrorCode.INVALID_TXN_STATE
+            return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
+        if tv2 and not committed and state.completed:
+            # v2 clients may abort a transaction none of whose writes reached the coordinator (their
+            # verification failed): nothing to mark, but the epoch is bumped all the same
+            return await self._abort_empty(meta)
+        return ErrorCode.INVALID_TXN_STATE, -1, -1
 
-    async def _begin_end(self, meta: TxnMetadata, committed: bool, bump: bool) -> ErrorCode:
+    async def _next_ids(self, meta: TxnMetadata) -> dict:
+        """The fields of a transactions v2 epoch bump (a new producer id waits in next_producer_id
+        when the epoch is exhausted)."""
+        bump = {"producer_epoch": meta.producer_epoch + 1, "last_producer_id": meta.producer_id,
+                "last_epoch": meta.producer_epoch, "tv2": True, "next_producer_id": -1}
+        if meta.producer_epoch >= MAX_EPOCH:
+            meta.pending = True  # no other change while a new producer id is allocated
+            try:
+                bump["next_producer_id"] = await self.broker.allocate_producer_id()
+            finally:
+                meta.pending = False
+        return bump
+
+    async def _abort_empty(self, meta: TxnMetadata) -> tuple[ErrorCode, int, int]:
+        bump = await self._next_ids(meta)
+        new = meta.but(state=TxnState.COMPLETE_ABORT, partitions=frozenset(), start_ms=-1, **bump)
+        if new.next_producer_id >= 0:
+            new = new.but(producer_id=new.next_producer_id, producer_epoch=0, next_producer_id=-1,
+                          last_epoch=meta.producer_epoch)
+        code = await self._persist(new)
+        return (code, -1, -1) if code else (ErrorCode.NONE, new.producer_id, new.producer_epoch)
+
+    async def _begin_end(self, meta: TxnMetadata, committed: bool, bump: bool,
+                         tv2: bool = False) -> tuple[ErrorCode, TxnMetadata]:
         """Ongoing -> PrepareCommit/PrepareAbort (durable), then markers in the background."""
         new = meta.but(state=TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT)
-        if bump and meta.producer_epoch < MAX_EPOCH:  # fencing: the old epoch stays known as the last one
+        if tv2:
+            new = new.but(**await self._next_ids(meta))
+        elif bump and meta.producer_epoch < MAX_EPOCH:  # fencing: the old epoch stays known as the last one
             new = new.but(producer_epoch=meta.producer_epoch + 1, last_producer_id=meta.producer_id,
                           last_epoch=meta.producer_epoch)
         code = await self._persist(new)
         if not code:
             self._start_completion(new.transactional_id)
-        return code
+        return code, new
 
     def _start_completion(self, transactional_id: str) -> None:
         if transactional_id in self._completing:
@@ -282,11 +342,14 @@ class TransactionCoordinator:
 
                 try:
                     if await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
-                                                meta.partitions, still_coordinator) and \
+                                                meta.partitions, still_coordinator, meta.marker_version) and \
                             self.txns.get(transactional_id) is meta:
-                        code = await self._persist(meta.but(
-                            state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
-                            partitions=frozenset(), start_ms=-1))
+                        done = meta.but(state=TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT,
+                                        partitions=frozenset(), start_ms=-1)
+                        if meta.next_producer_id >= 0:  # the bump exhausted the epoch: the new id takes over
+                            done = done.but(producer_id=meta.next_producer_id, producer_epoch=0, next_producer_id=-1,
+                                            last_producer_id=meta.producer_id, last_epoch=meta.last_epoch)
+                        code = await self._persist(done)
                         if code in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
                             return
                 except Exception:  # a broker must outlive one transaction's trouble: log it, try again
@@ -349,3 +412,4 @@ class TransactionCoordinator:
             self._task_group = None
             with anyio.CancelScope(shield=True):
                 await self.markers.aclose()
+                await self.verifier.aclose()

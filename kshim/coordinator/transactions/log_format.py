@@ -3,7 +3,8 @@
 key   = version int16 (1), transactional id string
 value = version int16 (2), producer id int64, producer epoch int16, timeout ms int32, state int8,
         start ms int64, update ms int64, partitions: count int32 x (topic string, partition int32),
-        last producer id int64, last epoch int16 (both from version 2 on)
+        last producer id int64, last epoch int16 (both from version 2 on),
+        transactions v2 flag int8, next producer id int64 (both from version 3 on)
 Strings are int16-length-prefixed UTF-8. The latest record of a key is its state; a reader skips
 records of versions it does not know.
 """
@@ -17,7 +18,7 @@ from construct import (
 from kshim.coordinator.transactions.state import STATE_IDS, STATES_BY_ID, TxnMetadata
 
 KEY_VERSION = 1
-VALUE_VERSION = 2
+VALUE_VERSION = 3
 
 _String = PascalString(Int16ub, "utf8")
 TxnKey = Struct("version" / Int16ub, "transactional_id" / _String)
@@ -27,6 +28,8 @@ TxnValue = Struct(
     "partitions" / PrefixedArray(Int32sb, Struct("topic" / _String, "partition" / Int32sb)),
     "last_producer_id" / If(this.version >= 2, Int64sb),
     "last_epoch" / If(this.version >= 2, Int16sb),
+    "tv2" / If(this.version >= 3, Int8ub),
+    "next_producer_id" / If(this.version >= 3, Int64sb),
 )
 
 
@@ -36,7 +39,8 @@ def encode(meta: TxnMetadata) -> tuple[bytes, bytes]:
         version=VALUE_VERSION, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,
         timeout_ms=meta.timeout_ms, state=STATE_IDS[meta.state], start_ms=meta.start_ms, update_ms=meta.update_ms,
         partitions=[dict(topic=t, partition=p) for t, p in sorted(meta.partitions)],
-        last_producer_id=meta.last_producer_id, last_epoch=meta.last_epoch))
+        last_producer_id=meta.last_producer_id, last_epoch=meta.last_epoch, tv2=int(meta.tv2),
+        next_producer_id=meta.next_producer_id))
     return key, value
 
 
@@ -51,10 +55,12 @@ def decode(key: bytes, value: bytes | None) -> tuple[str, TxnMetadata | None] | 
         v = TxnValue.parse(value)
     except (StreamError, ConstructError, UnicodeDecodeError):
         return None
-    if v.version not in (1, 2) or v.state not in STATES_BY_ID:
+    if v.version not in (1, 2, 3) or v.state not in STATES_BY_ID:
         return None
     return k.transactional_id, TxnMetadata(
         k.transactional_id, v.producer_id, v.producer_epoch, v.timeout_ms, STATES_BY_ID[v.state],
         frozenset((p.topic, p.partition) for p in v.partitions), v.start_ms, v.update_ms,
         last_producer_id=v.last_producer_id if v.version >= 2 else -1,
-        last_epoch=v.last_epoch if v.version >= 2 else -1)
+        last_epoch=v.last_epoch if v.version >= 2 else -1,
+        tv2=bool(v.tv2) if v.version >= 3 else False,
+        next_producer_id=v.next_producer_id if v.version >= 3 else -1)

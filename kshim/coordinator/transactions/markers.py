@@ -6,7 +6,8 @@
   how a marker on a `__consumer_offsets` partition settles the transaction's offset commits with
   the group coordinator.
 - `MarkerWriter` is the coordinator's side: it groups a transaction's partitions by leader, writes
-  the local ones with `write_here` and sends WriteTxnMarkers (v1) to the other leaders, retrying
+  the local ones with `write_here` and sends WriteTxnMarkers to the other leaders (v2 naming
+  transaction version 2 for the markers of an epoch bumped by transactions v2, else v1), retrying
   with backoff what failed (no leader yet, a leader change, a slow follower) until every partition
   has its marker, the topic is gone, or the coordinator lost its `__transaction_state` partition
   (the next coordinator finishes the job from the PrepareCommit/PrepareAbort record).
@@ -58,7 +59,8 @@ class MarkerWriter:
         self._locks: dict[int, anyio.Lock] = {}
 
     async def write(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
-                    partitions: Iterable[TopicPartition], still_coordinator: Callable[[], bool]) -> bool:
+                    partitions: Iterable[TopicPartition], still_coordinator: Callable[[], bool],
+                    transaction_version: int = 1) -> bool:
         """Markers on every partition; False if this broker stopped coordinating meanwhile."""
         remaining = set(partitions)
         backoff = 0.02
@@ -77,7 +79,8 @@ class MarkerWriter:
             done: set[TopicPartition] = set()
 
             async def to_leader(node_id: int, tps: list[TopicPartition]) -> None:
-                codes = await self._write_to(node_id, producer_id, producer_epoch, committed, coordinator_epoch, tps)
+                codes = await self._write_to(node_id, producer_id, producer_epoch, committed, coordinator_epoch, tps,
+                                             transaction_version)
                 for tp, code in codes.items():
                     if code in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) and \
                             (code == ErrorCode.NONE or tp[0] not in self.broker.topics):
@@ -97,10 +100,11 @@ class MarkerWriter:
         return True
 
     async def _write_to(self, node_id: int, producer_id: int, producer_epoch: int, committed: bool,
-                        coordinator_epoch: int, tps: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                        coordinator_epoch: int, tps: list[TopicPartition],
+                        transaction_version: int = 1) -> dict[TopicPartition, ErrorCode]:
         if node_id == self.broker.node_id:
             return await write_here(self.broker.replica_manager, producer_id, producer_epoch, committed, coordinator_epoch, tps,
-                                    REQUEST_TIMEOUT_S)
+                                    REQUEST_TIMEOUT_S, transaction_version)
         node = self.broker.image.brokers.get(node_id)
         if node is None or not node.alive:
             return {}
@@ -109,7 +113,8 @@ class MarkerWriter:
             topics.setdefault(topic, []).append(index)
         body = {"markers": [{"producer_id": producer_id, "producer_epoch": producer_epoch,
                              "transaction_result": committed, "coordinator_epoch": coordinator_epoch,
-                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()]}]}
+                             "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+                             "transaction_version": transaction_version}]}
         lock = self._locks.setdefault(node_id, anyio.Lock())
         async with lock:  # one request in flight per connection
             try:
@@ -119,7 +124,8 @@ class MarkerWriter:
                         conn = BrokerConnection(node.host, node.port, f"kshim-txn-{self.broker.node_id}")
                         await conn.connect()
                         self._connections[node_id] = conn
-                    response = await conn.request(WRITE_TXN_MARKERS, MARKERS_VERSION, body)
+                    response = await conn.request(WRITE_TXN_MARKERS, 2 if transaction_version >= 2 else MARKERS_VERSION,
+                                                  body)
             except CONNECTION_LOST as e:
                 log.info("WriteTxnMarkers to node %d failed: %s", node_id, e)
                 await self._drop(node_id)

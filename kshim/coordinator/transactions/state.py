@@ -51,7 +51,27 @@ class TxnMetadata:
     # answer was lost (KIP-360) names them and gets the current ones
     last_producer_id: int = -1
     last_epoch: int = -1
+    # transactions v2 (KIP-890): the client ended (or implicitly joined) this transaction with the
+    # v2 protocol, so every EndTxn bumps the epoch; next_producer_id is the id its Complete record
+    # switches to when that bump exhausts the epoch (-1: none)
+    tv2: bool = False
+    next_producer_id: int = -1
     pending: bool = False  # a change is being written to the log: other requests must wait
+
+    @property
+    def marker_version(self) -> int:
+        """The transaction version its markers carry (WriteTxnMarkers v2): 2 when the epoch they are
+        written with is one the coordinator bumped past the transaction's data (a partition then
+        refuses a marker at an epoch it already has), else 1."""
+        bumped = self.last_producer_id == self.producer_id and self.last_epoch == self.producer_epoch - 1
+        return 2 if self.tv2 and bumped else 1
+
+    @property
+    def client_ids(self) -> tuple[int, int]:
+        """The producer id and epoch the client goes on with (EndTxn v5's answer)."""
+        if self.next_producer_id >= 0:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
 
     def but(self, **changes) -> "TxnMetadata":
         """A copy with changes: what the coordinator writes before it applies it."""

@@ -31,10 +31,17 @@ request and response.
 - v13 names topics by id (KIP-516): an id this broker's metadata does not know (never created, or
   deleted, even if a topic of the same name was created since) is UNKNOWN_TOPIC_ID for each of its
   partitions and is never auto-created; the response echoes the ids.
-- v12 is v11 for kshim: it advertises no transaction.version feature (transactions are version
-  1), so clients keep producing transactional batches at v11 after AddPartitionsToTxn; a
-  transactional batch sent at v12+ is appended as at v11 and does not add its partition to the
-  transaction (Kafka's KIP-890 implicit add needs transaction version 2).
+- Transaction verification (KIP-890, kshim/coordinator/transactions/verification.py): a
+  transactional batch on a partition where its producer has no open transaction at its epoch is
+  appended only once the transaction coordinator says it belongs to the open transaction (v3-11:
+  AddPartitionsToTxn came first) or, from v12 (transactions v2, sent by clients when the cluster
+  finalizes transaction.version 2), has added the partition to it. Refused: INVALID_TXN_STATE
+  (TRANSACTION_ABORTABLE from v11), INVALID_PRODUCER_EPOCH for a fenced or bumped epoch,
+  INVALID_PRODUCER_ID_MAPPING; NOT_ENOUGH_REPLICAS (retried by clients) while the coordinator
+  cannot answer yet. So a retry arriving after its transaction was aborted opens no transaction.
+  Batches of more than one producer id in one transactional request: INVALID_PRODUCER_ID_MAPPING;
+  transactional batches in a request without a transactional id: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for every partition (Kafka's answer; such a write could not be verified).
 - ACLs (docs/security.md): WRITE on each topic, else TOPIC_AUTHORIZATION_FAILED for its
   partitions (nothing appended, never auto-created); auto-creation also needs CREATE on the
   cluster or the topic (else UNKNOWN_TOPIC_OR_PARTITION); a transactional produce needs WRITE on
@@ -52,7 +59,10 @@ from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.throttling import charge
 from kshim.net.protocol import ProtocolError
+from kshim.coordinator.transactions.verification import for_client
 from kshim.replica import PartitionAppend, Records
+from kshim.replica.validation import Rejection
+from wire import records
 from wire.errors import ErrorCode
 
 API_KEY = 0
@@ -96,6 +106,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     replicas = broker.replica_manager
     rejected = await replicas.validator.check([data for _, _, data in entries],
                                               [replicas.requires_keys(name, index) for name, index, _ in entries])
+    refused = await _verify(ctx, tid, entries, {i for i, (name, _, _) in enumerate(entries)
+                                                if name in topic_errors or name not in broker.topics} | set(rejected))
+    if refused:
+        rejected = {**rejected, **refused}
     results = replicas.append(req.acks, req.timeout_ms / 1000, entries, topic_errors, rejected=rejected)
     size = sum(len(data) for _, _, data in entries if data is not None)
     if req.acks == 0:
@@ -109,6 +123,51 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if isinstance(results, list):
         return _response(req, results, charge(ctx, PRODUCER_BYTE_RATE, size))
     return _when_committed(ctx, req, results, size)
+
+
+async def _verify(ctx: RequestContext, tid: str | None, entries: list[tuple[str, int, Records]],
+                  skip: set[int]) -> dict[int, Rejection]:
+    """Ask the transaction coordinator about the entries whose transactional batch would open a
+    transaction on its partition; the refusals, by entry. Transactional batches without a
+    transactional id: the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers."""
+    verifier = ctx.transactions.verifier
+    producer: tuple[int, int] | None = None
+    wanted: dict[int, tuple[str, int]] = {}
+    refused: dict[int, Rejection] = {}
+    for i, (name, index, data) in enumerate(entries):
+        if i in skip or not data:
+            continue
+        try:
+            header = records.read_header(data, 0)
+        except records.CorruptRecordError:
+            continue  # the append answers for a bad batch
+        if header.producer_id < 0 or not header.is_transactional:
+            continue
+        if tid is None:
+            return {j: Rejection(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                 "transactional records in a request without a transactional id", 0)
+                    for j in range(len(entries))}
+        if producer is None:
+            producer = (header.producer_id, header.producer_epoch)
+        elif producer != (header.producer_id, header.producer_epoch):
+            refused[i] = Rejection(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                   "transactional records of more than one producer in one request", 0)
+            continue
+        if verifier.needs(name, index, *producer):
+            wanted[i] = (name, index)
+    if not wanted or producer is None or tid is None:
+        return refused
+    guards = {i: verifier.guard(*tp, producer[0]) for i, tp in wanted.items()}
+    codes = await verifier.verify(tid, *producer, set(wanted.values()), add=ctx.version >= 12)
+    for i, tp in wanted.items():
+        answer = codes.get(tp, ErrorCode.NETWORK_EXCEPTION)
+        code = for_client(answer, abortable_known=ctx.version >= 11)
+        message = f"the transaction coordinator of {tid!r} answered {answer.name} for {tp[0]}-{tp[1]}"
+        if not code and verifier.guard(*tp, producer[0]) != guards[i]:
+            code, message = ErrorCode.INVALID_TXN_STATE, "a marker for this producer was written while verifying"
+        if code:
+            refused[i] = Rejection(code, message, 0)
+    return refused
 
 
 async def _when_committed(ctx: RequestContext, req: Container, pending: Awaitable[list[PartitionAppend]],

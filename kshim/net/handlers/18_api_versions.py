@@ -7,9 +7,10 @@
 - v3+: client software name/version are accepted and only logged at debug level.
 - v3+: supported_features (kshim.cluster.image.SUPPORTED_FEATURES; at v3 those whose minimum is 0
   are left out, as Kafka does since KAFKA-17011), the finalized features of the cluster (the
-  features at a level above 0) and their epoch, from this broker's metadata image. No
-  transaction.version is supported or finalized: a client takes that as transactions v1, which
-  is what kshim serves. zk_migration_ready is false.
+  features at a level above 0) and their epoch, from this broker's metadata image.
+  transaction.version is finalized at 2 unless set lower (UpdateFeatures, serve
+  --transaction-version): clients then use transactions v2 (KIP-890; docs/transactions.md); at 0
+  or 1 (absent from the finalized list at 0) they keep v1. zk_migration_ready is false.
 """
 from __future__ import annotations
 

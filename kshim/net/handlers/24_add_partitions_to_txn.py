@@ -6,8 +6,12 @@
   a producer id the coordinator does not know for the id is INVALID_PRODUCER_ID_MAPPING, an old
   epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2), a transaction being ended
   CONCURRENT_TRANSACTIONS.
-- v4-5 (between brokers, KIP-890): several transactions per request; `verify_only` asks whether
-  the partitions already belong to the open transaction (INVALID_TXN_STATE if not) without adding.
+- v4-5 (between brokers, KIP-890): several transactions per request, sent by partition leaders
+  verifying a transactional write (kshim/coordinator/transactions/verification.py). `verify_only`
+  asks whether the partitions already belong to the open transaction without adding them: if not,
+  TRANSACTION_ABORTABLE (v5) or INVALID_TXN_STATE (v4); a transaction being ended is
+  CONCURRENT_TRANSACTIONS. Without `verify_only` (a transactions v2 write) the partitions are added
+  as a client's v0-3 request adds them, and the transaction counts as a v2 one.
 - ACLs (docs/security.md): v0-3 (producers) need WRITE on the transactional id, else
   TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition, and WRITE on each topic, else
   TOPIC_AUTHORIZATION_FAILED for its partitions and OPERATION_NOT_ATTEMPTED for the others;
@@ -48,8 +52,10 @@ async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topi
         return codes
     if verify_only:
         code = coordinator.is_in_transaction(tid, producer_id, epoch, wanted)
+        if code == ErrorCode.INVALID_TXN_STATE and ctx.version >= 5:
+            code = ErrorCode.TRANSACTION_ABORTABLE
     else:
-        code = await coordinator.add_partitions(tid, producer_id, epoch, wanted)
+        code = await coordinator.add_partitions(tid, producer_id, epoch, wanted, implicit=ctx.version >= 4)
     code = for_version(code, ctx.version, 2)
     return dict.fromkeys(wanted, code)
 

@@ -11,8 +11,11 @@ and epoch, answered once COMMITTED (as Kafka writes markers with acks=all).
   means the coordinator bumped the producer epoch for this marker, so a marker whose epoch is not
   newer than the partition's (a late retry) is INVALID_PRODUCER_EPOCH. kshim's own coordinators
   write version 1 markers (v1 requests).
-- ACLs (docs/security.md): CLUSTER_ACTION on the cluster (brokers only), else
-  CLUSTER_AUTHORIZATION_FAILED for every partition.
+- Admins send it too: Kafka's Admin.abortTransaction (`kafka-transactions.sh abort`) ends a hanging
+  transaction by writing an ABORT marker with the producer id and epoch and coordinator epoch that
+  DescribeProducers shows for the partition.
+- ACLs (docs/security.md): ALTER on the cluster (an admin) or CLUSTER_ACTION (brokers), as Kafka
+  checks, else CLUSTER_AUTHORIZATION_FAILED for every partition.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ VERSIONS = (1, 2)  # Kafka 4 removed v0 (KIP-896)
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:
     out = []
-    refused = not authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION)
+    refused = not (authz.cluster_allowed(ctx, AclOperation.ALTER) or authz.cluster_allowed(ctx, AclOperation.CLUSTER_ACTION))
     for marker in req.markers:
         tps = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
         codes = dict.fromkeys(tps, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) if refused else await write_here(

@@ -12,9 +12,12 @@ transaction (after AddOffsetsToTxn), sent to the group's coordinator.
 - An older producer epoch than the partition has seen: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
   below v3). NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS as for OffsetCommit; metadata over
   4096 bytes: OFFSET_METADATA_TOO_LARGE.
-- v5 is v4 for kshim: it advertises no transaction.version feature (transactions are version 1),
-  so clients send v4 after AddOffsetsToTxn; a v5 request is answered as v4 and does not add the
-  group to the transaction (Kafka's KIP-890 implicit add needs transaction version 2).
+- Transaction verification (KIP-890, as Produce): when the group's `__consumer_offsets` partition
+  has no open transaction of the producer at its epoch, the transaction coordinator is asked first:
+  v0-4 only whether the partition is in the open transaction (AddOffsetsToTxn came first), v5
+  (transactions v2, no AddOffsetsToTxn) adds it. Refused: INVALID_TXN_STATE (TRANSACTION_ABORTABLE
+  at v5), PRODUCER_FENCED / INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING;
+  COORDINATOR_LOAD_IN_PROGRESS (retried) while the coordinator cannot answer yet.
 - ACLs (docs/security.md): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
   and READ on the group (else GROUP_AUTHORIZATION_FAILED) for every partition; READ on each topic,
   else TOPIC_AUTHORIZATION_FAILED for its partitions.
@@ -24,6 +27,8 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.acls import AclOperation
+from kshim.coordinator.groups import OFFSETS_TOPIC
+from kshim.coordinator.transactions.verification import for_client
 from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics
 from kshim.net.handlers.txn_common import for_version
@@ -51,10 +56,35 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
     if not code:  # the group's refusal (authorization included) answers every partition
         updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, (t.name for t in req.topics)))
     if updates:
+        refused = await _verify(ctx, req)
+        if refused:
+            for tp, _ in updates:
+                codes[tp] = refused
+            updates = []
+    if updates:
         written = await coordinator.write(req.group_id, updates, producer=(req.producer_id, req.producer_epoch))
         for tp, _ in updates:
             codes[tp] = for_version(written, v, 3)
     return commit_response(req, codes)
+
+
+async def _verify(ctx: RequestContext, req: Container) -> ErrorCode:
+    """The transaction coordinator's refusal of this commit (NONE: go on), see the notes."""
+    verifier = ctx.transactions.verifier
+    tp = (OFFSETS_TOPIC, ctx.groups.partition_of(req.group_id))
+    if not verifier.needs(*tp, req.producer_id, req.producer_epoch):
+        return ErrorCode.NONE
+    guard = verifier.guard(*tp, req.producer_id)
+    answer = (await verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, {tp},
+                                    add=ctx.version >= 5)).get(tp, ErrorCode.NETWORK_EXCEPTION)
+    code = for_client(answer, abortable_known=ctx.version >= 5)
+    if code == ErrorCode.NOT_ENOUGH_REPLICAS:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # what producers retry here without looking anew
+    if code == ErrorCode.INVALID_PRODUCER_EPOCH:
+        return for_version(ErrorCode.PRODUCER_FENCED, ctx.version, 3)
+    if not code and verifier.guard(*tp, req.producer_id) != guard:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:

@@ -4,8 +4,9 @@ Admin.updateFeatures). The supported and finalized levels show in ApiVersions v3
 - Features kshim knows: metadata.version (only kshim's own level, 30 = 4.3-IV0: kshim has no KRaft
   records a level would change, so there is nothing to upgrade or downgrade to) and group.version
   0-1 (1: the consumer rebalance protocol of KIP-848; 0: ConsumerGroupHeartbeat answers
-  UNSUPPORTED_VERSION, as Kafka with the protocol disabled). Every other feature may only be
-  "set" to 0 (it is absent); transaction.version stays 0: kshim has no transactions v2.
+  UNSUPPORTED_VERSION, as Kafka with the protocol disabled) and transaction.version 0-2 (2, the
+  default: clients use transactions v2 of KIP-890; 0 or 1: they keep v1; the broker verifies
+  transactional writes at every level). Every other feature may only be "set" to 0 (it is absent).
 - Checked as Kafka's controller does, every error INVALID_UPDATE_VERSION with the reason: a level
   below 0, an unknown feature, a level outside the supported range, a lower level without a
   downgrade type, a higher level with one, an unknown upgrade type (v1+: 1 upgrade, 2 safe

@@ -1,0 +1,146 @@
+"""Appends through the log writer (kshim/log/writer.py): the speed costs no correctness. Many
+producers on one partition keep their order and get contiguous offsets (across segment rolls),
+a retried batch still in flight is recognised as a duplicate, a failed write is
+KAFKA_STORAGE_ERROR for that append only, and followers append through it too."""
+from __future__ import annotations
+
+import errno
+import os
+import random
+
+import anyio
+import pytest
+
+from kshim.log import LogConfig
+from kshim.log.writer import LogWriter
+from kshim.partition import Partition
+from wire.errors import ErrorCode
+from wire.records import decode_all, encode_batch
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def leader(tmp_path, writer: LogWriter | None, segment_bytes: int = 4096, name: str = "t") -> Partition:
+    p = Partition(name, 0, tmp_path / f"{name}-0", LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256))
+    p.leader_id, p.replicas, p.isr = 0, (0,), (0,)
+    p.writer = writer
+    return p
+
+
+@pytest.mark.anyio
+async def test_many_producers_keep_order_and_contiguous_offsets(tmp_path):
+    writer = LogWriter()
+    p = leader(tmp_path, writer)
+    producers, batches_each = 8, 40
+    answers: list[tuple[int, int, int, int]] = []  # producer, batch, base, last
+
+    async def produce(n: int) -> None:
+        pid = 1000 + n if n % 2 else -1  # idempotent and plain producers mixed
+        rng = random.Random(n)
+        seq = 0
+        for b in range(batches_each):
+            count = rng.randint(1, 5)
+            values = [b"%d:%d:%d" % (n, b, i) for i in range(count)]
+            data = encode_batch([(None, v) for v in values], producer_id=pid,
+                                producer_epoch=0 if pid >= 0 else -1, base_sequence=seq if pid >= 0 else -1)
+            seq += count
+            outcome = p.submit_append(data)
+            if rng.random() < 0.5:  # keep several requests of one producer in flight, as pipelining does
+                await anyio.sleep(0)
+            result = outcome if not hasattr(outcome, "__await__") else await outcome
+            assert result.error == ErrorCode.NONE, result
+            answers.append((n, b, result.base_offset, result.last_offset))
+
+    async with anyio.create_task_group() as tg:
+        for n in range(producers):
+            tg.start_soon(produce, n)
+    writer.close()
+
+    assert p.log.log_end_offset == sum(last - base + 1 for _, _, base, last in answers)
+    assert len(p.log.segment_base_offsets) > 3  # the appends rolled segments
+    stored = decode_all(p.log.read(0, 1 << 30))
+    assert [r.offset for r in stored] == list(range(p.log.log_end_offset))  # contiguous
+    for n in range(producers):
+        mine = [r.value for r in stored if r.value.split(b":")[0] == b"%d" % n]
+        keys = [tuple(int(x) for x in v.split(b":")[1:]) for v in mine]
+        assert keys == sorted(keys) and len({k[0] for k in keys}) == batches_each  # each producer's order
+    for n, b, base, last in answers:  # each answer names where its batch is
+        got = [r.value for r in stored[base:last + 1]]
+        assert all(v.startswith(b"%d:%d:" % (n, b)) for v in got)
+    assert writer.jobs == producers * batches_each
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_retry_of_a_batch_in_flight_is_a_duplicate(tmp_path):
+    writer = LogWriter()
+    p = leader(tmp_path, writer)
+    data = encode_batch([(None, b"a"), (None, b"b")], producer_id=7, producer_epoch=0, base_sequence=0)
+    first = p.submit_append(data)
+    retry = p.submit_append(data)  # sent again before the first answer
+    a, b = await first, await retry
+    assert (a.error, b.error) == (ErrorCode.NONE, ErrorCode.NONE)
+    assert (a.base_offset, a.last_offset) == (b.base_offset, b.last_offset) == (0, 1)
+    assert p.log.log_end_offset == 2
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_failed_write_is_a_storage_error_for_that_append_only(tmp_path, monkeypatch):
+    writer = LogWriter()
+    p = leader(tmp_path, writer)
+    assert (await p.submit_append(encode_batch([(None, b"ok")]))).error == ErrorCode.NONE
+    real_write = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "write", full)
+    result = await p.submit_append(encode_batch([(None, b"lost")]))
+    assert result.error == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.setattr(os, "write", real_write)
+    result = await p.submit_append(encode_batch([(None, b"again")]))
+    assert (result.error, result.base_offset) == (ErrorCode.NONE, 1)
+    assert [r.value for r in decode_all(p.log.read(0, 1 << 20))] == [b"ok", b"again"]
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_a_fenced_leader_write_is_not_written(tmp_path):
+    writer = LogWriter()
+    p = leader(tmp_path, writer)
+    with p.log._write_lock:  # the writer waits for it: the leadership moves before it writes
+        pending = p.submit_append(encode_batch([(None, b"x")]))
+        p.leader_epoch += 1
+    result = await pending
+    assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert p.log.log_end_offset == 0
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_follower_appends_through_the_writer(tmp_path):
+    source = leader(tmp_path, None, name="src")
+    for i in range(20):
+        source.append(encode_batch([(None, b"v%d" % i)] * 3))
+    writer = LogWriter()
+    follower = Partition("t", 0, tmp_path / "f-0", LogConfig(segment_bytes=1024))
+    follower.leader_id, follower.node_id, follower.writer = 0, 1, writer
+    offset = 0
+    while offset < source.log.log_end_offset:  # bounded: each round appends at least one batch
+        data = source.read_for_follower(offset, 700)
+        assert await follower.submit_follower_append(data) is None
+        follower.update_follower_hw(source.high_watermark)
+        offset = follower.log.log_end_offset
+    assert follower.log.read(0, 1 << 20) == source.log.read(0, 1 << 20)
+    assert follower.high_watermark == 60
+    bad = bytearray(source.read_for_follower(0, 100))  # does not follow on
+    assert isinstance(await follower.submit_follower_append(bad), ValueError)
+    writer.close()
+    source.close()
+    follower.close()
