@@ -187,6 +187,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kshim-arg", action="append", default=[])
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    args.ephemeral = False  # start_kshim (bench/throughput.py): a data dir in the work dir
     values = make_values(args.value_size)
     workdir = tempfile.mkdtemp(prefix="kshim-bench-share-")
     managed = None

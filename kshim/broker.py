@@ -21,7 +21,7 @@ from kshim.controller.messages import (
     AllocateProducerIds, AlterPartitionReassignments, AlterScramCredentials, CreatePartitions, CreateTopic, DeleteTopic,
     DescribeQuorum, Election, ElectionResult, ElectLeaders, FeatureUpdate, ListPartitionReassignments,
     OngoingReassignment, Operation, QuorumState, Reassignment, ReassignmentResult, ScramDeletion, ScramResult,
-    SetBrokerConfigs, SetTopicConfigs, UnregisterBroker, UpdateFeatures)
+    SetBrokerConfigs, SetClientMetrics, SetTopicConfigs, UnregisterBroker, UpdateFeatures)
 from kshim.errors import BrokerError, check_topic_name
 from kshim.partition import Partition
 from kshim.producer_ids import ProducerIdManager
@@ -68,7 +68,8 @@ class Broker:
                                                   config.log_cleaner_io_max_bytes_per_second,
                                                   config.log_cleaner_dedupe_buffer_size,
                                                   config.log_cleaner_backoff_ms),
-                                              config.max_incremental_fetch_session_cache_slots)
+                                              config.max_incremental_fetch_session_cache_slots,
+                                              config.log_dirs)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
         self._install_lock: anyio.Lock | None = None  # made on first use, inside the event loop
@@ -196,6 +197,10 @@ class Broker:
                                  validate_only: bool = False) -> None:
         """Replace the dynamic settings of the cluster-wide default ("") or of one broker (its id)."""
         await self.controller.call(SetBrokerConfigs(resource, dict(configs), validate_only))
+
+    async def set_client_metrics(self, name: str, configs: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace a client-metrics subscription's configs (empty: remove it)."""
+        await self.controller.call(SetClientMetrics(name, dict(configs), validate_only))
 
     async def alter_scram_credentials(self, deletions: tuple[ScramDeletion, ...],
                                       upsertions: tuple[ScramEntry, ...]) -> tuple[ScramResult, ...]:

@@ -32,6 +32,7 @@ from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.log.files import ephemeral_dir
+from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.net.tls import dev_files
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
@@ -55,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "SURVIVES THE PROCESS: topics, records, offsets and configs are gone after it "
                             "stops (a SIGKILL leaves the directory behind, named on the ready line). Same "
                             "log code as on disk; not with --data-dir")
+    serve.add_argument("--log-dirs", type=log_dirs_arg, default=None, metavar="A,B",
+                       help="directories the partition logs live in, comma-separated (Kafka's log.dirs; "
+                            "default: the data dir). New replicas go to the one with the fewest; "
+                            "with --brokers, broker i uses A/broker-i, B/broker-i (docs/storage.md)")
     serve.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     serve.add_argument("--no-auto-create-topics", action="store_true", help="do not create unknown topics on Metadata and Produce")
     serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
@@ -153,6 +158,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         return 2
     settings = ClusterSettings(
         brokers=args.brokers, port=args.port, data_dir=args.data_dir, host=args.host, partitions=args.partitions,
+        log_dirs=args.log_dirs or [],
         replication_factor=args.replication_factor,
         session_timeout_ms=args.broker_session_timeout_ms or 9000,
         min_insync_replicas=args.min_insync_replicas or 1,
@@ -198,7 +204,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             port = await tg.start(server.serve, listeners)
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
             await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                           node.share.in_flight_list)
+                           node.share.in_flight_list, node.telemetry.instances)
             announce_port(broker, port)  # --port 0: advertise the port actually bound
             lock.update_owner(f"kshim serve on {config.host}:{port}")
             if config.security.listeners:
@@ -250,6 +256,9 @@ def _main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
+        if args.ephemeral and args.log_dirs:  # they would outlive the process it deletes its data with
+            print("kshim: --ephemeral keeps the logs in its own directory: leave out --log-dirs", file=sys.stderr)
+            return 2
         if args.ephemeral and args.data_dir is not None:
             print("kshim: --ephemeral makes its own data directory: leave out --data-dir", file=sys.stderr)
             return 2
@@ -293,7 +302,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.uncommitted_read_limit is not None:
             topic_defaults["kshim.uncommitted.read.limit"] = args.uncommitted_read_limit
         config = BrokerConfig(
-            host=args.host, port=args.port, data_dir=args.data_dir, default_partitions=args.partitions,
+            host=args.host, port=args.port, data_dir=args.data_dir, log_dirs=args.log_dirs or [],
+            default_partitions=args.partitions,
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
@@ -303,6 +313,11 @@ def _run(args: argparse.Namespace) -> int:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")
         except (DataDirInUse, OSError) as e:
             print(f"kshim: {e}", file=sys.stderr)
+            return 1
+        try:  # held until the process ends
+            open_log_dirs(config.log_dirs, config.data_dir, f"kshim serve on {args.host}:{args.port}")
+        except (DataDirInUse, DuplicateReplica, OSError) as e:
+            print(f"kshim: log dir: {e}", file=sys.stderr)
             return 1
         return run_server(_serve, config, lock, None if args.no_console else args.console_port, args.ephemeral,
                           name="kshim", address=f"{args.host}:{args.port}")

@@ -707,6 +707,19 @@ class Partition:
         self.producers.forget_before(offset)
         self.epochs.truncate_from_start(self.log_start_offset)
 
+    def close_for_move(self) -> None:
+        """Close the log's files (durable, marked clean) before they are copied to another log
+        dir; the producer state stays in memory (no snapshot: the copy's would outlive it)."""
+        self._hw_checkpointed = -1
+        self._write_hw_checkpoint()
+        self.log.close()
+
+    def reopen_at(self, directory: Path) -> None:
+        """Go on with the log in `directory`, a complete copy of the one close_for_move closed."""
+        self.directory = directory
+        self.log = Log(directory, self.log_config)
+        self.epochs = LeaderEpochCache.open(directory, self.log)
+
     def close(self) -> None:
         self._write_hw_checkpoint()
         self.log.close()

@@ -27,6 +27,9 @@ import org.apache.kafka.clients.admin.UpdateFeaturesOptions;
 import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.TopicPartitionReplica;
+import org.apache.kafka.common.KafkaFuture;
+import org.apache.kafka.clients.admin.DescribeReplicaLogDirsResult.ReplicaLogDirInfo;
 import org.apache.kafka.common.config.ConfigResource;
 
 /**
@@ -134,6 +137,38 @@ public class AdminOps {
                                 "usable_bytes", dd.usableBytes().isPresent() ? dd.usableBytes().getAsLong() : null,
                                 "replicas", replicas));
                     }
+                break;
+            }
+            case "alter-log-dirs": {  // BROKER PATH TOPIC:PART...
+                int broker = Integer.parseInt(a.get(0));
+                Map<TopicPartitionReplica, String> moves = new HashMap<>();
+                for (String s : a.subList(2, a.size())) {
+                    TopicPartition p = tp(s);
+                    moves.put(new TopicPartitionReplica(p.topic(), p.partition(), broker), a.get(1));
+                }
+                for (Map.Entry<TopicPartitionReplica, KafkaFuture<Void>> e : admin.alterReplicaLogDirs(moves).values().entrySet()) {
+                    String error = null;
+                    try { e.getValue().get(T, MS); }
+                    catch (ExecutionException x) { error = x.getCause().getClass().getSimpleName(); }
+                    KshimClient.emit(KshimClient.obj("type", "alter-log-dir", "replica",
+                            e.getKey().topic() + "-" + e.getKey().partition(), "error", error));
+                }
+                break;
+            }
+            case "replica-log-dirs": {  // BROKER TOPIC:PART...
+                int broker = Integer.parseInt(a.get(0));
+                List<TopicPartitionReplica> asked = new ArrayList<>();
+                for (String s : a.subList(1, a.size())) {
+                    TopicPartition p = tp(s);
+                    asked.add(new TopicPartitionReplica(p.topic(), p.partition(), broker));
+                }
+                for (Map.Entry<TopicPartitionReplica, ReplicaLogDirInfo> e : admin.describeReplicaLogDirs(asked).all().get(T, MS).entrySet()) {
+                    ReplicaLogDirInfo i = e.getValue();
+                    KshimClient.emit(KshimClient.obj("type", "replica-log-dir", "replica",
+                            e.getKey().topic() + "-" + e.getKey().partition(), "current", i.getCurrentReplicaLogDir(),
+                            "current_lag", i.getCurrentReplicaOffsetLag(), "future", i.getFutureReplicaLogDir(),
+                            "future_lag", i.getFutureReplicaOffsetLag()));
+                }
                 break;
             }
             case "quorum": {

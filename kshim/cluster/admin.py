@@ -47,9 +47,11 @@ class AdminHost(Protocol):
 
 class BrokerAdmin:
     def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
-                 requests: RequestLog | None = None, share_in_flight: Callable[[str], list[dict]] | None = None) -> None:
+                 requests: RequestLog | None = None, share_in_flight: Callable[[str], list[dict]] | None = None,
+                 telemetry: Callable[[], list[dict]] | None = None) -> None:
         self.broker = broker
         self.share_in_flight_of = share_in_flight
+        self.telemetry = telemetry
         self.metrics = metrics
         self.faults = faults if faults is not None else FaultRules()
         self.requests = requests if requests is not None else RequestLog(0)
@@ -116,6 +118,10 @@ class BrokerAdmin:
         found = self.share_in_flight_of(group) if self.share_in_flight_of is not None else []
         return json.dumps([{**p, "node": self.broker.node_id} for p in found])
 
+    async def telemetry_read(self) -> str:
+        instances = self.telemetry() if self.telemetry is not None else []
+        return json.dumps([{"node": self.broker.node_id, **i} for i in instances])
+
     async def handle(self, request: m.Operation) -> m.Reply:
         return m.Reply(0, await m.invoke({m.Server.BROKER: self}, request))
 
@@ -155,7 +161,8 @@ def replica_states(broker: AdminHost) -> list[dict]:
 
 async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
                 faults: FaultRules | None = None, requests: RequestLog | None = None,
-                share_in_flight: Callable[[str], list[dict]] | None = None, *,
+                share_in_flight: Callable[[str], list[dict]] | None = None,
+                telemetry: Callable[[], list[dict]] | None = None, *,
                 task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
@@ -169,4 +176,5 @@ async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] 
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests, share_in_flight).handle).serve(path, task_status=task_status)
+    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests, share_in_flight,
+                                    telemetry).handle).serve(path, task_status=task_status)

@@ -27,6 +27,7 @@ from kshim.configs.options import (add_authorizer_options, add_connection_option
 from kshim.configs.security import Listener
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
+from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.replication import run_replication
@@ -49,6 +50,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (default 127.0.0.1)")
     p.add_argument("--port", type=int, required=True, help="port to listen on")
     p.add_argument("--data-dir", type=Path, required=True, help="this broker's partition logs")
+    p.add_argument("--log-dirs", type=log_dirs_arg, default=None, metavar="A,B",
+                   help="directories of this broker's partition logs (default: the data dir)")
     p.add_argument("--controller-socket", type=Path, required=True, help="the controller's unix socket")
     p.add_argument("--partitions", type=positive, default=1, help="partitions of auto-created topics (default 1)")
     p.add_argument("--replication-factor", type=positive, default=1,
@@ -77,7 +80,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
-        host=args.host, port=args.port, data_dir=args.data_dir, node_id=args.node_id,
+        host=args.host, port=args.port, data_dir=args.data_dir, node_id=args.node_id, log_dirs=args.log_dirs or [],
         default_partitions=args.partitions, default_replication_factor=args.replication_factor,
         auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
@@ -114,7 +117,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                     port = config.port  # the inter-broker listener's (fixed) port is what brokers register
                 # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                                   node.share.in_flight_list)
+                                   node.share.in_flight_list, node.telemetry.instances)
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,
@@ -145,7 +148,8 @@ def main(args: argparse.Namespace) -> int:
     tuning.configure_open_segments(args.max_open_segment_files)
     try:
         lock_data_dir(config.data_dir, f"kshim broker {args.node_id} on {args.host}:{args.port}")
-    except (DataDirInUse, OSError) as e:
+        open_log_dirs(config.log_dirs, config.data_dir, f"kshim broker {args.node_id} on {args.host}:{args.port}")
+    except (DataDirInUse, DuplicateReplica, OSError) as e:
         print(f"kshim broker {args.node_id}: {e}", file=sys.stderr)
         return 1
     return run_server(run_broker, config, args.controller_socket, args.replica_lag_time_max_ms, args.supervisor_fd,

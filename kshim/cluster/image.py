@@ -155,6 +155,8 @@ class MetadataImage:
     scram: tuple[ScramEntry, ...] = ()
     # client quotas set with AlterClientQuotas, in no particular order
     client_quotas: tuple[ClientQuota, ...] = ()
+    # client-metrics subscriptions (KIP-714): name -> configs (kshim.configs.client_metrics)
+    client_metrics: dict[str, dict[str, str]] = field(hash=False, default_factory=dict)
 
     def feature(self, name: str) -> int:
         return self.features.get(name, 0)

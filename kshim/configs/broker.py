@@ -14,6 +14,8 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 9092
     data_dir: Path = Path("kshim-data")
+    # Kafka's log.dirs: the directories partition replicas live in (docs/storage.md); empty: data_dir
+    log_dirs: list[Path] = field(default_factory=list)
     default_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics: bool = True

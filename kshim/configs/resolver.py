@@ -191,7 +191,7 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str | None]] = {
     "auto.create.topics.enable": lambda c: str(c.auto_create_topics).lower(),
     "default.replication.factor": lambda c: str(c.default_replication_factor),
     "socket.request.max.bytes": lambda c: str(c.max_request_bytes),
-    "log.dirs": lambda c: str(c.data_dir),
+    "log.dirs": lambda c: ",".join(str(d) for d in c.log_dirs) or str(c.data_dir),
     "queued.max.request.bytes": lambda c: str(c.queued_max_request_bytes),
     "max.connections": lambda c: str(c.max_connections),
     "max.connections.per.ip": lambda c: str(c.max_connections_per_ip),

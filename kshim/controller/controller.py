@@ -45,6 +45,7 @@ from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, TRANSACTION_VERSION, BrokerInfo,
     ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
+from kshim.configs import client_metrics
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
 from kshim.controller.messages import (
     DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, OngoingReassignment, QuorumReplica,
@@ -147,6 +148,7 @@ class Controller:
         self._deletions: dict[int, dict[tuple[uuid.UUID, int], PendingDeletion]] = {}
         for d in store.load_pending_deletions():
             self._deletions.setdefault(d.node, {})[(d.topic_id, d.index)] = d
+        self._client_metrics = store.load_client_metrics()
         self.image = self._build_image()
 
     # ------------------------------------------------------------------ publishing
@@ -163,7 +165,8 @@ class Controller:
         client_quotas = tuple(ClientQuota(entity, dict(values)) for entity, values in self._quotas.items())
         return MetadataImage(self.version, self.cluster_id, self.config.node_id, brokers, topics, broker_configs,
                              dict(self._features), self._features_epoch, tuple(self._acls),
-                             tuple(self._scram[key] for key in sorted(self._scram)), client_quotas)
+                             tuple(self._scram[key] for key in sorted(self._scram)), client_quotas,
+                             {name: dict(configs) for name, configs in self._client_metrics.items()})
 
     def _publish(self) -> None:
         self.version += 1
@@ -815,6 +818,20 @@ class Controller:
         else:
             self._broker_configs.pop(resource, None)
         log.info("dynamic broker configs of %s: %s", repr(resource) if resource else "the cluster default", clean)
+        self._publish()
+
+    def set_client_metrics(self, name: str, configs: dict[str, str], *, validate_only: bool = False) -> None:
+        """Replace a client-metrics subscription's configs (Kafka's CLIENT_METRICS resource); an
+        empty set removes it."""
+        client_metrics.parse(name, configs)  # raises BrokerError as Kafka's validation
+        if validate_only:
+            return
+        self.store.replace_client_metrics(name, dict(configs))
+        if configs:
+            self._client_metrics[name] = dict(configs)
+        elif self._client_metrics.pop(name, None) is None:
+            return
+        log.info("client-metrics subscription %r: %s", name, configs or "removed")
         self._publish()
 
     # ------------------------------------------------------------------ ACLs

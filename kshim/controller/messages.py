@@ -192,6 +192,15 @@ class SetBrokerConfigs(Operation[None], code=12, publishes=True):
 
 
 @dataclass(frozen=True)
+class SetClientMetrics(Operation[None], code=180, publishes=True):
+    """A client-metrics subscription (KIP-714 CLIENT_METRICS resource): its whole set of configs,
+    validated by kshim.configs.client_metrics; empty removes it."""
+    name: str
+    configs: dict[str, str]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
 class CreateAcls(Operation[None], code=130, publishes=True):
     """Add ACL bindings (the broker validated each; existing ones stay as they are)."""
     acls: tuple[AclBinding, ...]
@@ -446,6 +455,12 @@ class ShutdownBroker(Operation[None], code=144, publishes=True):
 class BrokerStatus(Operation[str], code=145, served_by=Server.BROKER):
     """`kshim ctl status` on a single `kshim serve` (no supervisor): the broker's own view, as JSON in
     the shape of the cluster's Status (its controller runs in the broker's process)."""
+
+
+@dataclass(frozen=True)
+class TelemetryRead(Operation[str], code=181, served_by=Server.BROKER):
+    """`kshim ctl telemetry`: the client instances this broker knows (KIP-714) and the metrics each
+    pushed last, a JSON list."""
 
 
 @dataclass(frozen=True)

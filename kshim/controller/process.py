@@ -74,6 +74,8 @@ class ClusterSettings:
     port: int
     data_dir: Path
     host: str = "127.0.0.1"
+    # --log-dirs: broker i keeps its partition logs in <dir>/broker-i of each (default: its data dir)
+    log_dirs: list[Path] = field(default_factory=list)
     partitions: int = 1
     replication_factor: int | None = None  # min(3, brokers)
     session_timeout_ms: int = 9000
@@ -120,6 +122,8 @@ class ClusterSettings:
                "--max-request-bytes", str(self.max_request_bytes),
                "--min-insync-replicas", str(self.min_insync_replicas),
                "--uncommitted-read-limit", self.uncommitted_read_limit, "--log-level", self.log_level]
+        if self.log_dirs:
+            cmd += ["--log-dirs", ",".join(str(d / f"broker-{node_id}") for d in self.log_dirs)]
         if not self.auto_create_topics:
             cmd.append("--no-auto-create-topics")
         if self.max_open_segment_files is not None:

@@ -81,6 +81,12 @@ CREATE TABLE IF NOT EXISTS scram_credentials (
     iterations INTEGER NOT NULL,
     PRIMARY KEY (user, mechanism)
 );
+CREATE TABLE IF NOT EXISTS client_metrics (  -- KIP-714 subscriptions: CLIENT_METRICS config resources
+    name TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (name, key)
+);
 CREATE TABLE IF NOT EXISTS client_quotas (
     entity TEXT NOT NULL,  -- JSON [[type, name or null], ...], sorted by type
     key TEXT NOT NULL,
@@ -301,6 +307,20 @@ class MetadataStore:
             self._db.execute("DELETE FROM broker_configs WHERE resource = ?", (resource,))
             self._db.executemany("INSERT INTO broker_configs (resource, key, value) VALUES (?, ?, ?)",
                                  [(resource, k, v) for k, v in configs.items()])
+
+    def load_client_metrics(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for name, key, value in self._db.execute("SELECT name, key, value FROM client_metrics"):
+            out.setdefault(name, {})[key] = value
+        return out
+
+    def replace_client_metrics(self, name: str, configs: dict[str, str]) -> None:
+        """A subscription's whole set of configs (empty: the subscription goes)."""
+        with self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("DELETE FROM client_metrics WHERE name = ?", (name,))
+            self._db.executemany("INSERT INTO client_metrics (name, key, value) VALUES (?, ?, ?)",
+                                 [(name, k, v) for k, v in configs.items()])
 
     def load_acls(self) -> list[AclBinding]:
         return [AclBinding(*row) for row in self._db.execute(

@@ -40,6 +40,8 @@ broker or any Kafka cluster).
     requests [--follow] [--api API] [--client-id ID] [--broker NODE]
                        the brokers' request logs as JSON lines: api, version, client id,
                        partitions, errors, latency, the fault rule applied
+    telemetry [--broker NODE] [--json]
+                       client instances that pushed metrics (KIP-714) and their latest metrics
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kshim.ctl import compact, faults, groups, status, txns
+from kshim.ctl import compact, faults, groups, status, telemetry, txns
 from kshim.ctl.common import CtlError
 
 
@@ -77,6 +79,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     groups.add_parser(commands)
     txns.add_parser(commands)
     compact.add_parser(commands)
+    telemetry.add_parser(commands)
     faults.add_parsers(commands)
     return p
 
@@ -97,6 +100,8 @@ def main(args: argparse.Namespace) -> int:
         return txns.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
+    if args.ctl_command == "telemetry":
+        return telemetry.main(args)
     if args.ctl_command in ("fault", "requests", "net"):
         run = {"fault": faults.main_fault, "requests": faults.main_requests, "net": faults.main_net}
         try:

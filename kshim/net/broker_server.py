@@ -17,6 +17,7 @@ from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.metrics import BrokerMetrics, CoordinatorCounts, count_states
 from kshim.net.quota_manager import QuotaManager
+from kshim.net.telemetry import TelemetryManager
 from kshim.replication.isr import IsrChanges
 
 
@@ -30,6 +31,7 @@ class BrokerServer:
         self.share = SharePartitionManager(broker, self.share_coordinator)
         self.metrics = BrokerMetrics(broker, isr_changes, self.coordinator_counts)
         self.quotas = QuotaManager(broker.config.quota_window_num, broker.config.quota_window_size_seconds)
+        self.telemetry = TelemetryManager()  # client telemetry (KIP-714): subscriptions and pushed metrics
         broker.image_listeners += [self.groups.on_image, self.transactions.on_image, self.share_coordinator.on_image,
                                    self.share.on_image, self._on_image]
         broker.replica_manager.marker_listeners.append(self.groups.on_marker_committed)
@@ -40,6 +42,7 @@ class BrokerServer:
 
     def _on_image(self) -> None:
         self.quotas.update(self.broker.image.client_quotas)
+        self.telemetry.update(self.broker.image.client_metrics)
 
     def coordinator_counts(self) -> CoordinatorCounts:
         """The groups and transactional ids this broker coordinates, by state (for its metrics)."""
@@ -51,6 +54,7 @@ class BrokerServer:
         self.broker.replica_manager.start_writers()  # appends leave the event loop (kshim.log.writer)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.broker.replica_manager.housekeeping)
+            tg.start_soon(self.broker.replica_manager.run_moves)
             tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)
             tg.start_soon(self.groups.run)
             tg.start_soon(self.transactions.run)

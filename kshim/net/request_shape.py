@@ -181,6 +181,14 @@ def error_response(api_key: int, version: int, request: Any, error_code: int, me
                    ) -> dict[str, Any]:
     """An answer to `request` that carries `error_code` wherever the response has an error field,
     echoing the request's topics, partitions, groups or resources so the client can match it."""
+    if api_key == 34:  # AlterReplicaLogDirs asks per dir, then topic; it answers per topic
+        asked: dict[str, list[int]] = {}
+        for d in _get(request, "dirs") or ():
+            for t in d.topics:
+                asked.setdefault(t.name, []).extend(t.partitions)
+        return {"throttle_time_ms": 0, "results": [
+            {"topic_name": name, "partitions": [{"partition_index": i, "error_code": error_code} for i in parts]}
+            for name, parts in asked.items()]}
     return _mirror(api_key, codec.message(api_key, "response").fields, version,
                    codec.message(api_key, "request").fields, request, error_code, message)
 

@@ -3,9 +3,10 @@ removed as metadata images say, and the one way handlers and coordinators reach 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
 
@@ -14,6 +15,8 @@ import anyio
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, resolve
+from kshim.log.files import fsync_dir
+from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
@@ -23,6 +26,7 @@ from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from kshim.replica.fetch_sessions import DEFAULT_SLOTS, FetchSessionCache
 from kshim.replica.validation import BatchValidator, Rejection
+from kshim.signal import Signal
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
@@ -31,6 +35,10 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 # replicas opened per worker-thread call when an image adds many: the event loop runs in between
 OPEN_CHUNK = 32
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+# a replica move copies in rounds off the event loop until a round copies at most this much; the
+# last round runs on the event loop with the source closed (appends wait that long)
+MOVE_FINAL_BYTES = 1 << 20
+MOVE_MAX_ROUNDS = 50
 
 TopicPartition = tuple[str, int]
 Records = bytes | memoryview | None
@@ -66,6 +74,20 @@ class TxnMarker:
     transaction_version: int = 1  # 2 (KIP-1228): the coordinator bumped the epoch, so it must be newer
 
 
+@dataclass(eq=False)
+class ReplicaMove:
+    """A replica being copied to another log directory of this broker (Kafka's future replica)."""
+    topic: str
+    index: int
+    destination: Path  # the log dir it moves to
+    future: Path  # <destination>/<topic>-<index>.<hex>-future
+    copier: DirCopier
+    copied_end_offset: int = 0  # the future copy has the log up to here (for its offset lag)
+    started: bool = False
+    cancelled: bool = False
+    done: anyio.Event | None = field(default=None)
+
+
 class Metadata(Protocol):
     """The broker's view of the cluster that the replica manager reads (it never changes it)."""
     @property
@@ -81,7 +103,8 @@ class Metadata(Protocol):
 class ReplicaManager:
     def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata,
                  max_decompressed_bytes: int = 100 * 1024 * 1024,
-                 cleaner: CleanerSettings = CleanerSettings(), fetch_session_slots: int = DEFAULT_SLOTS) -> None:
+                 cleaner: CleanerSettings = CleanerSettings(), fetch_session_slots: int = DEFAULT_SLOTS,
+                 log_dirs: Sequence[Path] = ()) -> None:
         self.node_id = node_id
         # incremental fetch sessions (KIP-227): the Fetch handler's, kept beside the replicas as
         # Kafka keeps its FetchManager beside the ReplicaManager
@@ -90,6 +113,9 @@ class ReplicaManager:
         # produced compressed batches decompress within the request size limit (see validation.py)
         self.validator = BatchValidator(max_decompressed_bytes)
         self.data_dir = data_dir
+        # Kafka's log.dirs: each replica lives in one of them (kshim.log.log_dirs); the data dir
+        # when none are given
+        self.log_dirs: list[Path] = [Path(os.path.abspath(d)) for d in log_dirs or [data_dir]]
         self.topic_defaults = topic_defaults
         self.metadata = metadata
         self._replicas: dict[TopicPartition, Partition] = {}
@@ -99,8 +125,18 @@ class ReplicaManager:
         self._removed: list[Partition] = []  # retired by apply_image, files not yet closed and renamed
         # removed replicas: renamed at once, their files deleted in a background thread
         self.deleter = DirDeleter()
-        if self.deleter.sweep(data_dir):
-            log.info("deleting partition directories a previous run left renamed for deletion")
+        for d in self.log_dirs:
+            d.mkdir(parents=True, exist_ok=True)
+            if self.deleter.sweep(d):
+                log.info("deleting partition directories a previous run left renamed for deletion in %s", d)
+        found = scan(self.log_dirs, self.deleter)  # raises DuplicateReplica
+        self._located: dict[str, Path] = found.located  # replica directory name -> its log dir
+        self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
+        # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
+        # preferred log dir)
+        self._preferred: dict[TopicPartition, Path] = {}
+        self.moves: dict[TopicPartition, ReplicaMove] = {}
+        self._moves_changed = Signal()
         # told of every transaction marker this broker appended once it is COMMITTED (Kafka's
         # group coordinator learns of transaction completions on its partitions the same way)
         self.marker_listeners: list[Callable[[str, int, TxnMarker, int], None]] = []
@@ -134,10 +170,12 @@ class ReplicaManager:
         todo = [(topic, info) for topic in image.topics.values() for info in topic.partitions
                 if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
                 and (topic.name, info.index) not in self._prepared]
+        placed = self._place([(topic.name, info.index) for topic, info in todo])
+
         def open_chunk(chunk: list[tuple[TopicInfo, PartitionInfo]]) -> list[Partition]:
             opened = []
             for topic, info in chunk:
-                replica = self._open_replica(topic, info, level)
+                replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)])
                 if info.leader == self.node_id:
                     # the epoch checkpoint write a new leader makes (apply_partition_state then
                     # finds the epoch recorded and writes nothing)
@@ -184,8 +222,13 @@ class ReplicaManager:
                         replica.close()  # prepared for an image this one replaced
                         replica = None
                     if replica is None:
-                        replica = self._open_replica(topic, info, self.broker_level())
+                        replica = self._open_replica(topic, info, self.broker_level(), self._place([key])[key])
                     self._replicas[key] = replica
+                    self._located[replica.directory.name] = replica.directory.parent
+                    self._preferred.pop(key, None)
+                    resume = self._resume_moves.pop(replica.directory.name, None)
+                    if resume is not None:
+                        self.alter_log_dir(key[0], key[1], resume)
                 self._configure(replica, topic)
                 replica.apply_partition_state(info, image)
         for key in [k for k in self._replicas if k not in wanted]:
@@ -205,10 +248,33 @@ class ReplicaManager:
         """This broker's topic-config defaults: the command line's under the image's dynamic ones."""
         return BrokerLevel.of(self.topic_defaults, self.metadata.image.broker_configs, self.node_id)
 
-    def _open_replica(self, topic: TopicInfo, info: PartitionInfo, level: BrokerLevel) -> Partition:
+    def _place(self, keys: Sequence[TopicPartition]) -> dict[TopicPartition, Path]:
+        """The log dir of each replica: where it already is, the one AlterReplicaLogDirs asked
+        for, else the dir with the fewest replicas (Kafka's default), counting these as placed."""
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._located.values():
+            if d in counts:
+                counts[d] += 1
+        placed: dict[TopicPartition, Path] = {}
+        online: list[Path] | None = None
+        for topic, index in keys:
+            name = f"{topic}-{index}"
+            located = self._located.get(name)
+            if located is None:
+                located = self._preferred.get((topic, index))
+                if located is None or located not in counts:
+                    if online is None:  # a dir that cannot be written takes no new replica
+                        online = [x for x in self.log_dirs if self.log_dir_online(x)] or self.log_dirs
+                    located = min(online, key=lambda x: counts[x])  # the first of equals: the order given
+                counts[located] += 1
+                self._located[name] = located
+            placed[(topic, index)] = located
+        return placed
+
+    def _open_replica(self, topic: TopicInfo, info: PartitionInfo, level: BrokerLevel, log_dir: Path) -> Partition:
         """The replica's partition, its directory made or loaded. Runs in worker threads too: it
         touches nothing but its own directory (and the thread-safe deleter)."""
-        directory = self.data_dir / f"{topic.name}-{info.index}"
+        directory = log_dir / f"{topic.name}-{info.index}"
         recorded = read_topic_id(directory)
         if recorded is not None and recorded != topic.topic_id:
             # the topic was deleted and created again while this broker was away: the old data goes
@@ -227,15 +293,16 @@ class ReplicaManager:
         was deleted, or the partition moved away, while it was down) are deleted, as Kafka's
         LogManager deletes stray logs. Only directories that carry a topic id are touched, so
         nothing that is not a kshim partition is ever removed."""
-        try:
-            names = sorted(p.name for p in self.data_dir.iterdir() if p.is_dir())
-        except FileNotFoundError:
-            return
-        for name in names:
+        found = []
+        for d in self.log_dirs:
+            try:
+                found += sorted((p.name, p) for p in d.iterdir() if p.is_dir())
+            except FileNotFoundError:
+                continue
+        for name, directory in found:
             m = _PARTITION_DIR.match(name)
             if m is None or (m.group(1), int(m.group(2))) in self._replicas:
                 continue
-            directory = self.data_dir / name
             recorded = read_topic_id(directory)
             if recorded is None:
                 continue
@@ -244,12 +311,17 @@ class ReplicaManager:
                    else "the partition is no longer assigned to this broker")
             log.info("deleting stray replica %s: %s while this broker was away", name, why)
             self.deleter.remove(directory)
+            self._located.pop(name, None)
 
     def _configure(self, replica: Partition, topic: TopicInfo) -> None:
         replica.configure(resolve(topic.configs, self.broker_level()))
 
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
+        self._located.pop(replica.directory.name, None)
+        move = self.moves.get(key)
+        if move is not None:
+            move.cancelled = True
         replica.retire()  # whoever waits on it stops waiting now; the files go next
         self._removed.append(replica)
         log.info("removed replica %s-%d", *key)
@@ -264,6 +336,113 @@ class ReplicaManager:
 
     def replicas(self) -> list[Partition]:
         return list(self._replicas.values())
+
+    # ------------------------------------------------------------------ log dirs
+    def log_dir_of(self, replica: Partition) -> Path:
+        return replica.directory.parent
+
+    def log_dir_online(self, log_dir: Path) -> bool:
+        """Whether the directory can take writes (exists, is a directory, writable)."""
+        return log_dir.is_dir() and os.access(log_dir, os.W_OK | os.X_OK)
+
+    def alter_log_dir(self, topic: str, index: int, log_dir: Path) -> ErrorCode:
+        """AlterReplicaLogDirs for one replica (Kafka's ReplicaManager.alterReplicaLogDirs): start
+        moving it to `log_dir` (an absolute path among log_dirs), cancelling a move elsewhere."""
+        if log_dir not in self.log_dirs:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if not self.log_dir_online(log_dir):
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        key = (topic, index)
+        replica = self._replicas.get(key)
+        if replica is None:
+            self._preferred[key] = log_dir  # created there if it comes here later (as Kafka does)
+            return ErrorCode.REPLICA_NOT_AVAILABLE
+        move = self.moves.get(key)
+        if move is not None:
+            if move.destination == log_dir:
+                return ErrorCode.NONE
+            move.cancelled = True  # its task deletes its copy
+            del self.moves[key]
+        if self.log_dir_of(replica) == log_dir:
+            return ErrorCode.NONE
+        name = replica.directory.name
+        future = log_dir / future_name(name, uuid.uuid4().hex)
+        self.moves[key] = ReplicaMove(topic, index, log_dir, future, DirCopier(replica.directory, future))
+        log.info("moving replica %s from %s to %s", name, self.log_dir_of(replica), log_dir)
+        self._moves_changed.fire()
+        return ErrorCode.NONE
+
+    async def run_moves(self) -> None:
+        """Replica moves between log dirs, one at a time (Kafka's ReplicaAlterLogDirsThread)."""
+        while True:
+            move = next((m for m in self.moves.values() if not m.started), None)
+            if move is None:
+                await self._moves_changed.wait()
+                continue
+            move.started = True
+            try:
+                await self._move(move)
+            except OSError as e:
+                log.warning("moving %s-%d to %s failed: %s", move.topic, move.index, move.destination, e)
+                self.deleter.remove(move.future)
+            finally:
+                if self.moves.get((move.topic, move.index)) is move:
+                    del self.moves[(move.topic, move.index)]
+                self._moves_changed.fire()
+
+    async def _move(self, move: ReplicaMove) -> None:
+        key = (move.topic, move.index)
+        replica = self._replicas.get(key)
+        if replica is None:
+            return
+        for _ in range(MOVE_MAX_ROUNDS):
+            if move.cancelled or self._replicas.get(key) is not replica:
+                self.deleter.remove(move.future)
+                return
+            truncations, end = replica.log.truncations, replica.log_end_offset
+            try:
+                copied = await anyio.to_thread.run_sync(move.copier.sync)
+            except FileNotFoundError:
+                if self._replicas.get(key) is not replica:  # deleted while copying
+                    self.deleter.remove(move.future)
+                    return
+                raise
+            if replica.log.truncations != truncations:
+                move.copier.reset()  # a truncated segment keeps its inode: copy everything again
+                continue
+            move.copied_end_offset = end
+            if copied <= MOVE_FINAL_BYTES:
+                break
+        # fsync the source off the event loop first: closing it in _swap then has little left to sync
+        await anyio.to_thread.run_sync(replica.log.flush)
+        if move.cancelled or self._replicas.get(key) is not replica:
+            self.deleter.remove(move.future)
+            return
+        self._swap(replica, move)
+
+    def _swap(self, replica: Partition, move: ReplicaMove) -> None:
+        """The last round, on the event loop so nothing appends meanwhile (Kafka does it under the
+        partition's lock): close the source log, copy what is left, mark the copy complete, rename
+        the source away and the copy into place, reopen the log there."""
+        source = replica.directory
+        target = move.destination / source.name
+        replica.close_for_move()
+        try:
+            move.copier.sync()
+            marker = move.future / MOVE_COMPLETE
+            with open(marker, "wb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(move.future)
+        except OSError:
+            replica.reopen_at(source)  # the source is untouched: it stays the replica
+            raise
+        # from here the copy is the replica (a restart finishes the move: kshim.log.log_dirs.scan)
+        self.deleter.remove(source)
+        os.replace(move.future, target)
+        (target / MOVE_COMPLETE).unlink()
+        self._located[source.name] = move.destination
+        replica.reopen_at(target)
+        log.info("moved replica %s to %s (%d bytes copied)", source.name, move.destination, move.copier.bytes_copied)
 
     def requires_keys(self, topic: str, index: int) -> bool:
         """Whether records appended to this replica must all have keys (a compacted topic)."""

@@ -33,7 +33,7 @@ import anyio
 
 from kshim.clock import SYSTEM, Clock
 from kshim.coordinator.runtime import CoordinatorHost
-from kshim.coordinator.share_partitions.coordinator import ShareCoordinator, StateKey
+from kshim.coordinator.share_partitions.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, StateKey
 from kshim.coordinator.share_partitions.persister import SharePersister
 from kshim.coordinator.share_partitions.sessions import ShareSessionCache
 from kshim.coordinator.share_partitions.state import (AckBatch, Acquired, LogBatch, RecordState,
@@ -320,6 +320,8 @@ class SharePartitionManager:
         """(error, start offset or -1 if the group has no state there, leader epoch, lag or -1).
         The lag (v1) is what is still to be delivered: the high watermark this broker knows
         (it hosts a replica) less the start offset and the records done above it."""
+        if SHARE_STATE_TOPIC not in self.broker.topics:
+            return ErrorCode.NONE, -1, -1, -1  # no share partition was ever written
         code, stored = await self.persister.read((group, topic_id, index), -1)
         if code:
             return code, -1, -1, -1
@@ -367,6 +369,8 @@ class SharePartitionManager:
         tombstone); the first error, if any, keeps the group."""
         for session in self.sessions.of_group(group):
             self.sessions.close(session.key)
+        if SHARE_STATE_TOPIC not in self.broker.topics:
+            return ErrorCode.NONE  # no share partition was ever written: nothing to delete
         for name, topic in list(self.broker.topics.items()):
             if name.startswith("__"):
                 continue

@@ -28,6 +28,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in ctx.supported.items()]
     if req is None:
         return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_keys}
+    if ctx.version >= 3:  # client telemetry subscriptions match on these (KIP-714)
+        ctx.node.telemetry.note_software(ctx.peer, req.client_software_name, req.client_software_version)
     response = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
     if ctx.version >= 3:
         image = ctx.broker.image

@@ -12,6 +12,9 @@
   compression.type, message.max.bytes, ...) with its source: this broker's dynamic setting (2),
   the cluster-wide dynamic default (3), the command line (4) or Kafka's default (5); those are
   dynamic (not read-only) except kshim's own. Another node id is INVALID_REQUEST.
+- CLIENT_METRICS (16): a client-metrics subscription's configs as set (metrics, interval.ms, match),
+  source CLIENT_METRICS_CONFIG (7), as Kafka lists them; none for a subscription that does not
+  exist; an empty name is INVALID_REQUEST. DESCRIBE_CONFIGS on the cluster.
 - Other resource types (BROKER_LOGGER, ...) are INVALID_REQUEST.
 - `configuration_keys` filters by name; null or empty means every config. Unknown names are left out.
 - include_synonyms (v1+): each topic config lists the override (if any), the broker setting under
@@ -28,6 +31,7 @@ from typing import Any, Iterable, Mapping
 
 from construct import Container
 
+from kshim.configs import client_metrics
 from kshim.configs import Resolved, broker_settings, resolve
 from kshim.errors import BrokerError, check_topic_name
 from kshim.acls import AclOperation
@@ -40,6 +44,8 @@ VERSIONS = (1, 4)
 
 TOPIC = 2
 BROKER = 4
+CLIENT_METRICS = 16
+CLIENT_METRICS_CONFIG = 7  # the config source of a subscription's configs
 
 
 def _entries(configs: Iterable[Resolved], keys: set[str] | None, synonyms: bool,
@@ -67,6 +73,16 @@ def _broker_configs(ctx: RequestContext, name: str) -> Iterable[Resolved]:
     return broker_settings(ctx.broker.config, ctx.broker.image.broker_configs)
 
 
+def _client_metrics(ctx: RequestContext, name: str, keys: set[str] | None, docs: bool) -> list[dict[str, Any]]:
+    if not name:
+        raise BrokerError(ErrorCode.INVALID_REQUEST, "a client-metrics subscription name must not be empty")
+    configs = ctx.broker.image.client_metrics.get(name, {})
+    return [{"name": k, "value": v, "read_only": False, "config_source": CLIENT_METRICS_CONFIG, "is_sensitive": False,
+             "synonyms": [], "config_type": client_metrics.CONFIG_TYPES[k],
+             "documentation": client_metrics.DOCS[k] if docs else None}
+            for k, v in sorted(configs.items()) if keys is None or k in keys]
+
+
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     synonyms = bool(req.get("include_synonyms", False))
     docs = bool(req.get("include_documentation", False))
@@ -77,6 +93,10 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
                                   "error_code": ErrorCode.NONE, "error_message": None, "configs": []}
         try:
             authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.DESCRIBE_CONFIGS)
+            if resource.resource_type == CLIENT_METRICS:
+                result["configs"] = _client_metrics(ctx, resource.resource_name, keys, docs)
+                results.append(result)
+                continue
             if resource.resource_type == TOPIC:
                 configs = _topic_configs(ctx, resource.resource_name)
             elif resource.resource_type == BROKER:

@@ -15,6 +15,11 @@
   message.max.bytes, ...); APPEND/SUBTRACT start from the broker's effective value. A read-only
   (command-line) or unknown name is INVALID_CONFIG; another broker's id is INVALID_REQUEST. The
   controller stores them, so they survive a restart. Other resource types are INVALID_REQUEST. A resource named twice in one request is INVALID_REQUEST for each entry.
+- CLIENT_METRICS (16), a client-metrics subscription (KIP-714, kshim.configs.client_metrics):
+  `metrics`, `interval.ms`, `match` set or deleted (APPEND/SUBTRACT on the two lists), then the
+  whole validated (INVALID_CONFIG for a bad interval or pattern, INVALID_REQUEST for another name
+  or an empty subscription name) and stored by the controller; deleting every config removes the
+  subscription. ALTER_CONFIGS on the cluster.
 - validate_only runs every check and changes nothing.
 - ACLs (docs/security.md): ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or,
   for a broker, on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
@@ -26,11 +31,12 @@ from typing import Any, Callable, Mapping
 
 from construct import Container
 
+from kshim.configs import client_metrics
 from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, topic_definition
 from kshim.errors import BrokerError
 from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, authz
-from kshim.net.handlers.config_resources import BROKER, alter_each, target_broker, target_topic
+from kshim.net.handlers.config_resources import BROKER, CLIENT_METRICS, alter_each, target_broker, target_topic
 from wire.errors import ErrorCode
 
 API_KEY = 44
@@ -87,8 +93,37 @@ async def _alter_broker(ctx: RequestContext, resource: Container, validate_only:
     await ctx.broker.set_broker_configs(target, result, validate_only=validate_only)
 
 
+async def _alter_client_metrics(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
+    entries = list(resource.configs or ())
+    _check_duplicates(entries)
+    result = dict(ctx.broker.image.client_metrics.get(resource.resource_name, {}))
+    for entry in entries:
+        name, op, value = entry.name, entry.config_operation, entry.value
+        if op not in _OP_NAMES:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op} for {name!r}")
+        if op != DELETE and value is None:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"{_OP_NAMES[op]} of config {name!r} needs a value")
+        if name not in client_metrics.DEFAULTS:
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"unknown client metrics configuration {name!r}")
+        if op == SET:
+            result[name] = value
+        elif op == DELETE:
+            result.pop(name, None)
+        elif name == client_metrics.INTERVAL_MS:
+            raise BrokerError(ErrorCode.INVALID_CONFIG, f"{_OP_NAMES[op]} is only allowed for list configs")
+        else:
+            old = [i.strip() for i in result.get(name, "").split(",") if i.strip()]
+            new = [i.strip() for i in value.split(",") if i.strip()]
+            merged = old + [i for i in new if i not in old] if op == APPEND else [i for i in old if i not in new]
+            result[name] = ",".join(merged)
+    await ctx.broker.set_client_metrics(resource.resource_name, result, validate_only=validate_only)
+
+
 async def _alter(ctx: RequestContext, resource: Container, validate_only: bool) -> None:
     authz.check_configs(ctx, resource.resource_type, resource.resource_name, AclOperation.ALTER_CONFIGS)
+    if resource.resource_type == CLIENT_METRICS:
+        await _alter_client_metrics(ctx, resource, validate_only)
+        return
     if resource.resource_type == BROKER:
         await _alter_broker(ctx, resource, validate_only)
         return

@@ -94,15 +94,15 @@ def check_txn(ctx: RequestContext, op: AclOperation, transactional_id: str) -> N
                           f"{ctx.principal} may not {op.name} transactional id {transactional_id!r}")
 
 
-CONFIG_TOPIC, CONFIG_BROKER = 2, 4  # config resource types (DescribeConfigs, AlterConfigs)
+CONFIG_TOPIC, CONFIG_BROKER, CONFIG_CLIENT_METRICS = 2, 4, 16  # config resource types (DescribeConfigs, AlterConfigs)
 
 
 def check_configs(ctx: RequestContext, resource_type: int, name: str, op: AclOperation) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: the topic (else
-    TOPIC_AUTHORIZATION_FAILED) or, for a broker, the cluster (else CLUSTER_AUTHORIZATION_FAILED)."""
+    TOPIC_AUTHORIZATION_FAILED) or, for a broker or a client-metrics subscription, the cluster (else CLUSTER_AUTHORIZATION_FAILED)."""
     if resource_type == CONFIG_TOPIC and not topic_allowed(ctx, op, name):
         raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not {op.name} topic {name!r}")
-    if resource_type == CONFIG_BROKER:
+    if resource_type in (CONFIG_BROKER, CONFIG_CLIENT_METRICS):
         check_cluster(ctx, op)
 
 

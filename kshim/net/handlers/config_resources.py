@@ -21,6 +21,7 @@ log = logging.getLogger("kshim.handlers.configs")
 
 TOPIC = 2
 BROKER = 4
+CLIENT_METRICS = 16  # KIP-714 subscriptions (kshim.configs.client_metrics)
 
 
 def target_broker(ctx: RequestContext, resource: Container) -> str:
