@@ -24,6 +24,16 @@ ALLOWED_SKIPS = {
 }
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Byte code for kshim and wire, written once per session: with PYTHONDONTWRITEBYTECODE set
+    (as on some machines, CI's included) no import writes it, and each of the hundreds of broker
+    and ctl processes the compat tests start would compile the whole package again (1.6x the CPU
+    of its import; docs/benchmarks.md, "Start time"). Files already compiled are only checked."""
+    import compileall
+    for package in ("kshim", "wire"):
+        compileall.compile_dir(str(ROOT / package), quiet=2, workers=1)
+
+
 def _markers_for(item: pytest.Item) -> list[str]:
     try:
         top = Path(item.path).resolve().relative_to(ROOT).parts[0]

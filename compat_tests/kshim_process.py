@@ -10,10 +10,14 @@ import time
 from pathlib import Path
 
 READY_TIMEOUT_S = 30.0
+# Kafka's group.initial.rebalance.delay.ms (serve's default, 3 s) holds every classic group's first
+# rebalance; tests form groups at once, unless they pass the option themselves (a test of the delay)
+TEST_GROUP_DELAY = ("--group-initial-rebalance-delay-ms", "0")
 
 
 class KshimProcess:
-    """`python -m kshim serve` with its own data dir. Only ever signals the PID it started."""
+    """`python -m kshim serve` with its own data dir (and no initial rebalance delay unless `extra`
+    sets one: TEST_GROUP_DELAY). Only ever signals the PID it started."""
 
     def __init__(self, data_dir: Path, *extra: str, port: int = 0) -> None:
         self.data_dir = data_dir
@@ -29,6 +33,8 @@ class KshimProcess:
         self.bootstrap = ""  # set again by this start's ready line: a start that fails must not look ready
         cmd = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                "--data-dir", str(self.data_dir), *self.extra]
+        if TEST_GROUP_DELAY[0] not in self.extra:
+            cmd += TEST_GROUP_DELAY
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                                      preexec_fn=self.preexec_fn)
         ready = threading.Event()

@@ -14,11 +14,12 @@ import threading
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
-from compat_tests.kshim_process import wait_until
+from compat_tests.kshim_process import KshimProcess, wait_until
 
 FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "max.poll.interval.ms": 10000}
 
@@ -117,10 +118,20 @@ def test_kafka_python_group_shares_and_rebalances_on_leave(kshim, topic_name):
             m.close()
 
 
-def test_kafka_python_four_consumers_joining_at_once_form_one_generation(kshim, topic_name):
+@pytest.fixture(scope="module")
+def delayed_kshim(tmp_path_factory):
+    """A broker with Kafka's default initial rebalance delay (the other tests' brokers have none)."""
+    proc = KshimProcess(tmp_path_factory.mktemp("kshim-delay"), "--partitions", "3",
+                        "--group-initial-rebalance-delay-ms", "3000").start()
+    yield proc
+    assert proc.terminate() == 0, proc.logs()
+
+
+def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed_kshim, topic_name):
     """Kafka's group.initial.rebalance.delay.ms (3 s): the first rebalance of an Empty group waits
     for the members that arrive together, so four consumers started at once get their partitions
     from one rebalance in a few seconds, instead of a rebalance per arrival."""
+    kshim = delayed_kshim
     create_topic(kshim.bootstrap, topic_name, 8)
     group = f"g-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()

@@ -1,7 +1,10 @@
 """A 3-broker cluster whose replication runs over a SASL_SSL inter-broker listener (SCRAM-SHA-512,
 the cluster's development CA), with a PLAINTEXT listener beside it: clients on either listener
-see their own listener's endpoints, and the cluster survives a leader's SIGKILL."""
+see their own listener's endpoints, the cluster survives a leader's SIGKILL, and `kshim ctl groups`
+connects over the inter-broker listener."""
 from __future__ import annotations
+
+import json
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -52,12 +55,14 @@ def test_replication_over_sasl_ssl_survives_a_leader_sigkill(tmp_path, topic_nam
                    or len(got) >= 400, 60, message="every acknowledged record")
         c.commit(asynchronous=False)
         c.close()
-        # kshim ctl reaches the brokers through the PLAINTEXT listener it is given
-        result = run_ctl(cluster.data_dir, "groups", "--bootstrap", cluster.bootstrap)
-        assert result.returncode == 0 and f"g-{topic_name}" in result.stdout, result.stdout + result.stderr
         assert sorted(got) == sorted([f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(200)])
         result = run_ctl(cluster.data_dir, "start", str(before["leader"]))
         assert result.returncode == 0, result.stderr
         wait_until(lambda: len(cluster.partition(topic_name)["isr"]) == 3, 60,
                    message="the restarted broker back in the ISR, over SASL_SSL")
+        # kshim ctl reaches the brokers over the SASL_SSL inter-broker listener, as the inter-broker user
+        # (with every broker up: ctl reports a killed one and exits 1)
+        result = run_ctl(cluster.data_dir, "groups")
+        assert result.returncode == 0 and f"g-{topic_name}" in result.stdout, result.stdout + result.stderr
+        assert sorted(b["port"] for b in json.loads(result.stdout)["brokers"]) == [base + 3, base + 4, base + 5]
         assert "broker-secret" not in cluster.process.logs() and "alice-secret" not in cluster.process.logs()

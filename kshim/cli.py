@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import logging
 import os
 import re
@@ -20,20 +19,17 @@ from pathlib import Path
 
 import anyio
 
-from kshim import ctl, tuning
+from kshim import tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin, broker_process
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_argv, security_config)
 from kshim.configs.security import Listener, SecurityConfigError
-from kshim.console.console import Console
-from kshim.console.sources import StandaloneSource
 from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.log.files import ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
-from kshim.net.tls import dev_files
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
 from kshim.standalone import announce_port, open_standalone
@@ -42,9 +38,27 @@ log = logging.getLogger("kshim")
 
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """--version, looked up only when asked (importlib.metadata takes a tenth of the start)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"kshim {version()}")
+        parser.exit()
+
+
+CTL_HELP = "control a running cluster (kshim serve --brokers N)"  # kshim.ctl.commands.HELP
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `command`: the one this run executes, when known. Only its options are complete:
+    `kshim ctl` (and kshim.ctl) loads only for ctl, or when no command is known (--help)."""
     parser = argparse.ArgumentParser(prog="kshim", description="A Kafka-protocol broker in Python.")
-    parser.add_argument("--version", action="version", version=f"kshim {version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker", description="Run a broker on 127.0.0.1 with its data on disk.")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -101,7 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="broker default of kshim.uncommitted.read.limit (default log-end)")
     broker_process.add_parser(sub)
     controller_service.add_parser(sub)
-    ctl.add_parser(sub)
+    if command in (None, "ctl"):
+        from kshim.ctl import commands as ctl  # start-up: serve and the brokers need no ctl
+        ctl.add_parser(sub)
+    else:
+        sub.add_parser("ctl", help=CTL_HELP)  # named for the command list; never parsed in this run
     return parser
 
 
@@ -140,6 +158,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         # one development CA for the whole cluster, made by the supervisor
         tls_files = None
         if security.tls_dev:
+            from kshim.net.tls import dev_files  # cryptography loads only for TLS
             ca, cert, key = dev_files(args.data_dir)
             tls_files = (cert, key, args.tls_ca or ca)
             print(f"kshim tls-dev: clients trust the CA in {ca.resolve()}", flush=True)
@@ -168,7 +187,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         connection=connection_settings(args), max_partitions_per_broker=_partition_budget(args),
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
-        inter_broker=inter_broker, transaction_version=args.transaction_version)
+        inter_broker=inter_broker, transaction_version=args.transaction_version,
+        client_properties=security.client_properties(args.data_dir))
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -203,20 +223,28 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             server = Server(node, faults, requests)
             port = await tg.start(server.serve, listeners)
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
+            client_properties = config.security.client_properties(config.data_dir)  # ctl's and the console's
             await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                           node.share.in_flight_list, node.telemetry.instances)
-            announce_port(broker, port)  # --port 0: advertise the port actually bound
-            lock.update_owner(f"kshim serve on {config.host}:{port}")
+                           node.share.in_flight_list, node.telemetry.instances, client_properties)
+            registered = port
             if config.security.listeners:
                 config.security.listeners = server.bound  # Metadata advertises the bound ports
+                inter = config.security.inter_broker()
+                assert inter is not None
+                registered = inter.port  # as a cluster's brokers do: `kshim ctl groups/txns` connect there
+            announce_port(broker, registered)  # --port 0: advertise the port actually bound
+            lock.update_owner(f"kshim serve on {config.host}:{port}")
+            if config.security.listeners:
                 for listener in server.bound:
                     print(f"kshim listener {listener.url()}", flush=True)
             if server.dev_ca is not None:
                 print(f"kshim tls-dev: clients trust the CA in {server.dev_ca.resolve()}", flush=True)
             console = ""
             if console_port is not None:
+                from kshim.console.console import Console  # start-up: not with --no-console
+                from kshim.console.sources import StandaloneSource
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition, faults)
-                bound = await tg.start(Console(source).serve, config.host, console_port)
+                bound = await tg.start(Console(source, client_properties).serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -233,6 +261,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
 
 def version() -> str:
     """The installed distribution's version, else (a source checkout) pyproject.toml's."""
+    import importlib.metadata
     try:
         return importlib.metadata.version("kshim")
     except importlib.metadata.PackageNotFoundError:
@@ -252,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # the command is the first word (kshim's own options take no value)
+    args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
@@ -275,6 +306,7 @@ def _main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "ctl":
+        from kshim.ctl import commands as ctl
         return ctl.main(args)
     if args.command == "broker":
         tuning.keep_freed_buffers()

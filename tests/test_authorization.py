@@ -326,3 +326,66 @@ async def test_fetch_by_topic_id_and_broker_only_apis(broker):
                             "topics": [{"name": "by-id", "partition_indexes": [0]}]}]}
     resp = await call(broker, handler("27_write_txn_markers"), 1, markers, ALICE)
     assert resp.markers[0].topics[0].partitions[0].error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+@pytest.mark.anyio
+async def test_elect_leaders_needs_alter_on_the_cluster(broker):
+    await new_topic(broker, "elect")
+    body = {"election_type": 0, "topic_partitions": [{"topic": "elect", "partitions": [0]}], "timeout_ms": 1000}
+    elect = handler("43_elect_leaders")
+    refused = await call(broker, elect, 2, body, ALICE)
+    assert refused.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert [p.error_code for t in refused.replica_election_results for p in t.partition_result] == \
+        [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+    await grant(broker, creation(RT.CLUSTER, "kafka-cluster", ALICE, Op.ALTER))
+    allowed = await call(broker, elect, 2, body, ALICE)  # its only replica leads already
+    assert allowed.error_code == ErrorCode.NONE
+    assert [p.error_code for t in allowed.replica_election_results for p in t.partition_result] == \
+        [ErrorCode.ELECTION_NOT_NEEDED]
+
+
+# the cluster-wide admin APIs: (handler, version, body, where the refusal shows, operation needed)
+CLUSTER_ADMIN = [
+    ("48_describe_client_quotas", 1, {"components": [], "strict": False},
+     lambda r: [r.error_code], Op.DESCRIBE_CONFIGS),
+    ("49_alter_client_quotas", 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "c"}],
+                                                "ops": [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]}],
+                                   "validate_only": True},
+     lambda r: [e.error_code for e in r.entries], Op.ALTER_CONFIGS),
+    ("50_describe_user_scram_credentials", 0, {"users": [{"name": "carol"}]},
+     lambda r: [r.error_code] + [u.error_code for u in r.results], Op.DESCRIBE),
+    ("51_alter_user_scram_credentials", 0, {"deletions": [{"name": "carol", "mechanism": 1}], "upsertions": []},
+     lambda r: [u.error_code for u in r.results], Op.ALTER),
+    ("55_describe_quorum", 2, {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+     lambda r: [r.error_code], Op.DESCRIBE),
+    ("57_update_features", 1, {"timeout_ms": 1000, "feature_updates": [
+        {"feature": "group.version", "max_version_level": 1, "upgrade_type": 1}], "validate_only": True},
+     lambda r: [r.error_code] + [f.error_code for f in r.results], Op.ALTER),
+    ("64_unregister_broker", 0, {"broker_id": 7}, lambda r: [r.error_code], Op.ALTER),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name,version,body,codes,op", CLUSTER_ADMIN, ids=[c[0] for c in CLUSTER_ADMIN])
+async def test_cluster_admin_apis_need_their_cluster_operation(broker, name, version, body, codes, op):
+    module = handler(name)
+    refused = codes(await call(broker, module, version, body, ALICE))
+    assert refused and set(refused) == {ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
+    await grant(broker, creation(RT.CLUSTER, "kafka-cluster", ALICE, op))
+    allowed = codes(await call(broker, module, version, body, ALICE))
+    assert ErrorCode.CLUSTER_AUTHORIZATION_FAILED not in allowed
+
+
+@pytest.mark.anyio
+async def test_describe_topic_partitions_answers_only_what_the_principal_may_describe(broker):
+    await new_topic(broker, "seen")
+    await new_topic(broker, "hidden")
+    await grant(broker, creation(RT.TOPIC, "seen", ALICE, Op.READ))  # READ implies DESCRIBE
+    describe = handler("75_describe_topic_partitions")
+    body = {"topics": [], "response_partition_limit": 2000, "cursor": None}
+    every = await call(broker, describe, 0, body, ALICE)
+    assert [t.name for t in every.topics] == ["seen"]
+    assert every.topics[0].topic_authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    named = await call(broker, describe, 0, {**body, "topics": [{"name": "hidden"}, {"name": "absent"}]}, ALICE)
+    assert [(t.name, t.error_code, t.partitions) for t in named.topics] == [
+        ("absent", ErrorCode.TOPIC_AUTHORIZATION_FAILED, []), ("hidden", ErrorCode.TOPIC_AUTHORIZATION_FAILED, [])]

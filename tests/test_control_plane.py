@@ -99,6 +99,7 @@ REQUESTS = [
     m.BrokerStatus(),
     m.RequestLogRead(17, 100),
     m.ShareInFlight("g"),
+    m.ClientProperties(),
     m.AlterClientQuotas((m.QuotaAlteration((QuotaEntityPart("user", None),), {"consumer_byte_rate": 1e6,
                                                                                "request_percentage": None}),
                          m.QuotaAlteration((), {})), True),
@@ -143,6 +144,7 @@ RESULTS = [
     (m.SetClientMetrics, None),
     (m.ShutdownBroker, None),
     (m.BrokerStatus, json.dumps({"brokers": []})),
+    (m.ClientProperties, json.dumps({"security.protocol": "SASL_SSL"})),
     (m.FaultClear, json.dumps({"cleared": 2})),
     (m.AlterClientQuotas, (m.QuotaAlterationResult(0, None), m.QuotaAlterationResult(42, "Invalid empty entity"))),
 ]

@@ -78,6 +78,24 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "start-up: kshim/cli.py imports this module for its options; only a broker process loads the server",
     ("kshim.cluster.broker_process", "kshim.net.broker_server"): "start-up: as kshim.net.server, with it",
     ("kshim.cli", "kshim.net.broker_server"): "start-up: as kshim.net.server, with it",
+    # start-up of `kshim serve` (docs/benchmarks.md, "Start time"); tests/test_startup.py checks what
+    # `import kshim.cli` leaves out
+    ("kshim.cli", "kshim.ctl.commands"): "start-up: only `kshim ctl` loads ctl's commands (and kshim.ctl's clients)",
+    ("kshim.cli", "kshim.net.tls"): "start-up: cryptography loads only when a cluster's supervisor makes the --tls-dev CA",
+    ("kshim.net.server", "kshim.net.tls"):
+        "start-up: cryptography (a sixth of the import time) loads only with an SSL or SASL_SSL listener",
+    ("kshim.cli", "kshim.console.console"): "start-up: not with --no-console",
+    ("kshim.cli", "kshim.console.sources"): "start-up: as kshim.console.console, with it",
+    ("kshim.console.console", "kshim.ctl.groups"):
+        "start-up: the console asks the brokers for groups only while someone watches it",
+    ("kshim.console.console", "kshim.ctl.txns"): "start-up: as kshim.ctl.groups, with it",
+    ("kshim.console.console", "kshim.ctl.security"): "start-up: as kshim.ctl.groups, with it",
+    ("kshim.console.sources", "kshim.ctl.faults"):
+        "start-up: only a cluster's supervisor reads fault rules over the brokers' sockets; a single serve holds them",
+    ("kshim.testing.plugin", "kshim.log.files"):
+        "the pytest plugin loads in every pytest run: the kshim.log package (the log code) loads with a broker",
+    ("kshim.testing", "kshim.ctl.faults"):
+        "the pytest plugin imports kshim.testing in every pytest run: the control-plane messages load with a broker",
 }
 
 

@@ -19,7 +19,7 @@ from kshim.net.broker_server import BrokerServer
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
-from kshim.replication import run_replication
+from kshim.replication.run import run_replication
 from kshim.replication.client import BrokerConnection
 from kshim.net.server import Server
 from tests.waiting import wait_until

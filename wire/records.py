@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple, Sequence, Union
 
-from crc32c import crc32c
+from .crc import crc32c
 
 from .compression import (  # noqa: F401  (codec constants re-exported)
     DEFAULT_MAX_SIZE, GZIP, LZ4, NONE, SNAPPY, ZSTD, CorruptRecordError, compress, decompress,

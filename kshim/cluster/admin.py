@@ -3,9 +3,10 @@
 one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
 (this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
 `kshim ctl groups` (the in-flight records of the share partitions it leads),
-and for the console (kshim.console) the replicas' offsets and the broker's metrics. Served by `kshim serve`
+for the console (kshim.console) the replicas' offsets and the broker's metrics, and for `kshim ctl groups`
+and `txns` the inter-broker identity they connect with (ClientProperties). Served by `kshim serve`
 (single broker: ``<data-dir>/broker.sock``) and by each broker process of a cluster
-(``<data-dir>/broker-i/broker.sock``). Unix socket only: nothing listens on the network.
+(``<data-dir>/broker-i/broker.sock``). Unix socket only (mode 0600): nothing listens on the network.
 """
 from __future__ import annotations
 
@@ -48,10 +49,12 @@ class AdminHost(Protocol):
 class BrokerAdmin:
     def __init__(self, broker: AdminHost, metrics: Callable[[], bytes] | None = None, faults: FaultRules | None = None,
                  requests: RequestLog | None = None, share_in_flight: Callable[[str], list[dict]] | None = None,
-                 telemetry: Callable[[], list[dict]] | None = None) -> None:
+                 telemetry: Callable[[], list[dict]] | None = None,
+                 client_properties: Mapping[str, str] | None = None) -> None:
         self.broker = broker
         self.share_in_flight_of = share_in_flight
         self.telemetry = telemetry
+        self._client_properties = dict(client_properties or {})  # the inter-broker identity (a password)
         self.metrics = metrics
         self.faults = faults if faults is not None else FaultRules()
         self.requests = requests if requests is not None else RequestLog(0)
@@ -87,6 +90,9 @@ class BrokerAdmin:
                            "controller": {"pid": os.getpid(), "state": "running (in the broker's process)",
                                           "restarts": 0, "image_version": image.version},
                            "brokers": brokers, "partitions": partitions, "deleting": []})
+
+    async def client_properties(self) -> str:
+        return json.dumps(self._client_properties)
 
     async def fault_add(self, rule: str) -> str:
         try:
@@ -162,8 +168,8 @@ def replica_states(broker: AdminHost) -> list[dict]:
 async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] | None = None,
                 faults: FaultRules | None = None, requests: RequestLog | None = None,
                 share_in_flight: Callable[[str], list[dict]] | None = None,
-                telemetry: Callable[[], list[dict]] | None = None, *,
-                task_status=anyio.TASK_STATUS_IGNORED) -> None:
+                telemetry: Callable[[], list[dict]] | None = None,
+                client_properties: Mapping[str, str] | None = None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin socket until cancelled (a path too long for a unix socket: not served, logged)."""
     path = socket_path(data_dir)
     try:
@@ -176,5 +182,5 @@ async def serve(broker: AdminHost, data_dir: Path, metrics: Callable[[], bytes] 
         path.unlink()  # a leftover of a killed broker (the data dir lock says none is running)
     except FileNotFoundError:
         pass
-    await rpc.RpcServer(BrokerAdmin(broker, metrics, faults, requests, share_in_flight,
-                                    telemetry).handle).serve(path, task_status=task_status)
+    admin = BrokerAdmin(broker, metrics, faults, requests, share_in_flight, telemetry, client_properties)
+    await rpc.RpcServer(admin.handle).serve(path, task_status=task_status)

@@ -30,7 +30,7 @@ from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
-from kshim.replication import run_replication
+from kshim.replication.run import run_replication
 from kshim.replication.client import BrokerConnection, inter_broker_client
 from kshim.replication.isr import IsrChanges
 
@@ -117,7 +117,8 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                     port = config.port  # the inter-broker listener's (fixed) port is what brokers register
                 # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                                   node.share.in_flight_list, node.telemetry.instances)
+                               node.share.in_flight_list, node.telemetry.instances,
+                               config.security.client_properties(config.data_dir))
                 config.port = port
                 tg.start_soon(client.run, config.advertised, port, os.getpid())
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,

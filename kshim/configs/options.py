@@ -190,10 +190,12 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
                        help="a failed authentication is answered, and its connection closed, after this delay "
                             "(Kafka's connection.failed.authentication.delay.ms, default 100)")
     group.add_argument("--inter-broker-listener", default=None, metavar="NAME",
-                       help="with --brokers: the listener replication and transaction markers use (default the "
-                            "first); on a SASL one, brokers authenticate as --inter-broker-user")
+                       help="the listener replication and transaction markers use (default the first), and "
+                            "`kshim ctl groups/txns --data-dir`; on a SASL one, they authenticate as "
+                            "--inter-broker-user")
     group.add_argument("--inter-broker-user", default=None, metavar="NAME",
-                       help="the SASL user brokers authenticate as to each other (one of the SASL users)")
+                       help="the SASL user brokers (and `kshim ctl groups/txns`) authenticate as to each other "
+                            "(one of the SASL users)")
     group.add_argument("--inter-broker-sasl-mechanism", default="SCRAM-SHA-512",
                        choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
                        help="the mechanism brokers use with each other (Kafka's sasl.mechanism.inter.broker.protocol)")

@@ -106,6 +106,31 @@ class SecurityConfig:
         name = self.inter_broker_listener or self.listeners[0].name
         return next(listener for listener in self.listeners if listener.name == name)
 
+    def client_properties(self, data_dir: Path) -> dict[str, str]:
+        """The inter-broker identity as Kafka client properties (`kshim ctl groups/txns` and the
+        console connect with them, as brokers connect to each other): the inter-broker listener's
+        security protocol, its SASL user and password, the CA that signs the brokers' certificates
+        and, when brokers demand client certificates, this broker's own. {} for PLAINTEXT."""
+        listener = self.inter_broker()
+        if listener is None or listener.name == "PLAINTEXT":
+            return {}
+        props = {"security.protocol": listener.name}
+        if listener.tls:
+            dev = data_dir / "tls"  # kshim.net.tls.DEV_DIR (not imported: it loads cryptography)
+            ca = dev / "ca.pem" if self.tls_dev else self.tls_ca_file
+            if ca is not None:
+                props["ssl.ca.location"] = str(Path(ca).resolve())
+            if self.tls_client_auth != "none":
+                cert = dev / "broker.pem" if self.tls_dev else self.tls_cert_file
+                key = dev / "broker-key.pem" if self.tls_dev else self.tls_key_file
+                if cert is not None and key is not None:
+                    props["ssl.certificate.location"] = str(Path(cert).resolve())
+                    props["ssl.key.location"] = str(Path(key).resolve())
+        if listener.sasl and self.inter_broker_user is not None:  # checked: one of the users
+            props.update({"sasl.mechanism": self.inter_broker_mechanism, "sasl.username": self.inter_broker_user,
+                          "sasl.password": self.users.get(self.inter_broker_user, "")})
+        return props
+
     @property
     def needs_tls(self) -> bool:
         return any(listener.tls for listener in self.listeners)

@@ -6,34 +6,35 @@ itself (server-sent events), as JSON, and as Prometheus metrics.
   in time (paused, killed, starting) keeps its last known offsets, marked stale.
 - Every GROUPS_POLL_S: consumer groups (members, assignments, committed offsets, lag) and
   transactions, asked of the brokers with the Kafka protocol, as `kshim ctl groups` and `kshim
-  ctl txns` do.
+  ctl txns` do, with the inter-broker identity (its listener's TLS and SASL user).
 - Polling runs only while someone watches: an event stream is open, or /state or /metrics was
   asked within WATCH_S (each of which refreshes first when the state is older than POLL_S), so
   an unwatched console costs its brokers nothing.
 - A change of state wakes every event stream; each sends the newest state only, so a slow
   browser never queues states (memory stays bounded).
 - /metrics: the cluster's own gauges, then each broker's metrics with a `broker` label.
+- Start-up: prometheus_client loads at the first /metrics, `kshim ctl groups/txns` at the first
+  groups poll (someone watches), so a broker nobody looks at loads neither.
 """
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
 import anyio
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from kshim.clock import SYSTEM
 from kshim.console.http import HttpRequest, HttpResponse, HttpServer
 from kshim.console.page import PAGE
 from kshim.console.sources import Source
-from kshim.ctl import groups as ctl_groups
-from kshim.ctl import txns as ctl_txns
+from kshim.ctl.common import CtlError
 from kshim.errors import BrokerError
+
+if TYPE_CHECKING:
+    from prometheus_client.core import Metric
+
+    from kshim.replication.client import ClientSecurity
 
 log = logging.getLogger("kshim.console")
 
@@ -48,8 +49,10 @@ WATCH_S = 10.0
 
 
 class Console:
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, client_properties: Mapping[str, str] | None = None) -> None:
         self.source = source
+        self._client_properties = dict(client_properties or {})  # Kafka client properties (a password)
+        self._security: tuple[ClientSecurity | None] | None = None  # made from them on first use
         self.state: dict[str, Any] = {"mode": source.mode, "version": 0, "ready": False}
         self.version = 0
         self.changed = anyio.Event()
@@ -137,8 +140,21 @@ class Console:
             addresses = [(b["host"], b["port"]) for b in self.state.get("brokers", [])
                          if b.get("alive") and b.get("process") in ("running", "external")]
             if addresses:
-                self._groups = await self._ask_kafka(ctl_groups.collect(addresses), "groups", self._groups)
-                self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None), "transactions", self._txns)
+                from kshim.ctl import groups as ctl_groups  # start-up: see the module docstring
+                from kshim.ctl import txns as ctl_txns
+                from kshim.ctl.security import client_security
+                try:
+                    if self._security is None:  # once: it loads the CA file
+                        self._security = (client_security(self._client_properties, "the inter-broker identity"),)
+                    security = self._security[0]
+                except CtlError as e:  # the serve options were checked at start: unlikely, but shown
+                    self._groups = {"groups": [], "errors": [str(e)]}
+                    self._txns = {"transactions": [], "errors": [str(e)]}
+                else:
+                    self._groups = await self._ask_kafka(ctl_groups.collect(addresses, security=security), "groups",
+                                                         self._groups)
+                    self._txns = await self._ask_kafka(ctl_txns.collect(addresses, [], None, security),
+                                                       "transactions", self._txns)
             await anyio.sleep(GROUPS_POLL_S)
 
     async def _ask_kafka(self, call: Any, what: str, last: dict[str, Any]) -> dict[str, Any]:
@@ -164,6 +180,11 @@ class Console:
 
     # ------------------------------------------------------------------ metrics
     async def metrics(self) -> bytes:
+        # start-up: prometheus_client loads at the first scrape (see the module docstring)
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import GaugeMetricFamily, Metric
+        from prometheus_client.parser import text_string_to_metric_families
+        from prometheus_client.samples import Sample
         families: dict[str, Metric] = {}
         up = GaugeMetricFamily("kshim_console_broker_scrape_up", "1 when the broker answered this scrape",
                                labels=["broker"])
@@ -206,7 +227,9 @@ class Console:
             return HttpResponse.json(self.state)
         if path == "/metrics":
             await self._fresh()
-            return HttpResponse(200, await self.metrics(), CONTENT_TYPE_LATEST)
+            body = await self.metrics()
+            from prometheus_client.exposition import CONTENT_TYPE_LATEST  # loaded by metrics() already
+            return HttpResponse(200, body, CONTENT_TYPE_LATEST)
         if path == "/events":
             if self.streams >= MAX_EVENT_STREAMS:
                 return HttpResponse.text("too many event streams\n", 503)
@@ -333,6 +356,8 @@ def cluster_metrics(state: dict[str, Any]) -> list[Metric]:
     """The cluster as the controller sees it (Kafka's KafkaController metrics where it has them)."""
     brokers = state.get("brokers", [])
     partitions = state.get("partitions", [])
+
+    from prometheus_client.core import GaugeMetricFamily
 
     def gauge(name: str, text: str, value: float) -> Metric:
         return GaugeMetricFamily(name, text, value=value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import anyio
 
@@ -19,10 +19,12 @@ from kshim.cluster.image import MetadataImage
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.ctl.common import CtlError
-from kshim.ctl.faults import FaultClient
 from kshim.errors import BrokerError
 from kshim.faults import FaultError, FaultRules
 from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kshim.ctl.faults import FaultClient
 
 BROKER_TIMEOUT_S = 0.75  # a paused broker does not answer: its replicas show their last known state
 
@@ -92,6 +94,7 @@ class ClusterSource:
 
     # the brokers' admin sockets, as `kshim ctl fault` reaches them (blocking calls: in a worker thread)
     def _faults(self) -> FaultClient:
+        from kshim.ctl.faults import FaultClient  # start-up: a single serve keeps its rules in process
         return FaultClient(self.broker_dir(0).parent, BROKER_TIMEOUT_S)
 
     async def fault_rules(self, nodes: list[int]) -> list[dict[str, Any]] | None:

@@ -505,6 +505,14 @@ class ShareInFlight(Operation[str], code=210, served_by=Server.BROKER):
     group: str
 
 
+@dataclass(frozen=True)
+class ClientProperties(Operation[str], code=230, served_by=Server.BROKER):
+    """`kshim ctl groups/txns --data-dir`: the inter-broker identity as Kafka client properties, a
+    JSON object (security.protocol, sasl.*, ssl.*; {} for PLAINTEXT), so ctl connects to the
+    brokers as they connect to each other. It holds the inter-broker password: the admin socket is
+    its owner's only (mode 0600)."""
+
+
 # ---------------------------------------------------------------------------------------- frames
 _RequestHead = Struct("correlation_id" / Int32sb, "code" / Int16ub)
 _ResponseHead = Struct("correlation_id" / Int32sb, "code" / Int16ub, "error_code" / Int16sb,

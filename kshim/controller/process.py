@@ -95,6 +95,8 @@ class ClusterSettings:
     broker_security: list[list[str]] = field(default_factory=list)
     inter_broker: tuple[str, int] | None = None
     transaction_version: int | None = None  # finalized by the controller at its start (None: as stored)
+    # the inter-broker identity as Kafka client properties: the console's groups and transactions
+    client_properties: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def rf(self) -> int:
@@ -559,7 +561,7 @@ async def run_cluster(settings: ClusterSettings) -> int:
                 console = ""
                 if settings.console_port is not None:
                     source = ClusterSource(service, settings.broker_dir)
-                    bound = await tg.start(Console(source).serve, settings.host, settings.console_port)
+                    bound = await tg.start(Console(source, settings.client_properties).serve, settings.host, settings.console_port)
                     console = f"; console http://{settings.host}:{bound}/"
                 bootstrap = ",".join(f"{settings.host}:{settings.port + i}" for i in range(settings.brokers))
                 print(f"kshim ready: bootstrap {bootstrap} ({settings.brokers} brokers, data in {data_dir}){console}",

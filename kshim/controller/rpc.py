@@ -112,7 +112,8 @@ class RpcServer:
 
     async def serve(self, path: Path, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         check_socket_path(path)
-        listener = await anyio.create_unix_listener(path)
+        # owner only: the sockets control the cluster, and a broker's hands out the inter-broker password
+        listener = await anyio.create_unix_listener(path, mode=0o600)
         try:
             async with listener:
                 task_status.started()

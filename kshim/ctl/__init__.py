@@ -6,8 +6,9 @@ Every command but `groups`, `txns` and `compact` is one request to the superviso
 over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
 start, pause, resume) are carried out by the supervisor, on the processes it started: ctl itself
 never signals anything. `groups` and `txns`
-ask the brokers with the Kafka protocol (found through the controller, or --bootstrap for a single
-broker or any Kafka cluster).
+ask the brokers with the Kafka protocol (found through the controller, connecting over the
+inter-broker listener as the inter-broker user; or --bootstrap for any Kafka cluster, with
+--command-config FILE for its credentials: docs/security.md).
 
     status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
                        partitions, leaders, ISRs, reassignments under way, each replica's state
@@ -21,9 +22,10 @@ broker or any Kafka cluster).
     resume NODE        SIGCONT: it registers again
     isolate NODE       replication traffic to and from it is dropped, while it stays up
     heal NODE          end the isolation
-    groups [--bootstrap HOST:PORT] [--group ID] [--table]
+    groups [--bootstrap HOST:PORT [--command-config FILE]] [--group ID] [--table]
                        consumer groups: state, members, assignments, committed offsets, lag
-    txns [--bootstrap HOST:PORT] [--state STATE]... [--producers TOPIC] [--abort TXN_ID] [--json]
+    txns [--bootstrap HOST:PORT [--command-config FILE]] [--state STATE]... [--producers TOPIC]
+         [--abort TXN_ID] [--json]
                        transactions: coordinator, state, producer, running time, partitions;
                        --producers TOPIC: each partition's producers and open transactions;
                        --abort TXN_ID: abort its open transaction by hand, fencing its producer
@@ -42,71 +44,7 @@ broker or any Kafka cluster).
                        partitions, errors, latency, the fault rule applied
     telemetry [--broker NODE] [--json]
                        client instances that pushed metrics (KIP-714) and their latest metrics
+
+The command line is kshim.ctl.commands; this package imports nothing, so the modules that use a
+part of ctl (the console, kshim.testing) load only that part.
 """
-from __future__ import annotations
-
-import argparse
-import sys
-from pathlib import Path
-
-from kshim.ctl import compact, faults, groups, status, telemetry, txns
-from kshim.ctl.common import CtlError
-
-
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("ctl", help="control a running cluster (kshim serve --brokers N)",
-                       description="Inspect and disturb a running `kshim serve --brokers N` cluster through its "
-                                   "controller.", epilog=__doc__.split("\n\n", 1)[1],
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=Path("kshim-data"),
-                   help="the cluster's data dir, as given to serve (default ./kshim-data)")
-    commands = p.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
-    status_parser = commands.add_parser("status", help="brokers and partitions as JSON",
-                                 description="Print the cluster's brokers and partitions as JSON.")
-    status_parser.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
-    status_parser.add_argument("--json", action="store_true", help="JSON (the default)")
-    helps = {"kill": "SIGKILL a broker", "start": "start a stopped broker again",
-             "pause": "SIGSTOP a broker", "resume": "SIGCONT a paused broker",
-             "isolate": "cut a broker's replication traffic", "heal": "restore a broker's replication traffic"}
-    for name, text in helps.items():
-        c = commands.add_parser(name, help=text, description=text + ".")
-        if name == "kill":
-            c.add_argument("node", type=_node_or_controller, metavar="NODE",
-                           help="the broker's node id, or `controller` (the supervisor restarts it)")
-        else:
-            c.add_argument("node", type=int, metavar="NODE", help="the broker's node id")
-        c.add_argument("--json", action="store_true", help="print what was done as a JSON object")
-    groups.add_parser(commands)
-    txns.add_parser(commands)
-    compact.add_parser(commands)
-    telemetry.add_parser(commands)
-    faults.add_parsers(commands)
-    return p
-
-
-def _node_or_controller(text: str) -> int | str:
-    if text == status.CONTROLLER:
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a node id or `controller`, got {text!r}") from None
-
-
-def main(args: argparse.Namespace) -> int:
-    if args.ctl_command == "groups":
-        return groups.main(args)
-    if args.ctl_command == "txns":
-        return txns.main(args)
-    if args.ctl_command == "compact":
-        return compact.main(args)
-    if args.ctl_command == "telemetry":
-        return telemetry.main(args)
-    if args.ctl_command in ("fault", "requests", "net"):
-        run = {"fault": faults.main_fault, "requests": faults.main_requests, "net": faults.main_net}
-        try:
-            return run[args.ctl_command](args)
-        except CtlError as e:
-            print(f"kshim ctl {args.ctl_command}: {e}", file=sys.stderr)
-            return 1
-    return status.main(args)

@@ -1,6 +1,7 @@
 """The Kafka-protocol side of `kshim ctl groups` and `kshim ctl txns`: connections to brokers with
 their API versions negotiated (ApiVersions), the Metadata request, and where the brokers are
-(--bootstrap HOST:PORT[,...], else the controller of the cluster in --data-dir)."""
+(--bootstrap HOST:PORT[,...], else the controller of the cluster in --data-dir), with the
+credentials kshim.ctl.security decides."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +10,7 @@ import anyio
 
 from kshim.ctl.common import CtlError
 from kshim.ctl.status import status
-from kshim.replication.client import BrokerConnection
+from kshim.replication.client import BrokerConnection, ClientSecurity
 from wire.errors import ErrorCode
 
 REQUEST_TIMEOUT_S = 10.0
@@ -19,14 +20,19 @@ METADATA_VERSIONS = (1, 12)  # the versions metadata() below speaks
 RETRIABLE_COORDINATOR = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 Versions = dict[int, tuple[int, int]]  # API key -> (lowest, highest) version a command speaks
+_PLAINTEXT = ClientSecurity()  # no TLS, no SASL
+# a connection the broker closed: reported as a ConnectionError, as a refused one is
+STREAM_ENDED = (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 class Broker:
     """A connection to one broker with the API versions negotiated."""
 
-    def __init__(self, host: str, port: int, client_id: str, wanted: Versions) -> None:
+    def __init__(self, host: str, port: int, client_id: str, wanted: Versions,
+                 security: ClientSecurity | None = None) -> None:
         self.host, self.port = host, port
-        self.conn = BrokerConnection(host, port, client_id)
+        # explicit: None would mean the process's inter-broker settings, which ctl has none of
+        self.conn = BrokerConnection(host, port, client_id, security or _PLAINTEXT)
         self.wanted = wanted
         self.versions: dict[int, int] = {}
 
@@ -35,9 +41,14 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     async def open(self) -> None:
-        await self.conn.connect(REQUEST_TIMEOUT_S)
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            resp = await self.conn.request(API_VERSIONS, 0, {})
+        try:
+            await self.conn.connect(REQUEST_TIMEOUT_S)
+            with anyio.fail_after(REQUEST_TIMEOUT_S):
+                resp = await self.conn.request(API_VERSIONS, 0, {})
+        except STREAM_ENDED:
+            # e.g. a PLAINTEXT request on a TLS listener, which the broker closes
+            raise ConnectionError("the broker closed the connection (does its listener want TLS or SASL? "
+                                  "see --command-config)") from None
         served = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
         for api, (lo, hi) in self.wanted.items():
             if api in served and max(lo, served[api][0]) <= min(hi, served[api][1]):
@@ -48,8 +59,11 @@ class Broker:
         if api not in self.versions:
             raise CtlError(f"broker {self.address} serves no version of API {api} this tool speaks")
         version = self.versions[api]
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            return version, await self.conn.request(api, version, body)
+        try:
+            with anyio.fail_after(REQUEST_TIMEOUT_S):
+                return version, await self.conn.request(api, version, body)
+        except STREAM_ENDED:
+            raise ConnectionError("the broker closed the connection") from None
 
     async def close(self) -> None:
         try:
@@ -61,14 +75,14 @@ class Broker:
 class Pool:
     """Connections to the brokers one command asks, opened on first use."""
 
-    def __init__(self, client_id: str, wanted: Versions) -> None:
+    def __init__(self, client_id: str, wanted: Versions, security: ClientSecurity | None = None) -> None:
         self.brokers: dict[tuple[str, int], Broker] = {}
-        self.client_id, self.wanted = client_id, wanted
+        self.client_id, self.wanted, self.security = client_id, wanted, security
 
     async def get(self, host: str, port: int) -> Broker:
         key = (host, port)
         if key not in self.brokers:
-            b = Broker(host, port, self.client_id, self.wanted)
+            b = Broker(host, port, self.client_id, self.wanted, self.security)
             try:
                 await b.open()
             except BaseException:

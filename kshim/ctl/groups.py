@@ -12,7 +12,9 @@ the Kafka protocol, as Kafka's kafka-consumer-groups.sh does:
   (the high watermark, what Kafka's tools call the log end offset): lag = log end - committed.
 
 The brokers come from --bootstrap HOST:PORT[,HOST:PORT...] (any kshim or Kafka broker), else from
-the controller of the cluster in --data-dir (`kshim serve --brokers N`). Versions are negotiated
+the controller of the cluster in --data-dir (`kshim serve --brokers N`). Through --data-dir ctl
+connects over the inter-broker listener as the brokers do (its TLS and SASL user); with
+--bootstrap, --command-config FILE gives the client properties (kshim.ctl.security). Versions are negotiated
 with ApiVersions. A group whose coordinator cannot be found or answers with an error is shown
 with that error; the other groups are still shown. KIP-848 ("consumer" type) groups, which
 DescribeGroups does not describe, are described with ConsumerGroupDescribe (API 69), and share
@@ -34,6 +36,8 @@ from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, M
                                brokers_down, cluster_brokers, connect_any, failure_text, metadata,
                                parse_addresses)
 from kshim.ctl.common import GROUPS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
+from kshim.ctl.security import add_command_config, from_command_config, from_data_dir
+from kshim.replication.client import ClientSecurity
 from wire.errors import ErrorCode
 
 END_OFFSETS = "ListOffsets latest, isolation read_uncommitted (the high watermark), asked of each partition's leader"
@@ -205,10 +209,11 @@ async def end_offsets(pool: Pool, bootstrap: Broker, partitions: set[tuple[str, 
 
 # --------------------------------------------------------------------------------- the report
 async def collect(addresses: list[tuple[str, int]], group: str | None = None,
-                  down: dict[int, str] | None = None) -> dict[str, Any]:
+                  down: dict[int, str] | None = None, security: ClientSecurity | None = None) -> dict[str, Any]:
     """The report (see the module docstring) from the brokers reachable through `addresses`;
-    `down`: brokers known not to answer (node id -> why, from the cluster's supervisor), not asked."""
-    pool = Pool(GROUPS_CLIENT_ID, OUR_VERSIONS)
+    `down`: brokers known not to answer (node id -> why, from the cluster's supervisor), not asked;
+    `security`: TLS and SASL of the connections (None: PLAINTEXT)."""
+    pool = Pool(GROUPS_CLIENT_ID, OUR_VERSIONS, security)
     try:
         return await _collect(pool, addresses, group, down or {})
     finally:
@@ -392,9 +397,13 @@ async def _describe_share_group(coordinator: Broker, group_id: str, out: dict[st
 
 
 # ------------------------------------------------------------------------------- entry points
-def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None) -> dict[str, Any]:
+def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None,
+           command_config=None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
     down: dict[int, str] = {}
+    security = None
+    if command_config is not None:
+        bootstrap, security = from_command_config(command_config, bootstrap)
     if bootstrap:
         addresses = parse_addresses(bootstrap)
     elif data_dir is not None:
@@ -404,10 +413,12 @@ def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None
         every = addresses_from_cluster(data_dir)
         status_ports = {b["port"]: b["id"] for b in cluster_brokers(data_dir)}
         addresses = sorted(every, key=lambda a: status_ports.get(a[1]) in down)
+        if command_config is None:
+            security = from_data_dir(data_dir, down)  # the inter-broker listener's identity
     else:
         raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve [--brokers N]`")
     try:
-        return anyio.run(collect, addresses, group, down)
+        return anyio.run(collect, addresses, group, down, security)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
 
@@ -421,8 +432,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "in --data-dir. Lag = log end offset (ListOffsets latest, read_uncommitted: the high "
                     "watermark) - committed offset.")
     p.add_argument("--bootstrap", metavar="HOST:PORT",
-                   help="any broker of the cluster (kshim or Kafka); comma-separated for several. Needed for a "
-                        "single broker (`kshim serve` without --brokers), which has no controller socket")
+                   help="any broker of the cluster (kshim or Kafka); comma-separated for several; wins over --data-dir")
+    add_command_config(p)
     p.add_argument("--group", metavar="ID", help="show this group only")
     p.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
     p.add_argument("--json", action="store_true", help="JSON (the default)")
@@ -475,7 +486,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        report = groups(args.data_dir, args.bootstrap, args.group)
+        report = groups(args.data_dir, args.bootstrap, args.group, args.command_config)
     except CtlError as e:
         print(f"kshim ctl groups: {e}", file=sys.stderr)
         return 1

@@ -27,8 +27,9 @@ transaction with a bumped epoch, so the producer that held it is fenced (its nex
 PRODUCER_FENCED) and read_committed consumers move past it. An id with no open transaction just
 gets its epoch bumped, fencing its producer all the same.
 
-The brokers come from --bootstrap HOST:PORT[,...], else from the controller of the cluster in
---data-dir, as for `ctl groups`. An id or partition that cannot be described is shown with its
+The brokers come from --bootstrap HOST:PORT[,...] (with --command-config FILE for credentials),
+else from the controller of the cluster in --data-dir over its inter-broker listener, as for
+`ctl groups`. An id or partition that cannot be described is shown with its
 error; the others are still shown. Output is a table, or JSON with --json.
 """
 from __future__ import annotations
@@ -44,8 +45,10 @@ import anyio
 
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
                                RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster, connect_any,
-                               failure_text, metadata, parse_addresses)
+                               brokers_down, failure_text, metadata, parse_addresses)
 from kshim.ctl.common import TXNS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
+from kshim.ctl.security import add_command_config, from_command_config, from_data_dir
+from kshim.replication.client import ClientSecurity
 from wire.errors import ErrorCode
 
 INIT_PRODUCER_ID, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 22, 61, 65, 66
@@ -214,9 +217,11 @@ async def describe_producers(pool: Pool, bootstrap: Broker, brokers: Nodes, topi
 
 
 # --------------------------------------------------------------------------------- the report
-async def collect(addresses: list[tuple[str, int]], states: list[str], topic: str | None) -> dict[str, Any]:
-    """The report (see the module docstring) from the brokers reachable through `addresses`."""
-    pool = Pool(TXNS_CLIENT_ID, WANTED)
+async def collect(addresses: list[tuple[str, int]], states: list[str], topic: str | None,
+                  security: ClientSecurity | None = None) -> dict[str, Any]:
+    """The report (see the module docstring) from the brokers reachable through `addresses`,
+    connecting with `security` (None: PLAINTEXT)."""
+    pool = Pool(TXNS_CLIENT_ID, WANTED, security)
     try:
         bootstrap = await connect_any(pool, addresses)
         brokers = {b.node_id: (b.host, b.port) for b in (await metadata(bootstrap, [])).brokers}
@@ -237,9 +242,10 @@ async def collect(addresses: list[tuple[str, int]], states: list[str], topic: st
             await pool.close()
 
 
-async def force_terminate(addresses: list[tuple[str, int]], transactional_id: str) -> dict[str, Any]:
+async def force_terminate(addresses: list[tuple[str, int]], transactional_id: str,
+                          security: ClientSecurity | None = None) -> dict[str, Any]:
     """--abort: see the module docstring. The id's state before, and its producer id and epoch after."""
-    pool = Pool(TXNS_CLIENT_ID, WANTED)
+    pool = Pool(TXNS_CLIENT_ID, WANTED, security)
     try:
         bootstrap = await connect_any(pool, addresses)
         with anyio.move_on_after(ABORT_WAIT_S) as scope:
@@ -279,25 +285,37 @@ async def force_terminate(addresses: list[tuple[str, int]], transactional_id: st
             await pool.close()
 
 
-def abort(data_dir=None, bootstrap: str | None = None, transactional_id: str = "") -> dict[str, Any]:
-    """--abort, for scripts and tests. CtlError when it cannot be done."""
+def _brokers(data_dir, bootstrap: str | None, command_config) -> tuple[list[tuple[str, int]], ClientSecurity | None]:
+    """The addresses to bootstrap from and the credentials (kshim.ctl.security) to connect with."""
+    security = None
+    if command_config is not None:
+        bootstrap, security = from_command_config(command_config, bootstrap)
     if not bootstrap and data_dir is None:
         raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
-    addresses = parse_addresses(bootstrap) if bootstrap else addresses_from_cluster(data_dir)
+    if bootstrap:
+        return parse_addresses(bootstrap), security
+    addresses = addresses_from_cluster(data_dir)
+    if command_config is None:
+        security = from_data_dir(data_dir, brokers_down(data_dir))  # the inter-broker listener's identity
+    return addresses, security
+
+
+def abort(data_dir=None, bootstrap: str | None = None, transactional_id: str = "",
+          command_config=None) -> dict[str, Any]:
+    """--abort, for scripts and tests. CtlError when it cannot be done."""
+    addresses, security = _brokers(data_dir, bootstrap, command_config)
     try:
-        return anyio.run(force_terminate, addresses, transactional_id)
+        return anyio.run(force_terminate, addresses, transactional_id, security)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
 
 
 def txns(data_dir=None, bootstrap: str | None = None, states: list[str] | None = None,
-         producers: str | None = None) -> dict[str, Any]:
+         producers: str | None = None, command_config=None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
-    if not bootstrap and data_dir is None:
-        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
-    addresses = parse_addresses(bootstrap) if bootstrap else addresses_from_cluster(data_dir)
+    addresses, security = _brokers(data_dir, bootstrap, command_config)
     try:
-        return anyio.run(collect, addresses, states or [], producers)
+        return anyio.run(collect, addresses, states or [], producers, security)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
 
@@ -355,8 +373,8 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "(DescribeProducers), with the start offset of their open transaction: how to find a "
                     "hanging transaction.")
     p.add_argument("--bootstrap", metavar="HOST:PORT",
-                   help="any broker (kshim or Kafka), comma-separated for several; wins over --data-dir, needed "
-                        "for a single broker (`kshim serve` without --brokers)")
+                   help="any broker (kshim or Kafka), comma-separated for several; wins over --data-dir")
+    add_command_config(p)
     p.add_argument("--state", action="append", metavar="STATE", dest="states",
                    help=f"show transactions in this state only; repeatable ({', '.join(KNOWN_STATES)})")
     p.add_argument("--producers", metavar="TOPIC", help="show the producers of every partition of TOPIC instead")
@@ -376,7 +394,7 @@ def main(args: argparse.Namespace) -> int:
             print("kshim ctl txns: --abort goes alone (no --state, no --producers)", file=sys.stderr)
             return 2
         try:
-            done = abort(args.data_dir, args.bootstrap, args.abort)
+            done = abort(args.data_dir, args.bootstrap, args.abort, args.command_config)
         except CtlError as e:
             print(f"kshim ctl txns: {e}", file=sys.stderr)
             return 1
@@ -387,7 +405,7 @@ def main(args: argparse.Namespace) -> int:
               f"now producer {done['producer_id']} epoch {done['producer_epoch']}")
         return 0
     try:
-        report = txns(args.data_dir, args.bootstrap, args.states, args.producers)
+        report = txns(args.data_dir, args.bootstrap, args.states, args.producers, args.command_config)
     except CtlError as e:
         print(f"kshim ctl txns: {e}", file=sys.stderr)
         return 1

@@ -27,7 +27,7 @@ from itertools import pairwise
 from contextlib import AbstractContextManager, nullcontext
 from typing import Iterator, Sequence
 
-from crc32c import crc32c
+from wire.crc import crc32c
 
 from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
 from kshim.log.open_files import OPEN_SEGMENTS

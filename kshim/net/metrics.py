@@ -7,23 +7,27 @@ Read from the broker when scraped (`collect`): each hosted replica's offsets, pa
 counts, under-replicated partitions, ISR shrinks and expands of the partitions it leads, and the
 groups and transactions its coordinators hold. Each broker has a registry of its own (several
 brokers may share a process in tests); the console (kshim.console) serves them at /metrics.
+
+Requests are counted in plain dicts, and prometheus_client is imported at the first scrape only:
+a broker nobody scrapes never loads it (it is a tenth of `kshim serve`'s import time), and a
+request costs a dict update instead of prometheus_client's locked counters.
 """
 from __future__ import annotations
 
+import bisect
 import struct
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol
-
-from prometheus_client import CollectorRegistry, Counter as PromCounter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 from kshim.cluster.image import MetadataImage
 from kshim.partition import Partition
 from kshim.replication.isr import IsrChanges
 from wire.codec import message
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 PRODUCE, FETCH = 0, 1
 # RecordBatch v2: base offset (8) and length (4) are the log overhead; the records count is the
@@ -59,12 +63,15 @@ class CoordinatorCounts:
     transactions: Mapping[str, int]
 
 
-class _Scraped(Collector):
+class _Scraped:
+    """A prometheus_client collector (duck-typed: the base class would import prometheus_client)."""
+
     def __init__(self, metrics: "BrokerMetrics") -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Any]:
-        return self.metrics.scrape()
+        yield from self.metrics.counted()
+        yield from self.metrics.scrape()
 
 
 class BrokerMetrics:
@@ -73,31 +80,22 @@ class BrokerMetrics:
         self.host = host
         self.isr_changes = isr_changes if isr_changes is not None else IsrChanges()
         self.coordinators = coordinators
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.requests = PromCounter("kafka_network_requestmetrics_requests", "Requests handled, by API",
-                                    ["request"], registry=self.registry)
-        self.total_time = Histogram("kafka_network_requestmetrics_totaltimems",
-                                    "Time from a request's arrival to its response being ready, in ms, by API",
-                                    ["request"], buckets=TIME_BUCKETS_MS, registry=self.registry)
-        self.bytes_in = PromCounter("kafka_server_brokertopicmetrics_bytesin",
-                                    "Record bytes appended by produce requests, by topic", ["topic"],
-                                    registry=self.registry)
-        self.messages_in = PromCounter("kafka_server_brokertopicmetrics_messagesin",
-                                       "Records produced to this broker, by topic", ["topic"], registry=self.registry)
-        self.bytes_out = PromCounter("kafka_server_brokertopicmetrics_bytesout",
-                                     "Record bytes fetched from this broker (consumers and followers), by topic",
-                                     ["topic"], registry=self.registry)
-        self.registry.register(_Scraped(self))
-        self._per_api: dict[int, tuple[Any, Any]] = {}  # api key -> its labelled counter and histogram
+        self._registry: CollectorRegistry | None = None  # made at the first scrape
+        # API key -> [requests, sum of ms, then one count per TIME_BUCKETS_MS bucket and +Inf]
+        self._per_api: dict[int, list[float]] = {}
+        self.bytes_in: dict[str, int] = {}  # topic -> record bytes appended by produce requests
+        self.messages_in: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}  # topic -> record bytes fetched (consumers and followers)
 
     def observe(self, api_key: int, request: Any, response: Any, seconds: float) -> None:
         """One request handled (its response ready) after `seconds`."""
-        children = self._per_api.get(api_key)
-        if children is None:  # once per API: labels() is a locked lookup, too slow for every request
-            name = api_name(api_key)
-            children = self._per_api[api_key] = (self.requests.labels(name), self.total_time.labels(name))
-        children[0].inc()
-        children[1].observe(seconds * 1000)
+        counts = self._per_api.get(api_key)
+        if counts is None:
+            counts = self._per_api[api_key] = [0.0] * (3 + len(TIME_BUCKETS_MS))
+        ms = seconds * 1000
+        counts[0] += 1
+        counts[1] += ms
+        counts[2 + bisect.bisect_left(TIME_BUCKETS_MS, ms)] += 1  # the first bucket whose bound is >= ms
         try:
             if api_key == PRODUCE and request is not None:
                 self._produced(request, response)
@@ -105,7 +103,8 @@ class BrokerMetrics:
                 for t in response.get("responses") or ():
                     n = sum(len(p["records"]) for p in t["partitions"] if p.get("records") is not None)
                     if n:
-                        self.bytes_out.labels(self._topic_name(t)).inc(n)
+                        topic = self._topic_name(t)
+                        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + n
         except (AttributeError, KeyError, TypeError):  # a malformed request was answered with an error
             pass
 
@@ -123,8 +122,8 @@ class BrokerMetrics:
                     size += len(pd.records)
                     count += record_count(pd.records)
             if size:
-                self.bytes_in.labels(t.name).inc(size)
-                self.messages_in.labels(t.name).inc(count)
+                self.bytes_in[t.name] = self.bytes_in.get(t.name, 0) + size
+                self.messages_in[t.name] = self.messages_in.get(t.name, 0) + count
 
     def _topic_name(self, t: Mapping[str, Any]) -> str:
         if t.get("topic"):
@@ -135,9 +134,44 @@ class BrokerMetrics:
 
     def exposition(self) -> bytes:
         """The text format (version 0.0.4) of every metric of this broker."""
-        return generate_latest(self.registry)
+        from prometheus_client import CollectorRegistry, generate_latest  # lazy: see the module docstring
+        if self._registry is None:
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(_Scraped(self))
+        return generate_latest(self._registry)
+
+    def counted(self) -> Iterator[Any]:
+        """What observe() counted, as prometheus_client's Counter and Histogram would expose it."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+        from prometheus_client.utils import floatToGoString
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests", "Requests handled, by API",
+                                       labels=["request"])
+        total_time = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                           "Time from a request's arrival to its response being ready, in ms, by API",
+                                           labels=["request"])
+        bounds = [floatToGoString(b) for b in TIME_BUCKETS_MS] + ["+Inf"]
+        for api_key, counts in sorted(self._per_api.items()):
+            name = api_name(api_key)
+            requests.add_metric([name], counts[0])
+            cumulative, buckets = 0.0, []
+            for bound, n in zip(bounds, counts[2:]):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            total_time.add_metric([name], buckets, counts[1])
+        yield requests
+        yield total_time
+        for name, text, values in (
+                ("bytesin", "Record bytes appended by produce requests, by topic", self.bytes_in),
+                ("messagesin", "Records produced to this broker, by topic", self.messages_in),
+                ("bytesout", "Record bytes fetched from this broker (consumers and followers), by topic",
+                 self.bytes_out)):
+            family = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{name}", text, labels=["topic"])
+            for topic, n in sorted(values.items()):
+                family.add_metric([topic], n)
+            yield family
 
     def scrape(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         labels = ["topic", "partition"]
         start = GaugeMetricFamily("kafka_log_log_logstartoffset", "First offset of the replica's log", labels=labels)
         end = GaugeMetricFamily("kafka_log_log_logendoffset", "Offset after the replica's last record", labels=labels)

@@ -44,7 +44,6 @@ from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
 from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
-from kshim.net.tls import certificate_principal, server_context
 from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
 
@@ -221,6 +220,7 @@ class Server:
         self.tls: ssl.SSLContext | None = None
         self.dev_ca = None  # the CA file clients trust, with --tls-dev
         if security.needs_tls:
+            from kshim.net.tls import server_context  # start-up: cryptography loads only for TLS listeners
             self.tls, self.dev_ca = server_context(security, cfg.data_dir)
         self.bound: list[Listener] = []  # the listeners with the ports they were bound to
 
@@ -348,7 +348,10 @@ class Server:
                 if wrapped is None:
                     return
                 conn = wrapped
-            principal = certificate_principal(conn) if isinstance(conn, ssl.SSLSocket) else ANONYMOUS
+            principal = ANONYMOUS
+            if isinstance(conn, ssl.SSLSocket):
+                from kshim.net.tls import certificate_principal  # loaded already: see __init__
+                principal = certificate_principal(conn)
             security = ConnectionSecurity(listener, self.broker.config.security, self.credentials, principal)
             core = ConnectionCore(self.supported, self.broker.config.max_request_bytes,
                                   security if listener.sasl else None)

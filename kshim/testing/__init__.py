@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kshim.ctl.faults import FaultClient, RequestLogClient
+if TYPE_CHECKING:
+    from kshim.ctl.faults import FaultClient, RequestLogClient
 
 __all__ = ["KshimBroker", "KshimCluster", "KshimStartError", "FaultClient", "RequestLogClient"]
 
@@ -92,8 +93,11 @@ class _Kshim:
     def __init__(self, process: _Process) -> None:
         self._process = process
         self.data_dir = process.data_dir
-        self.faults = FaultClient(self.data_dir)
-        self.requests = RequestLogClient(self.data_dir)
+        # here, not at the top: the pytest plugin imports this module in every pytest run, and the
+        # clients load the control-plane messages (a fifth of a second), wanted only with a broker
+        from kshim.ctl.faults import FaultClient, RequestLogClient
+        self.faults: FaultClient = FaultClient(self.data_dir)
+        self.requests: RequestLogClient = RequestLogClient(self.data_dir)
 
     @property
     def bootstrap(self) -> str:
@@ -170,3 +174,11 @@ def free_port_block(count: int) -> int:
             for s in sockets:
                 s.close()
     raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def __getattr__(name: str) -> Any:
+    """FaultClient and RequestLogClient, loaded on first use (see _Kshim)."""
+    if name in ("FaultClient", "RequestLogClient"):
+        from kshim.ctl import faults
+        return getattr(faults, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,8 @@ Fixtures:
 - `kshim_broker`: a fresh `kshim serve` for the test, on a free port, data in a directory of its
   own; `.bootstrap`, `.faults` (FaultClient), `.requests` (RequestLogClient), `.data_dir`. The
   next test's broker starts in the background while a test runs, so a test waits for none (a
-  cold start is bound by Python importing kshim, most of a second); `--kshim-no-spare` turns
-  that off.
+  cold start is bound by Python importing kshim, about 0.4 s: docs/benchmarks.md);
+  `--kshim-no-spare` turns that off.
 - `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
   start, so `kshim_requests.new()` gives this test's requests).
 - `kshim_cluster`: a 3-broker `kshim serve --brokers 3` shared by the tests of a module (its fault
@@ -22,13 +22,14 @@ from __future__ import annotations
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from kshim.ctl.faults import FaultClient, RequestLogClient
-from kshim.log.files import ephemeral_dir
 from kshim.testing import KshimBroker, KshimCluster
+
+if TYPE_CHECKING:  # loaded with the first broker (kshim.testing): this module loads in every pytest run
+    from kshim.ctl.faults import FaultClient, RequestLogClient
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,7 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _data_dir(durable: bool, tmp: pytest.TempPathFactory, name: str) -> Path:
-    return tmp.mktemp(name) if durable else ephemeral_dir(f"{name}-")
+    if durable:
+        return tmp.mktemp(name)
+    from kshim.log.files import ephemeral_dir  # with a broker: the kshim.log package loads the log code
+    return ephemeral_dir(f"{name}-")
 
 
 def _discard(data_dir: Path, durable: bool) -> None:

@@ -14,6 +14,8 @@
   election was not needed (Kafka does the same).
 - The answer comes once this broker has applied the new leaders; the leaders themselves take
   over as soon as they apply the image. timeout_ms is not needed for that and is ignored.
+- Authorization: ALTER on the cluster (Kafka's ControllerApis), else CLUSTER_AUTHORIZATION_FAILED as
+  the top-level error and for every asked partition; nothing is elected.
 - The controller unreachable: its error (NOT_CONTROLLER, REQUEST_TIMED_OUT) as the top-level
   error (v1+) and for every asked partition.
 """
@@ -23,9 +25,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.controller.messages import Election
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 43
@@ -44,8 +47,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         for topic in req.topic_partitions:
             asked.setdefault(topic.topic, []).extend(topic.partitions)
     try:
+        authz.check_cluster(ctx, AclOperation.ALTER)
         results = await ctx.broker.elect_leaders(election, asked)
-    except BrokerError as e:  # the controller is away: every asked partition gets its error
+    except BrokerError as e:  # refused, or the controller is away: every asked partition gets its error
         failed = [{"topic": t, "partition_result": [{"partition_id": i, "error_code": e.code, "error_message": e.message}
                                                     for i in indexes]} for t, indexes in (asked or {}).items()]
         return {"throttle_time_ms": 0, "error_code": e.code, "replica_election_results": failed}

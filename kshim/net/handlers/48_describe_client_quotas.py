@@ -9,6 +9,8 @@ metadata image (the controller's AlterClientQuotas travel in it), as a KRaft bro
 - strict: only entities with exactly the filtered types; otherwise entities may have more types.
   No components and strict=false lists every entity.
 - A failed filter answers the error with its message and null entries.
+- Authorization: DESCRIBE_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED (Kafka's
+  KafkaApis), with no entries.
 """
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.configs import quotas
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 48
@@ -27,6 +30,9 @@ VERSIONS = (0, 1)
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     throttle = 0  # request_percentage: the server raises it (handlers/throttling.py)
+    if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE_CONFIGS):
+        return {"throttle_time_ms": throttle, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": f"{ctx.principal} may not DESCRIBE_CONFIGS the cluster", "entries": None}
     try:
         flt = quotas.parse_filter(((c.entity_type, c.match_type, c.match) for c in req.components), req.strict)
     except BrokerError as e:

@@ -13,6 +13,8 @@ every broker enforces them from its metadata image (kshim/net/quota_manager.py).
 - validate_only runs every check and changes nothing.
 - Enforced (kshim/net/quota_manager.py, docs/protocol.md "Quotas"): the byte rates,
   request_percentage, connection_creation_rate and controller_mutation_rate.
+- Authorization: ALTER_CONFIGS on the cluster, else CLUSTER_AUTHORIZATION_FAILED for every
+  entry (Kafka's ControllerApis); nothing is stored.
 """
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.cluster.image import QuotaEntityPart
 from kshim.controller.messages import AlterClientQuotas, QuotaAlteration, QuotaAlterationResult
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 49
@@ -41,7 +44,12 @@ def _alteration(entry: Container) -> QuotaAlteration | QuotaAlterationResult:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
-    asked = [_alteration(entry) for entry in req.entries]
+    if not authz.cluster_allowed(ctx, AclOperation.ALTER_CONFIGS):
+        refused = QuotaAlterationResult(int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                                        f"{ctx.principal} may not ALTER_CONFIGS the cluster")
+        asked: list[QuotaAlteration | QuotaAlterationResult] = [refused] * len(req.entries)
+    else:
+        asked = [_alteration(entry) for entry in req.entries]
     valid = [a for a in asked if isinstance(a, QuotaAlteration)]
     answers: list[QuotaAlterationResult] = []
     if valid:

@@ -5,6 +5,8 @@
   Kafka does not list users of its JAAS file.
 - users null or empty: every user with a credential. A named user with none: RESOURCE_NOT_FOUND;
   a user named twice: DUPLICATE_RESOURCE for it. Salts and keys never leave the broker.
+- Authorization: DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED at the top and for
+  every asked user (Kafka's KafkaApis).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from collections import Counter
 
 from construct import Container
 
-from kshim.net.handlers import RequestContext, Response
+from kshim.acls import AclOperation
+from kshim.net.handlers import RequestContext, Response, authz
 from wire.errors import ErrorCode
 
 API_KEY = 50
@@ -21,6 +24,11 @@ MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMecha
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
+    if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE):
+        code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{ctx.principal} may not DESCRIBE the cluster"
+        return {"throttle_time_ms": 0, "error_code": code, "error_message": message, "results": [
+            {"user": u.name, "error_code": code, "error_message": message, "credential_infos": []}
+            for u in req.users or ()]}
     by_user: dict[str, list[dict]] = {}
     for entry in ctx.broker.image.scram:
         by_user.setdefault(entry.user, []).append(

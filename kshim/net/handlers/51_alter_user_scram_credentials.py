@@ -9,6 +9,8 @@
   4096..16384; RESOURCE_NOT_FOUND for deleting a credential that does not exist. Other users'
   alterations still apply.
 - While the controller is unreachable every user gets its error (NOT_CONTROLLER, retriable).
+- Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED for every user named
+  (Kafka's ControllerApis); nothing is stored.
 """
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from collections import Counter
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.cluster.image import ScramEntry
 from kshim.controller.messages import ScramDeletion
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response
+from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.sasl import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, scram_from_salted
 from wire.errors import ErrorCode
 
@@ -55,6 +58,11 @@ def _entry(u: Container) -> ScramEntry:
 async def handle(ctx: RequestContext, req: Container) -> Response:
     assert set(MECHANISMS.values()) == set(HASHES)
     names = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
+    if not authz.cluster_allowed(ctx, AclOperation.ALTER):
+        why = f"{ctx.principal} may not ALTER the cluster"
+        return {"throttle_time_ms": 0, "results": [
+            {"user": name, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "error_message": why}
+            for name in dict.fromkeys(names)]}
     counts = Counter(names)
     failed: dict[str, tuple[ErrorCode, str]] = {
         name: (ErrorCode.DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")

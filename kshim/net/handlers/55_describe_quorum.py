@@ -12,6 +12,7 @@ answers as a quorum of one voter, with real numbers:
 - v2: replica_directory_id is the zero UUID (no directories); nodes is empty: the controller has no
   Kafka listener (brokers forward to it).
 - The controller unreachable: its error (NOT_CONTROLLER, REQUEST_TIMED_OUT) at the top level.
+- Authorization: DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level).
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.controller.messages import QuorumReplica
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -37,6 +39,9 @@ def _replica(r: QuorumReplica) -> dict[str, Any]:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
+    if not authz.cluster_allowed(ctx, AclOperation.DESCRIBE):
+        return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": f"{ctx.principal} may not DESCRIBE the cluster", "nodes": [], "topics": []}
     topics = list(req.topics)
     if len(topics) != 1 or topics[0].topic_name != METADATA_TOPIC or len(topics[0].partitions) != 1 \
             or topics[0].partitions[0].partition_index != 0:

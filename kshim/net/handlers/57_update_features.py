@@ -16,6 +16,8 @@ Admin.updateFeatures). The supported and finalized levels show in ApiVersions v3
   finalized features epoch is the metadata image version that set them.
 - The answer: the top-level error, repeated for every feature in v0-1 (as Kafka's response).
   timeout_ms is not needed (the answer comes once this broker applied the change).
+- Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED (top level, and for each
+  feature before v2); nothing changes.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.controller.messages import FeatureUpdate, FeatureUpgrade
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 57
@@ -38,6 +41,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     names = [f.feature for f in req.feature_updates]
     code, message = ErrorCode.NONE, None
     try:
+        authz.check_cluster(ctx, AclOperation.ALTER)
         updates = []
         for f in req.feature_updates:
             if ctx.version == 0:

@@ -9,6 +9,7 @@ kafka-cluster.sh unregister).
 - A live broker may be unregistered too (Kafka does not refuse it): its next heartbeat finds it
   unknown and it registers again, with a higher broker epoch.
 - An id that is not registered: BROKER_ID_NOT_REGISTERED. The controller unreachable: its error.
+- Authorization: ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 
 API_KEY = 64
@@ -26,6 +28,7 @@ VERSIONS = (0, 0)
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     try:
+        authz.check_cluster(ctx, AclOperation.ALTER)
         await ctx.broker.unregister_broker(req.broker_id)
     except BrokerError as e:
         return {"throttle_time_ms": 0, "error_code": e.code, "error_message": e.message}

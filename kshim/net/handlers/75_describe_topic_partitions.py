@@ -15,7 +15,10 @@ Admin client's describeTopics uses from Kafka 3.7 on; as Kafka 4.x's handler ans
 - Per partition, from this broker's metadata image: leader (-1 with LEADER_NOT_AVAILABLE when it
   has none or it is fenced), leader epoch, replicas, ISR, offline replicas (on fenced brokers).
   kshim has no eligible leader replicas (KIP-966's ELR): both ELR lists are empty.
-- topic_authorized_operations is "not requested" (INT32_MIN): kshim has no ACLs.
+- Authorization: DESCRIBE on each topic. A named topic one may not describe is
+  TOPIC_AUTHORIZATION_FAILED whether or not it exists (its existence is not disclosed); with an
+  empty topic list such topics are left out. topic_authorized_operations holds the operations the
+  principal may do on the topic, as Kafka fills it for every answered topic.
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
+from kshim.acls import AclOperation, ResourceType
 from kshim.cluster.image import TopicInfo
 from kshim.errors import BrokerError, check_topic_name
-from kshim.net.handlers import RequestContext
+from kshim.net.handlers import RequestContext, authz
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 
@@ -68,6 +72,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
     names = sorted(topics if every else set(asked))
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
+    refused = authz.denied_topics(ctx, AclOperation.DESCRIBE, names)
+    if every:
+        names = [n for n in names if n not in refused]
     alive = {b.node_id for b in ctx.broker.image.alive_brokers()}
     remaining = max(min(MAX_PARTITIONS_PER_RESPONSE, req.response_partition_limit), 1)
     answered: list[dict[str, Any]] = []
@@ -76,6 +83,9 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         if remaining == 0:
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
+        if name in refused:
+            answered.append({**_missing(name), "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            continue
         topic = topics.get(name)
         if topic is None:
             if not every:
@@ -85,7 +95,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         partitions = _partitions(topic, start, remaining, alive)
         answered.append({"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id,
                          "is_internal": topic.is_internal, "partitions": partitions,
-                         "topic_authorized_operations": NO_OPERATIONS})
+                         "topic_authorized_operations": authz.operations(ctx, ResourceType.TOPIC, name, True)})
         if start + len(partitions) < len(topic.partitions):
             next_cursor = {"topic_name": name, "partition_index": start + len(partitions)}
             break

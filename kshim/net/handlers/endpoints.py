@@ -1,7 +1,7 @@
 """Where a client should reach a broker: on the listener the client came in on, as Kafka does
 (a client on the SASL_SSL listener is told every broker's SASL_SSL endpoint).
 
-A broker registers the address of its first listener; its other listeners sit at the same offset
+A broker registers the address of its inter-broker listener; its other listeners sit at the same offset
 from their configured ports as that one (a cluster offsets every port by the broker's index), so a
 broker's endpoint on listener L is this broker's L port plus the difference of the registered ports.
 

@@ -1,0 +1,50 @@
+"""What `kshim serve` loads at start (docs/benchmarks.md, "Start time"): `import kshim.cli` leaves
+out what a run may not need, each loaded where it is used (tests/test_layers.py LAZY_IMPORTS says
+why): cryptography (TLS listeners), prometheus_client (the first /metrics scrape), kshim ctl's
+commands and clients, importlib.metadata (--version; the crc32c package's __init__ asks it for
+its version, so wire.crc loads the extension itself). Checked in a fresh interpreter, by module
+names, not by time."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+DEFERRED = ("cryptography", "prometheus_client", "kshim.ctl.", "kshim.net.tls", "importlib.metadata",
+            "kshim.console", "crc32c")
+ALLOWED = {"kshim.ctl.common"}  # CtlError, which the console sources catch (it imports wire.errors only)
+
+
+def loaded_after(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_import_kshim_cli_leaves_out_what_serve_may_not_need():
+    loaded = loaded_after("import kshim.cli")
+    assert "kshim.broker" in loaded  # the check sees what was imported
+    assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
+
+
+def test_the_pytest_plugin_loads_no_broker_code():
+    loaded = loaded_after("import kshim.testing.plugin")
+    assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.testing", "kshim.testing.plugin"]
+
+
+def test_ctl_help_matches_the_placeholder():
+    from kshim import cli
+    from kshim.ctl import commands
+    assert cli.CTL_HELP == commands.HELP
+
+
+def test_the_crc_is_the_packages():
+    import crc32c
+
+    from wire.crc import crc32c as ours
+    data = b"123456789" * 100
+    assert ours(data) == crc32c.crc32c(data) and ours(b"123456789") == 0xE3069283
