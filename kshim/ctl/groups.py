@@ -20,6 +20,10 @@ with that error; the other groups are still shown. KIP-848 ("consumer" type) gro
 DescribeGroups does not describe, are described with ConsumerGroupDescribe (API 69), and share
 groups (KIP-932, "share" type) with ShareGroupDescribe (API 77): state, epochs, members and the
 partitions each member shares (a share group commits no offsets: OffsetFetch is not asked).
+With --data-dir, each share group also shows its in-flight records per share partition: every
+broker's admin socket (ShareInFlight) answers for the share partitions it leads (start offset,
+window end, records available, acquired, acknowledged and archived); --bootstrap alone has no
+admin sockets to ask.
 """
 from __future__ import annotations
 
@@ -27,10 +31,13 @@ import argparse
 import json
 import struct
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from kshim.controller import messages as ops
+from kshim.ctl import brokers_admin
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
                                REQUEST_TIMEOUT_S, RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster,
                                brokers_down, cluster_brokers, connect_any, failure_text, metadata,
@@ -418,9 +425,28 @@ def groups(data_dir=None, bootstrap: str | None = None, group: str | None = None
     else:
         raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve [--brokers N]`")
     try:
-        return anyio.run(collect, addresses, group, down, security)
+        report = anyio.run(collect, addresses, group, down, security)
     except (OSError, TimeoutError, ConnectionError) as e:
         raise CtlError(failure_text(e)) from None
+    if data_dir is not None and not bootstrap:
+        for g in report["groups"]:
+            if g.get("group_type") == "share":
+                g["in_flight"] = share_in_flight(Path(data_dir), g["group_id"], down)
+    return report
+
+
+def share_in_flight(data_dir: Path, group_id: str, down: dict[int, str]) -> list[dict]:
+    """The share partitions of `group_id`, from the admin socket of every running broker (each
+    answers for the partitions it leads)."""
+    rows: list[dict] = []
+    for node, path in brokers_admin.broker_sockets(data_dir).items():
+        if node in down:
+            continue
+        try:
+            rows += json.loads(brokers_admin.call(path, ops.ShareInFlight(group_id), REQUEST_TIMEOUT_S, node))
+        except CtlError as e:
+            rows.append({"node": node, "error": str(e)})
+    return sorted(rows, key=lambda r: (r.get("topic", ""), r.get("partition", -1), r["node"]))
 
 
 def add_parser(commands) -> argparse.ArgumentParser:
@@ -479,6 +505,17 @@ def format_table(report: dict[str, Any]) -> str:
             lines.extend("  " + line for line in text_table(rows).splitlines())
         elif g.get("group_type") != "share":
             lines.append("  no committed offsets")
+        if g.get("in_flight"):
+            rows = [["TOPIC", "PARTITION", "LEADER", "START", "END", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED",
+                     "ARCHIVED"]]
+            for r in g["in_flight"]:
+                if "error" in r:
+                    rows.append(["-", "-", str(r["node"]), r["error"], "", "", "", "", ""])
+                    continue
+                rows.append([r["topic"], str(r["partition"]), str(r["node"]), str(r["start_offset"]),
+                             str(r["end_offset"]), str(r["available"]), str(r["acquired"]),
+                             str(r["acknowledged"]), str(r["archived"])])
+            lines.extend("  " + line for line in text_table(rows).splitlines())
     lines.append("")
     lines.append(f"log end: {report['end_offsets']}")
     return "\n".join(lines)

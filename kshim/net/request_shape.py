@@ -37,6 +37,7 @@ _ANSWERS: dict[tuple, str] = {  # (api key, field[, "v0": an older name])
     (51, "results"): "upsertions",
     (78, "responses"): "topics", (79, "responses"): "topics",
     (83, "results"): "topics", (84, "results"): "topics", (85, "results"): "topics", (86, "results"): "topics",
+    (91, "responses"): "topics", (92, "responses"): "topics",
 }
 # a response element's field and the request element's field it echoes, where their names differ
 _ECHOES = {"partition_index": ("partition", "index"), "partition": ("partition_index", "index"),
