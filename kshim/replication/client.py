@@ -151,3 +151,46 @@ def inter_broker_client(config: SecurityConfig) -> ClientSecurity | None:
     user = config.inter_broker_user or ""
     return ClientSecurity(tls, config.inter_broker_mechanism if listener.sasl else None, user,
                           config.users.get(user, ""))
+
+
+class BrokerConnections:
+    """One connection to each other broker with one request in flight on it: how the coordinators
+    reach other brokers (transaction markers, transaction verification, share-group state). A
+    connection whose broker moved to another address is replaced; one whose request failed or was
+    cancelled (its answer may still come) is closed, and the next request opens a new one."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self._connections: dict[int, BrokerConnection] = {}
+        self._locks: dict[int, anyio.Lock] = {}
+
+    async def request(self, node_id: int, host: str, port: int, api_key: int, version: int,
+                      body: Mapping[str, Any], timeout_s: float) -> Container:
+        """The answer of broker `node_id` within `timeout_s` once this request's turn came; raises
+        what the connection raised (CONNECTION_LOST; TimeoutError is one) after closing it."""
+        async with self._locks.setdefault(node_id, anyio.Lock()):
+            conn = self._connections.get(node_id)
+            try:
+                with anyio.fail_after(timeout_s):
+                    if conn is None or (conn.host, conn.port) != (host, port):
+                        await self.drop(node_id)
+                        conn = BrokerConnection(host, port, self.client_id)
+                        self._connections[node_id] = conn
+                        await conn.connect()
+                    return await conn.request(api_key, version, body)
+            except BaseException:
+                await self.drop(node_id)
+                raise
+
+    async def drop(self, node_id: int) -> None:
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await conn.aclose()
+                except OSError:
+                    pass
+
+    async def aclose(self) -> None:
+        for node_id in list(self._connections):
+            await self.drop(node_id)

@@ -16,7 +16,7 @@ from kshim.coordinator.share_partitions.coordinator import ShareCoordinator, Sta
 from kshim.coordinator.share_partitions.record_format import StoredState
 from kshim.coordinator.share_partitions.state import StateBatch
 from kshim.errors import BrokerError
-from kshim.replication.client import CONNECTION_LOST, BrokerConnection
+from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.share")
@@ -38,8 +38,7 @@ class SharePersister:
     def __init__(self, broker: CoordinatorHost, coordinator: ShareCoordinator) -> None:
         self.broker = broker
         self.coordinator = coordinator
-        self._connections: dict[int, BrokerConnection] = {}
-        self._locks: dict[int, anyio.Lock] = {}
+        self._connections = BrokerConnections(f"kshim-share-{broker.node_id}")
 
     async def read(self, key: StateKey, leader_epoch: int) -> tuple[ErrorCode, StoredState | None]:
         found: list[StoredState | None] = [None]
@@ -100,25 +99,11 @@ class SharePersister:
 
     async def _send(self, node_id: int, host: str, port: int, api: int, body: dict):
         """The one partition result of `api` from broker `node_id`, None if the connection failed."""
-        async with self._locks.setdefault(node_id, anyio.Lock()):  # one request in flight per connection
-            try:
-                with anyio.fail_after(DEADLINE_S):
-                    conn = self._connections.get(node_id)
-                    if conn is None or (conn.host, conn.port) != (host, port):
-                        conn = BrokerConnection(host, port, f"kshim-share-{self.broker.node_id}")
-                        await conn.connect()
-                        self._connections[node_id] = conn
-                    response = await conn.request(api, VERSIONS[api], body)
-            except CONNECTION_LOST as e:
-                log.info("share state request %d to node %d failed: %s", api, node_id, e)
-                conn = self._connections.pop(node_id, None)
-                if conn is not None:
-                    with anyio.CancelScope(shield=True):
-                        try:
-                            await conn.aclose()
-                        except OSError:
-                            pass
-                return None
+        try:
+            response = await self._connections.request(node_id, host, port, api, VERSIONS[api], body, DEADLINE_S)
+        except CONNECTION_LOST as e:
+            log.info("share state request %d to node %d failed: %s", api, node_id, e)
+            return None
         return response.results[0].partitions[0]
 
 

@@ -22,7 +22,7 @@ import anyio
 from kshim.cluster.image import NO_LEADER
 from kshim.coordinator.runtime import CoordinatorHost
 from kshim.replica import ReplicaManager, TxnMarker
-from kshim.replication.client import CONNECTION_LOST, BrokerConnection
+from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.transactions")
@@ -55,8 +55,7 @@ async def write_here(replicas: ReplicaManager, producer_id: int, producer_epoch:
 class MarkerWriter:
     def __init__(self, broker: CoordinatorHost) -> None:
         self.broker = broker
-        self._connections: dict[int, BrokerConnection] = {}
-        self._locks: dict[int, anyio.Lock] = {}
+        self._connections = BrokerConnections(f"kshim-txn-{broker.node_id}")
 
     async def write(self, producer_id: int, producer_epoch: int, committed: bool, coordinator_epoch: int,
                     partitions: Iterable[TopicPartition], still_coordinator: Callable[[], bool],
@@ -115,33 +114,15 @@ class MarkerWriter:
                              "transaction_result": committed, "coordinator_epoch": coordinator_epoch,
                              "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
                              "transaction_version": transaction_version}]}
-        lock = self._locks.setdefault(node_id, anyio.Lock())
-        async with lock:  # one request in flight per connection
-            try:
-                with anyio.fail_after(REQUEST_TIMEOUT_S + 5):
-                    conn = self._connections.get(node_id)
-                    if conn is None or (conn.host, conn.port) != (node.host, node.port):
-                        conn = BrokerConnection(node.host, node.port, f"kshim-txn-{self.broker.node_id}")
-                        await conn.connect()
-                        self._connections[node_id] = conn
-                    response = await conn.request(WRITE_TXN_MARKERS, 2 if transaction_version >= 2 else MARKERS_VERSION,
-                                                  body)
-            except CONNECTION_LOST as e:
-                log.info("WriteTxnMarkers to node %d failed: %s", node_id, e)
-                await self._drop(node_id)
-                return {}
+        try:
+            response = await self._connections.request(
+                node_id, node.host, node.port, WRITE_TXN_MARKERS, 2 if transaction_version >= 2 else MARKERS_VERSION,
+                body, REQUEST_TIMEOUT_S + 5)
+        except CONNECTION_LOST as e:
+            log.info("WriteTxnMarkers to node %d failed: %s", node_id, e)
+            return {}
         return {(t.name, p.partition_index): ErrorCode(p.error_code)
                 for m in response.markers for t in m.topics for p in t.partitions}
 
-    async def _drop(self, node_id: int) -> None:
-        conn = self._connections.pop(node_id, None)
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await conn.aclose()
-                except OSError:
-                    pass
-
     async def aclose(self) -> None:
-        for node_id in list(self._connections):
-            await self._drop(node_id)
+        await self._connections.aclose()

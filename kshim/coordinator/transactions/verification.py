@@ -32,7 +32,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
-from kshim.replication.client import CONNECTION_LOST, BrokerConnection
+from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.transactions")
@@ -78,8 +78,7 @@ class Verifier:
     def __init__(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
         self.broker = coordinator.broker
-        self._connections: dict[int, BrokerConnection] = {}
-        self._locks: dict[int, anyio.Lock] = {}
+        self._connections = BrokerConnections(f"kshim-verify-{self.broker.node_id}")
 
     def needs(self, topic: str, index: int, producer_id: int, producer_epoch: int) -> bool:
         """True unless the partition (led here) has this producer's transaction open at this epoch."""
@@ -150,19 +149,11 @@ class Verifier:
         body = {"transactions": [{
             "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
             "verify_only": not add, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}]}
-        lock = self._locks.setdefault(node_id, anyio.Lock())
         try:
-            async with lock:  # one request in flight per connection
-                with anyio.fail_after(REQUEST_TIMEOUT_S):
-                    conn = self._connections.get(node_id)
-                    if conn is None or (conn.host, conn.port) != (node.host, node.port):
-                        conn = BrokerConnection(node.host, node.port, f"kshim-verify-{self.broker.node_id}")
-                        await conn.connect()
-                        self._connections[node_id] = conn
-                    response = await conn.request(ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, body)
-        except (*CONNECTION_LOST, TimeoutError) as e:
+            response = await self._connections.request(node_id, node.host, node.port, ADD_PARTITIONS_TO_TXN,
+                                                       VERIFY_VERSION, body, REQUEST_TIMEOUT_S)
+        except CONNECTION_LOST as e:
             log.info("verifying %s with node %d failed: %s", transactional_id, node_id, e)
-            await self._drop(node_id)
             return dict.fromkeys(partitions, ErrorCode.NETWORK_EXCEPTION)
         if response.error_code:
             code = ErrorCode(response.error_code)  # a broker denied CLUSTER_ACTION answers no transaction
@@ -176,15 +167,5 @@ class Verifier:
                         codes[(t.name, p.partition_index)] = ErrorCode(p.partition_error_code)
         return codes
 
-    async def _drop(self, node_id: int) -> None:
-        conn = self._connections.pop(node_id, None)
-        if conn is not None:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await conn.aclose()
-                except OSError:
-                    pass
-
     async def aclose(self) -> None:
-        for node_id in list(self._connections):
-            await self._drop(node_id)
+        await self._connections.aclose()
