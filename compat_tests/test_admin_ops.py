@@ -262,7 +262,7 @@ def test_features_are_reported_validated_and_updated(cluster, kadmin, java):
         after = wait_until(downgraded, message="group.version 0 on the brokers")
         assert after["metadata.version"]["finalized_epoch"] > features["metadata.version"]["finalized_epoch"]
         wait_until(lambda: java_admin(java, cluster.bootstrap, ["features"])[0]["finalized"] ==
-                   {"metadata.version": [30, 30], "transaction.version": [2, 2]},
+                   {"metadata.version": [30, 30], "share.version": [1, 1], "transaction.version": [2, 2]},
                    timeout=60, message="the Java client seeing group.version 0")
     finally:
         kadmin.update_features({"group.version": ("UPGRADE", 1)})

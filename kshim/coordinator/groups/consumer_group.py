@@ -160,8 +160,30 @@ class ConsumerMember:
         self.previous_epoch, self.epoch = self.epoch, epoch
 
 
+class NoClassicMembers:
+    """The classic group APIs on a group of another protocol (KIP-848 consumer or share groups):
+    JoinGroup is INCONSISTENT_GROUP_PROTOCOL (kshim has no mixed membership), the rest
+    UNKNOWN_MEMBER_ID."""
+
+    def join(self, now: int, *, member_id: str, **_: Any) -> Waiter:
+        waiter = Waiter()
+        waiter.set(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
+        return waiter
+
+    def sync(self, now: int, **_: Any) -> Waiter:
+        waiter = Waiter()
+        waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        return waiter
+
+    def heartbeat(self, now: int, **_: Any) -> ErrorCode:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+
+    def leave(self, now: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+
+
 @dataclass(eq=False)
-class ConsumerGroup:
+class ConsumerGroup(NoClassicMembers):
     group_id: str
     config: GroupConfig = field(default_factory=GroupConfig)
     state_since: int = 0
@@ -403,24 +425,6 @@ class ConsumerGroup:
         if member_id is None and member_epoch < 0:
             return ErrorCode.NONE
         return self.validate_member_epoch(member_id, member_epoch)
-
-    # ------------------------------------------------------------------ classic APIs on a consumer group
-    def join(self, now: int, *, member_id: str, **_: Any) -> Waiter:
-        """JoinGroup: kshim has no mixed (classic members in consumer groups) membership."""
-        waiter = Waiter()
-        waiter.set(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
-        return waiter
-
-    def sync(self, now: int, **_: Any) -> Waiter:
-        waiter = Waiter()
-        waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-        return waiter
-
-    def heartbeat(self, now: int, **_: Any) -> ErrorCode:
-        return ErrorCode.UNKNOWN_MEMBER_ID
-
-    def leave(self, now: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        return ErrorCode.UNKNOWN_MEMBER_ID
 
     # ------------------------------------------------------------------ timers
     def next_deadline(self) -> int | None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from kshim.coordinator.groups.assignors import simple
-from kshim.coordinator.groups.consumer_group import HeartbeatResult, Topics, by_topic
-from kshim.coordinator.groups.group import GroupConfig, JoinResult, SyncResult, Waiter
+from kshim.coordinator.groups.consumer_group import HeartbeatResult, NoClassicMembers, Topics, by_topic
+from kshim.coordinator.groups.group import GroupConfig
 from kshim.coordinator.groups.group_format import StoredShareGroup, StoredShareMember
 from wire.errors import ErrorCode
 
@@ -72,7 +72,7 @@ class ShareMember:
 
 
 @dataclass(eq=False)
-class ShareGroup:
+class ShareGroup(NoClassicMembers):
     group_id: str
     config: GroupConfig = field(default_factory=GroupConfig)
     state_since: int = 0
@@ -206,22 +206,6 @@ class ShareGroup:
 
     def validate_fetch(self, member_id: str | None, member_epoch: int) -> ErrorCode:
         return ErrorCode.GROUP_ID_NOT_FOUND
-
-    def join(self, now: int, *, member_id: str, **_: Any) -> Waiter:
-        waiter = Waiter()
-        waiter.set(JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id))
-        return waiter
-
-    def sync(self, now: int, **_: Any) -> Waiter:
-        waiter = Waiter()
-        waiter.set(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-        return waiter
-
-    def heartbeat(self, now: int, **_: Any) -> ErrorCode:
-        return ErrorCode.UNKNOWN_MEMBER_ID
-
-    def leave(self, now: int, member_id: str, instance_id: str | None) -> ErrorCode:
-        return ErrorCode.UNKNOWN_MEMBER_ID
 
     # ------------------------------------------------------------------ timers
     def next_deadline(self) -> int | None:

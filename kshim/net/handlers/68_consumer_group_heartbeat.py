@@ -30,31 +30,22 @@ from __future__ import annotations
 
 from construct import Container
 
+from kshim.acls import AclOperation
 from kshim.cluster.image import GROUP_VERSION
 from kshim.coordinator.groups.consumer_group import HeartbeatResult, validate_heartbeat
-from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext, Response, authz
-from wire.errors import ErrorCode
-from kshim.net.handlers.group_common import client_host
+from kshim.net.handlers.group_common import client_host, heartbeat_answer
 from wire.errors import ErrorCode
 
 API_KEY = 68
 VERSIONS = (0, 1)
 
 
-def _answer(result: HeartbeatResult) -> dict:
-    assignment = None if result.assignment is None else {"topic_partitions": [
-        {"topic_id": t, "partitions": ps} for t, ps in result.assignment.items()]}
-    return {"throttle_time_ms": 0, "error_code": result.error_code, "error_message": result.error_message,
-            "member_id": result.member_id, "member_epoch": result.member_epoch,
-            "heartbeat_interval_ms": result.heartbeat_interval_ms, "assignment": assignment}
-
-
 async def handle(ctx: RequestContext, req: Container) -> Response:
     v = ctx.version
     coordinator = ctx.groups
     if ctx.broker.image.feature(GROUP_VERSION) < 1:
-        return _answer(HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION,
+        return heartbeat_answer(HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION,
                                        "the consumer rebalance protocol is disabled (group.version 0)"))
     regex = req.get("subscribed_topic_regex") if v >= 1 else None
     fields = dict(member_id=req.member_id, member_epoch=req.member_epoch, instance_id=req.instance_id,
@@ -72,10 +63,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if not code:
         code = coordinator.check(req.group_id)
     if code:
-        return _answer(HeartbeatResult(code, message))
+        return heartbeat_answer(HeartbeatResult(code, message))
     code, group = coordinator.consumer_group(req.group_id, create=req.member_epoch == 0)
     if code or group is None:
-        return _answer(HeartbeatResult(code, f"Group {req.group_id} is not a consumer group"))
+        return heartbeat_answer(HeartbeatResult(code, f"Group {req.group_id} is not a consumer group"))
     owned = None if req.topic_partitions is None else [(t.topic_id, list(t.partitions)) for t in req.topic_partitions]
     configs = coordinator.group_config(req.group_id)
     result = group.consumer_heartbeat(coordinator.clock(), version=v, owned=owned, client_id=ctx.header.client_id or "",
@@ -85,5 +76,5 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if not result.error_code:
         code = await coordinator.store_consumer_group(group)
         if code:
-            return _answer(HeartbeatResult(code, "the group's state could not be stored"))
-    return _answer(result)
+            return heartbeat_answer(HeartbeatResult(code, "the group's state could not be stored"))
+    return heartbeat_answer(result)

@@ -33,25 +33,17 @@ from kshim.cluster.image import SHARE_VERSION
 from kshim.coordinator.groups.consumer_group import HeartbeatResult
 from kshim.coordinator.groups.share_group import validate_share_heartbeat
 from kshim.net.handlers import RequestContext, Response, authz
-from kshim.net.handlers.group_common import client_host
+from kshim.net.handlers.group_common import client_host, heartbeat_answer
 from wire.errors import ErrorCode
 
 API_KEY = 76
 VERSIONS = (1, 1)
 
 
-def _answer(result: HeartbeatResult) -> dict:
-    assignment = None if result.assignment is None else {"topic_partitions": [
-        {"topic_id": t, "partitions": ps} for t, ps in result.assignment.items()]}
-    return {"throttle_time_ms": 0, "error_code": result.error_code, "error_message": result.error_message,
-            "member_id": result.member_id, "member_epoch": result.member_epoch,
-            "heartbeat_interval_ms": result.heartbeat_interval_ms, "assignment": assignment}
-
-
 async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
     if ctx.broker.image.feature(SHARE_VERSION) < 1:
-        return _answer(HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION, "share groups are disabled (share.version 0)"))
+        return heartbeat_answer(HeartbeatResult(ErrorCode.UNSUPPORTED_VERSION, "share groups are disabled (share.version 0)"))
     names = None if req.subscribed_topic_names is None else list(req.subscribed_topic_names)
     code, message = validate_share_heartbeat(group_id=req.group_id, member_id=req.member_id,
                                              member_epoch=req.member_epoch, rack_id=req.rack_id,
@@ -65,10 +57,10 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if not code:
         code = coordinator.check(req.group_id)
     if code:
-        return _answer(HeartbeatResult(code, message))
+        return heartbeat_answer(HeartbeatResult(code, message))
     code, group = coordinator.share_group(req.group_id, create=req.member_epoch == 0)
     if code or group is None:
-        return _answer(HeartbeatResult(code, f"Group {req.group_id} is not a share group."
+        return heartbeat_answer(HeartbeatResult(code, f"Group {req.group_id} is not a share group."
                                        if req.group_id in coordinator.groups else f"Group {req.group_id} not found."))
     configs = coordinator.group_config(req.group_id)
     result = group.share_heartbeat(
@@ -78,5 +70,5 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         heartbeat_interval_ms=configs.share_heartbeat_interval_ms, max_size=coordinator.settings.share_max_size)
     code = await coordinator.store_share_group(group)
     if code and not result.error_code:
-        return _answer(HeartbeatResult(code, "the group's state could not be stored"))
-    return _answer(result)
+        return heartbeat_answer(HeartbeatResult(code, "the group's state could not be stored"))
+    return heartbeat_answer(result)

@@ -9,9 +9,19 @@ from construct import Container
 from kshim.cluster.image import TopicInfo
 
 from kshim.clock import SYSTEM
+from kshim.coordinator.groups.consumer_group import HeartbeatResult
 from kshim.coordinator.groups.offsets_format import OffsetEntry
 from kshim.net.handlers import RequestContext
 from wire.errors import ErrorCode
+
+
+def heartbeat_answer(result: HeartbeatResult) -> dict:
+    """A ConsumerGroupHeartbeat or ShareGroupHeartbeat answer: the two share these fields."""
+    assignment = None if result.assignment is None else {"topic_partitions": [
+        {"topic_id": t, "partitions": ps} for t, ps in result.assignment.items()]}
+    return {"throttle_time_ms": 0, "error_code": result.error_code, "error_message": result.error_message,
+            "member_id": result.member_id, "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms, "assignment": assignment}
 
 
 def client_host(ctx: RequestContext) -> str:
