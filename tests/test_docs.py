@@ -20,3 +20,9 @@ def test_every_served_version_exists_in_kafka_specs():
         for kind in ("request", "response"):
             lo, hi = message(key, kind).versions
             assert lo <= handler.min_version <= handler.max_version <= hi, (key, kind)
+
+
+def test_every_api_kshim_does_not_serve_says_why():
+    unserved = {key for key, _ in protocol_table.unserved()}
+    assert unserved == set(protocol_table.NOT_SERVED), \
+        "an API of Kafka's specs is neither served nor given a reason in protocol_table.NOT_SERVED (or one listed is served)"
