@@ -43,10 +43,18 @@ def java(tmp_path_factory) -> JavaClient:
 
 
 async def _connect(bootstrap: str) -> BrokerConnection:
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    conn = BrokerConnection(host, int(port), "share-test")
-    await conn.connect()
-    return conn
+    """A connection to the first bootstrap broker that answers (one may have been killed)."""
+    failure: OSError | None = None
+    for address in bootstrap.split(","):
+        host, port = address.rsplit(":", 1)
+        conn = BrokerConnection(host, int(port), "share-test")
+        try:
+            await conn.connect()
+            return conn
+        except OSError as e:
+            failure = e
+    assert failure is not None
+    raise failure
 
 
 async def coordinator_of(bootstrap: str, group: str) -> BrokerConnection:
@@ -202,7 +210,11 @@ def test_coordinator_failover_keeps_the_share_group(tmp_path):
         async def heartbeat_at_the_new_coordinator() -> None:
             with anyio.fail_after(30):
                 while True:
-                    conn = await coordinator_of(cluster.bootstrap, group)
+                    try:
+                        conn = await coordinator_of(cluster.bootstrap, group)
+                    except OSError:  # the coordinator found was the killed broker: its metadata is not out yet
+                        await anyio.sleep(0.2)
+                        continue
                     try:
                         r = await conn.request(SHARE_HEARTBEAT, 1, {"group_id": group, "member_id": members[0],
                                                                     "member_epoch": epochs[members[0]], "rack_id": None,
