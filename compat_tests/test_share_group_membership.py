@@ -180,19 +180,27 @@ def test_coordinator_failover_keeps_the_share_group(tmp_path):
         group = f"fsg-{uuid.uuid4().hex[:8]}"
         members = [str(uuid.uuid4()) for _ in range(3)]
 
+        async def beat(conn: BrokerConnection, body: dict):
+            """A heartbeat, asked again while the new coordinator still loads (as clients do)."""
+            with anyio.fail_after(30):
+                while True:
+                    r = await conn.request(SHARE_HEARTBEAT, 1, body)
+                    if r.error_code not in (14, 15):  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+                        return r
+                    await anyio.sleep(0.2)
+
         async def join() -> dict[str, int]:
             conn = await coordinator_of(cluster.bootstrap, group)
             try:
                 epochs = {}
                 for m in members:
-                    r = await conn.request(SHARE_HEARTBEAT, 1, {"group_id": group, "member_id": m, "member_epoch": 0,
-                                                                "rack_id": None, "subscribed_topic_names": [topic]})
+                    r = await beat(conn, {"group_id": group, "member_id": m, "member_epoch": 0,
+                                          "rack_id": None, "subscribed_topic_names": [topic]})
                     assert r.error_code == 0, r
                     epochs[m] = r.member_epoch
                 for m in members:  # everyone catches up with the last join
-                    r = await conn.request(SHARE_HEARTBEAT, 1, {"group_id": group, "member_id": m,
-                                                                "member_epoch": epochs[m], "rack_id": None,
-                                                                "subscribed_topic_names": None})
+                    r = await beat(conn, {"group_id": group, "member_id": m, "member_epoch": epochs[m],
+                                          "rack_id": None, "subscribed_topic_names": None})
                     assert r.error_code == 0, r
                     epochs[m] = r.member_epoch
                 return epochs
