@@ -44,6 +44,7 @@ from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
 from wire import records
 from wire.compression import GZIP, LZ4, ZSTD
+from wire.primitives import FileRecords
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.partition")
@@ -675,13 +676,16 @@ class Partition:
         self._high_watermark = offset
 
     # ------------------------------------------------------------------ reads
-    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool = True,
+             regions: bool = False) -> bytes | FileRecords:
         """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange.
-        `min_one`: the first batch even if larger than max_bytes (KIP-74's first partition)."""
-        return self.log.read(offset, max_bytes, self.read_bound(isolation_level), min_one)
+        `min_one`: the first batch even if larger than max_bytes (KIP-74's first partition).
+        `regions`: as file regions for the sender to transfer (Log.read)."""
+        return self.log.read(offset, max_bytes, self.read_bound(isolation_level), min_one, regions)
 
-    def read_for_follower(self, offset: int, max_bytes: int, min_one: bool = True) -> bytes:
-        return self.log.read(offset, max_bytes, self.log.log_end_offset, min_one)
+    def read_for_follower(self, offset: int, max_bytes: int, min_one: bool = True,
+                          regions: bool = False) -> bytes | FileRecords:
+        return self.log.read(offset, max_bytes, self.log.log_end_offset, min_one, regions)
 
     # ------------------------------------------------------------------ waiting for data
     def add_waiter(self, event: anyio.Event) -> None:

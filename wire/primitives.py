@@ -6,6 +6,7 @@ them, built once per (api, version) and cached by `wire.codec`.
 """
 from __future__ import annotations
 
+import os
 import struct
 import uuid as _uuid
 from typing import Any
@@ -71,6 +72,47 @@ class ViewStream:
         return self._pos
 
 
+class FileRecords:
+    """Record bytes still in their files: parts are bytes or (fd, position, length) regions.
+
+    A fetch read hands these out instead of copying the records, so a plaintext connection can
+    os.sendfile them (zero copy) and a TLS one can pread them. The object owns its descriptors
+    (duplicates of the segment files', valid after a segment is deleted) and closes them once.
+    """
+
+    __slots__ = ("parts", "size", "__weakref__")
+
+    def __init__(self, parts: list[bytes | tuple[int, int, int]]) -> None:
+        self.parts = parts
+        self.size = sum(len(p) if isinstance(p, bytes) else p[2] for p in parts)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        """The bytes by copy; ValueError if a file shrank under us (a response must never be corrupt)."""
+        out = []
+        for part in self.parts:
+            if isinstance(part, bytes):
+                out.append(part)
+                continue
+            fd, pos, n = part
+            data = os.pread(fd, n, pos)
+            if len(data) != n:  # pread of a regular file is short only at its end
+                raise ValueError(f"records file shrank: {len(data)} of {n} bytes at {pos}")
+            out.append(data)
+        return b"".join(out)
+
+    def close(self) -> None:
+        parts, self.parts = self.parts, []
+        for part in parts:
+            if not isinstance(part, bytes):
+                os.close(part[0])
+
+    def __del__(self) -> None:  # a response dropped unsent (connection gone, throttled)
+        self.close()
+
+
 class GatherStream:
     """A write-only stream that keeps large writes by reference instead of copying them.
 
@@ -87,7 +129,7 @@ class GatherStream:
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         n = len(data)
-        if n >= self.BIG:
+        if n >= self.BIG or isinstance(data, FileRecords):
             if self._small:
                 self.chunks.append(self._small)
                 self._small = bytearray()

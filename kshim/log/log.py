@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from wire.crc import crc32c
 
+from wire.primitives import FileRecords
 from wire.records import (
     ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader,
     CorruptRecordError, read_header, record_times,
@@ -503,11 +504,14 @@ class Log:
         return seg
 
     # ================================================================== reads
-    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True,
+             regions: bool = False) -> bytes | FileRecords:
         """Whole batches from the one containing ``offset``, across segments: stops before a batch
         that would exceed ``max_bytes`` (with ``min_one``, the first batch is returned whole even if
         larger, KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
-        watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end]."""
+        watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end].
+        With ``regions`` the same bytes come as FileRecords (file regions, read by the sender:
+        os.sendfile on plaintext connections) where a read copies more than _SMALL_READ."""
         with self._lock:
             if self._closed:  # a replica removed under a fetch in flight: its files are closed
                 return b""
@@ -519,8 +523,13 @@ class Log:
                 return b""
             segs = self._segments
             i = bisect_right(self._bases, offset) - 1
-            out: list[bytes] = []
+            out: list[bytes | tuple[int, int, int]] = []
             budget = max_bytes
+
+            def take(fd: int, n: int, pos: int) -> bytes | tuple[int, int, int]:
+                # a duplicate descriptor: the region outlives the segment's pin (and its deletion)
+                return (os.dup(fd), pos, n) if regions else os.pread(fd, n, pos)
+
             while i < len(segs):
                 seg = segs[i]
                 i += 1
@@ -535,7 +544,7 @@ class Log:
                     if stop <= pos:
                         break
                     if stop - pos <= budget:
-                        out.append(os.pread(fd, stop - pos, pos))
+                        out.append(take(fd, stop - pos, pos))
                         budget -= stop - pos
                         if more and budget > 0:
                             continue
@@ -548,14 +557,16 @@ class Log:
                     else:  # find the cut with small header preads, then read exactly that
                         cut = seg.last_boundary(pos, pos + max(budget, 0))
                         if cut > pos:
-                            out.append(os.pread(fd, cut - pos, pos))
+                            out.append(take(fd, cut - pos, pos))
                     if cut == pos and not out and min_one:  # KIP-74: the first batch whole, so consumers progress
                         h = read_header(os.pread(fd, HEADER_SIZE, pos), 0)
-                        out.append(os.pread(fd, h[1] + LOG_OVERHEAD, pos))
+                        out.append(take(fd, h[1] + LOG_OVERHEAD, pos))
                     break
+            if regions and any(not isinstance(p, bytes) for p in out):
+                return FileRecords(out)
             if len(out) == 1:
-                return out[0]
-            return b"".join(out)
+                return out[0]  # type: ignore[return-value]
+            return b"".join(out)  # type: ignore[arg-type]
 
     def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after the log start whose timestamp is

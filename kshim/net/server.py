@@ -23,6 +23,7 @@ import base64
 import inspect
 import logging
 import math
+import os
 import socket
 import ssl
 import time
@@ -46,6 +47,7 @@ from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
+from wire.primitives import FileRecords
 
 log = logging.getLogger("kshim.server")
 
@@ -73,9 +75,28 @@ def open_listener(host: str, port: int) -> socket.socket:
 
 
 IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
+SENDFILE_MAX = 1 << 20  # bytes per os.sendfile call: a non-blocking socket takes what fits anyway
 
 
-async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryview]) -> None:
+async def send_all(sock: socket.socket, chunks: list[Any]) -> None:
+    """Send the chunks in order: buffers with scatter-gather writes, FileRecords' file regions
+    with os.sendfile (zero copy), waiting only when the socket is full."""
+    buffers: list[bytes | bytearray | memoryview] = []
+    for chunk in chunks:
+        if not isinstance(chunk, FileRecords):
+            buffers.append(chunk)
+            continue
+        for part in chunk.parts:
+            if isinstance(part, bytes):
+                buffers.append(part)
+                continue
+            await send_buffers(sock, buffers)
+            buffers = []
+            await send_region(sock, *part)
+    await send_buffers(sock, buffers)
+
+
+async def send_buffers(sock: socket.socket, chunks: list[bytes | bytearray | memoryview]) -> None:
     """Send the buffers in order with scatter-gather writes, waiting only when the socket is full."""
     views = [memoryview(c) for c in chunks if len(c)]
     i = 0
@@ -93,8 +114,32 @@ async def send_all(sock: socket.socket, chunks: list[bytes | bytearray | memoryv
             else:
                 views[i] = views[i][sent:]
                 sent = 0
-async def send_all_tls(sock: ssl.SSLSocket, chunks: list[bytes | bytearray | memoryview]) -> None:
-    """Send the buffers in order through TLS, joined into pieces of up to TLS_CHUNK bytes."""
+
+
+async def send_region(sock: socket.socket, fd: int, pos: int, length: int) -> None:
+    """os.sendfile one file region to the non-blocking socket. Each call moves at least a byte or
+    waits for writability, so the loop ends. A file that shrank under us (a truncated segment)
+    ends the connection, as Kafka does: the frame's sizes are already written, and bytes of
+    anything else would corrupt the response."""
+    end = pos + length
+    while pos < end:
+        try:
+            sent = os.sendfile(sock.fileno(), fd, pos, min(end - pos, SENDFILE_MAX))
+        except BlockingIOError:
+            await anyio.wait_writable(sock)
+            continue
+        if sent == 0:
+            raise ConnectionAbortedError(f"records file shrank while sending: {end - pos} bytes missing")
+        pos += sent
+
+
+async def send_all_tls(sock: ssl.SSLSocket, chunks: list[Any]) -> None:
+    """Send the buffers in order through TLS, joined into pieces of up to TLS_CHUNK bytes; file
+    regions are read (pread) here: TLS encrypts, so it copies the records anyway."""
+    try:
+        chunks = [c.read() if isinstance(c, FileRecords) else c for c in chunks]
+    except ValueError as e:  # a segment truncated under the read: end the connection, as above
+        raise ConnectionAbortedError(str(e)) from e
     piece = bytearray()
     for i, chunk in enumerate(chunks):
         piece += chunk
@@ -110,6 +155,13 @@ async def send_all_tls(sock: ssl.SSLSocket, chunks: list[bytes | bytearray | mem
                 await anyio.sleep(TLS_RETRY_S)  # the reader task waits for readability, not this one
         view.release()
         piece = bytearray()
+
+
+def close_regions(chunks: list[Any]) -> None:
+    """Close a response's FileRecords descriptors once it is sent (or will never be)."""
+    for chunk in chunks:
+        if isinstance(chunk, FileRecords):
+            chunk.close()
 
 
 def open_listeners(listeners: list[Listener]) -> list[tuple[Listener, socket.socket]]:
@@ -573,7 +625,10 @@ class Server:
                         if item.failed:
                             return
                         item = item.data
-                    await sender(conn, item)
+                    try:
+                        await sender(conn, item)
+                    finally:
+                        close_regions(item)
                     state.outstanding -= 1
                     state.last_sent = anyio.current_time()
         except (*_PEER_GONE, ssl.SSLError):

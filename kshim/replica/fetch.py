@@ -13,6 +13,7 @@ from kshim.log.txnindex import AbortedTxn
 from kshim.clock import SYSTEM
 from kshim.partition import OffsetOutOfRange, Partition
 from wire import records
+from wire.primitives import FileRecords
 from wire.errors import ErrorCode
 
 
@@ -44,6 +45,9 @@ class FetchParams:
     min_bytes: int
     max_bytes: int  # for the whole response; <= 0: no limit
     isolation_level: int  # 0 read_uncommitted, 1 read_committed
+    # records as FileRecords (file regions) for the server to sendfile, not copied bytes; not for
+    # read_committed, whose aborted-transaction list needs the read's last batch from the bytes
+    file_regions: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,7 @@ class FetchPartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""
+    records: bytes | memoryview | FileRecords = b""
     aborted_transactions: list[AbortedTxn] | None = None  # read_committed only: overlapping the records
 
 
@@ -110,10 +114,12 @@ def _read_all(manager: ReplicaManager, params: FetchParams, asked: list[FetchPar
             continue  # the response is full: this partition gets no data this time
         first = total == 0  # KIP-74: only the first partition with data may exceed the limits
         try:
+            regions = params.file_regions and params.isolation_level != READ_COMMITTED
             if follower:
-                data = partition.read_for_follower(p.fetch_offset, max(limit, 1), first) if record_progress else b""
+                data = partition.read_for_follower(p.fetch_offset, max(limit, 1), first, regions) \
+                    if record_progress else b""
             else:
-                data = partition.read(p.fetch_offset, max(limit, 1), params.isolation_level, first)
+                data = partition.read(p.fetch_offset, max(limit, 1), params.isolation_level, first, regions)
         except OffsetOutOfRange:
             result.error = ErrorCode.OFFSET_OUT_OF_RANGE
             continue

@@ -91,8 +91,9 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         # no answer larger than the quota allows in a window, as Kafka caps it
         max_bytes = max(1, min(max_bytes, int(most))) if max_bytes > 0 else max(1, int(most))
     # a denied partition is answered at once, as any partition error is: no long-poll
+    # records as file regions: the server sendfiles them (plaintext) or preads them (TLS)
     params = FetchParams(replica_id, req.max_wait_ms, 0 if denied else req.min_bytes, max_bytes,
-                         req.isolation_level)
+                         req.isolation_level, file_regions=True)
     allowed = [a for a in context.asked if a.topic not in denied]
     results = replicas.fetch(params, allowed)
     if isinstance(results, list):
