@@ -340,6 +340,8 @@ class Bytes(c.Construct):
             self.length.write(stream, path, None)
             return obj
         self.length.write(stream, path, len(obj))
+        if isinstance(obj, FileRecords) and not isinstance(stream, GatherStream):
+            obj = obj.read()  # a plain stream (io.BytesIO) takes bytes: file regions are read here
         stream.write(obj)  # any bytes-like: bytes, bytearray, a memoryview into a frame or log read
         return obj
 
