@@ -25,3 +25,22 @@ def test_the_throughput_benchmark_runs_and_prints_its_table():
     if peer:
         assert any(line.startswith("ratio ") for line in lines)
     assert "kshim log ephemeral (tmpfs)" in run.stdout
+
+
+def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):
+    """bench/transactions_v2.py: kshim v2, kshim v1 and (when present) the mock side by side, one
+    short measurement each, prints its markdown table and JSON. No rate is asserted."""
+    targets = "kshim v2,kshim v1" + (",mock" if MOCK.is_file() else "")
+    out = tmp_path / "txn.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "transactions_v2.py"), "--seconds", "1",
+                          "--sizes", "1,100", "--targets", targets, "--json", str(out)],
+                         capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    header = next(line for line in run.stdout.splitlines() if line.startswith("| records/txn"))
+    for target in targets.split(","):
+        assert f" {target} " in header
+    if MOCK.is_file():
+        assert "kshim v2 / mock" in header
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 100 ")]
+    assert len(rows) == 2 and "failed" not in "".join(rows), run.stdout
+    print(run.stdout)

@@ -20,6 +20,8 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
   common right after a v2 commit) is asked again here after 20 ms, doubling, for up to 100 ms in
   all, before the producer hears of it (Kafka's add.partitions.to.txn.retry.backoff.ms and
   .max.ms defaults): a producer's own retry would wait its retry.backoff.ms (100 ms) or more.
+  When the coordinator is this broker it is asked again the moment its state changes (the
+  markers done), within the same 100 ms, instead of after the 20 ms backoff.
 - A marker for the producer appended while the question was out makes the answer stale: the
   batch is refused with INVALID_TXN_STATE (Kafka's verification guard).
 """
@@ -32,6 +34,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.signal import Signal
 from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 
@@ -66,6 +69,7 @@ class Coordinator(Protocol):
     """What the verifier uses of the transaction coordinator (which owns it)."""
     broker: CoordinatorHost
     runtime: CoordinatorRuntime
+    state_changed: Signal  # fired at every state change of an id and when its markers are done
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[TopicPartition], implicit: bool = False) -> ErrorCode: ...
@@ -100,11 +104,27 @@ class Verifier:
         deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
         backoff = RETRY_BACKOFF_S
         while True:
+            local = self._is_local(transactional_id)
             codes = await self._verify_once(transactional_id, producer_id, producer_epoch, partitions, add)
-            if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or anyio.current_time() + backoff > deadline:
+            if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values():
+                return codes
+            now = anyio.current_time()
+            if local and now < deadline:
+                # the coordinator is here: ask again as soon as its state changes (the previous
+                # transaction's markers done), within the same bound as the backoff below
+                with anyio.move_on_after(deadline - now):
+                    await self.coordinator.state_changed.wait()
+                continue
+            if local or now + backoff > deadline:
                 return codes
             await anyio.sleep(backoff)
             backoff *= 2
+
+    def _is_local(self, transactional_id: str) -> bool:
+        try:
+            return self._coordinator_node(transactional_id) == self.broker.node_id
+        except LookupError:
+            return False
 
     async def _verify_once(self, transactional_id: str, producer_id: int, producer_epoch: int,
                            partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
