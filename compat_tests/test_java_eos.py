@@ -1,6 +1,8 @@
 """Exactly-once consume-transform-produce with the Apache Kafka Java client (KshimClient `copy`)
 on a 3-broker cluster while the consumer group's coordinator, then the transaction coordinator
 (the transactional id is chosen so that another broker coordinates it), are SIGKILLed and restarted.
+The cluster finalizes transaction.version 2 (the default), so the copy runs transactions v2: the
+brokers' request logs show the client's EndTxn v5 and no AddPartitionsToTxn from it.
 
 test_transactions_cluster.py's librdkafka copy never kills the group coordinator: librdkafka's
 send_offsets_to_transaction hangs once its cached group coordinator is gone
@@ -16,6 +18,7 @@ import pytest
 from compat_tests.cluster import Cluster, running
 from compat_tests.java_client import JavaClient, Running, build
 from compat_tests.kshim_process import wait_until
+from kshim.ctl.faults import RequestLogClient
 from compat_tests.test_transactions_cluster import (FAILOVER_S, LAG_TIME_MS, SESSION_TIMEOUT_MS, coordinator,
                                                     create_topics, kill, load_input, read_committed, restart,
                                                     seal, transactional_id_elsewhere)
@@ -106,6 +109,10 @@ def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills
     expected = sorted(b"out-" + v for v in inputs)
     assert len(final) == len(set(final)), f"{len(final) - len(set(final))} duplicates in the output"
     assert sorted(final) == expected, f"output differs: {len(set(expected) - set(final))} missing"
+    client = [(e["api"], e["version"]) for e in RequestLogClient(cluster.data_dir).read()
+              if e["api"] in ("EndTxn", "AddPartitionsToTxn") and not e["client_id"].startswith("kshim-")]
+    assert ("EndTxn", 5) in client and not any(api == "AddPartitionsToTxn" for api, _ in client), \
+        f"the copy did not run transactions v2: {sorted(set(client))}"
     errors = [(e["kind"], e["error"][:120]) for e in result.of("error")]
     print(f"java exactly-once copy: {RECORDS} records in {done['transactions']} transactions, {done['aborts']} aborts, "
           f"{done['restarts']} producer restarts; killed {[(w, n, a['committed']) for w, n, a in killed]}; "
