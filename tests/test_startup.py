@@ -31,6 +31,15 @@ def test_import_kshim_cli_leaves_out_what_serve_may_not_need():
     assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
 
 
+def test_the_serve_path_leaves_out_what_serve_may_not_need():
+    """What `kshim serve` imports once the broker runs (its server, coordinators and handler index),
+    not only at the import of kshim.cli."""
+    loaded = loaded_after("import kshim.cli, kshim.net.broker_server, kshim.net.server\n"
+                          "from kshim.net.handlers import load_handlers\nload_handlers()")
+    assert "kshim.coordinator.groups" in loaded and "kshim.net.telemetry" in loaded
+    assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
+
+
 def test_the_pytest_plugin_loads_no_broker_code():
     loaded = loaded_after("import kshim.testing.plugin")
     assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.testing", "kshim.testing.plugin"]
