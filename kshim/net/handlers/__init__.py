@@ -77,7 +77,7 @@ class Handler:
     def handle(self) -> Callable[[RequestContext, Container], Awaitable[Response]]:
         # an import runs to its end without yielding to the event loop, so concurrent first
         # requests find the module whole; later calls are a sys.modules lookup
-        return importlib.import_module(self.module).handle  # type: ignore[no-any-return]
+        return importlib.import_module(self.module).handle
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
