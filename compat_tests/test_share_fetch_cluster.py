@@ -55,7 +55,7 @@ class ShareMember:
 
     def connect(self) -> None:
         """(Re)connect to the partition's current leader and start a new share session."""
-        with RawConnection(self.bootstrap.split(",")[0]) as meta:
+        with self._any_broker() as meta:
             resp = meta.request(METADATA, 12, {"topics": [{"name": self.topic, "topic_id": None}],
                                                "allow_auto_topic_creation": False,
                                                "include_topic_authorized_operations": False})
@@ -67,6 +67,17 @@ class ShareMember:
             self.conn.close()
         self.conn = RawConnection(f"{node.host}:{node.port}", timeout=40)
         self.epoch = 0
+
+    def _any_broker(self) -> RawConnection:
+        """A connection to the first bootstrap broker that answers (the test kills brokers)."""
+        failure: OSError | None = None
+        for address in self.bootstrap.split(","):
+            try:
+                return RawConnection(address)
+            except OSError as e:
+                failure = e
+        assert failure is not None
+        raise failure
 
     def fetch(self, acks=(), max_records: int = 100, wait_ms: int = 500) -> tuple[int, list[tuple[int, int, int]], int]:
         """(partition error, acquired (first, last, delivery count) ranges, acknowledge error);

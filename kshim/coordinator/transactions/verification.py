@@ -20,8 +20,10 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
   common right after a v2 commit) is asked again here after 20 ms, doubling, for up to 100 ms in
   all, before the producer hears of it (Kafka's add.partitions.to.txn.retry.backoff.ms and
   .max.ms defaults): a producer's own retry would wait its retry.backoff.ms (100 ms) or more.
-- A marker for the producer appended while the question was out makes the answer stale: the
-  batch is refused with INVALID_TXN_STATE (Kafka's verification guard).
+- A marker for the producer appended while the question that got the answer was out makes the
+  answer stale: the batch is refused with INVALID_TXN_STATE (Kafka's verification guard). The
+  guard is taken before each question, so markers written during the CONCURRENT_TRANSACTIONS
+  retries above (the previous transaction's) do not count.
 """
 from __future__ import annotations
 
@@ -95,14 +97,22 @@ class Verifier:
         return None if entry is None else (entry.epoch, entry.marker_offset)
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
-        """The coordinator's answer for each partition (its own codes, before `for_client`)."""
+                     partitions: set[TopicPartition], add: bool
+                     ) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+        """The coordinator's answer for each partition (its own codes, before `for_client`), and
+        the partitions whose answer went stale: a marker for the producer was appended there while
+        the question that got the answer was out. The guard is taken anew for each question, as
+        Kafka's retries do: a marker of the previous transaction written while the coordinator
+        answered CONCURRENT_TRANSACTIONS (common right after a v2 commit) is no reason to refuse."""
         deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
         backoff = RETRY_BACKOFF_S
         while True:
+            guards = {tp: self.guard(*tp, producer_id) for tp in partitions}
             codes = await self._verify_once(transactional_id, producer_id, producer_epoch, partitions, add)
             if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or anyio.current_time() + backoff > deadline:
-                return codes
+                stale = {tp for tp, code in codes.items() if code == ErrorCode.NONE
+                         and self.guard(*tp, producer_id) != guards.get(tp)}
+                return codes, stale
             await anyio.sleep(backoff)
             backoff *= 2
 
