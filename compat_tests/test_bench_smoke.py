@@ -1,8 +1,10 @@
-"""The benchmark command still runs (docs/benchmarks.md): a short run of bench/throughput.py against
-kshim in ephemeral mode and librdkafka's mock side by side prints its table. Benchmarks stay
+"""The benchmark commands still run (docs/benchmarks.md): a short run of bench/throughput.py against
+kshim in ephemeral mode and librdkafka's mock side by side prints its table, and so does
+bench/share_groups.py (share consumers against a classic group). Benchmarks stay
 benchmarks: no speed is asserted here, only that the command works and reports every column."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +46,18 @@ def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):
     rows = [line for line in run.stdout.splitlines() if line.startswith("| 1 ") or line.startswith("| 100 ")]
     assert len(rows) == 2 and "failed" not in "".join(rows), run.stdout
     print(run.stdout)
+
+
+def test_the_share_group_benchmark_runs_and_prints_its_table(tmp_path):
+    """bench/share_groups.py: share consumers (confluent-kafka's ShareConsumer and the raw loop)
+    against a classic group on the same topic, side by side; a table row and a JSON entry each."""
+    out = tmp_path / "share.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "share_groups.py"), "--records", "2000",
+                          "--deadline", "60", "--startup-timeout", "60", "--json", str(out)],
+                         capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    print(run.stdout)
+    assert "| mode | records/s | / classic |" in run.stdout
+    for mode in ("classic", "share", "share-raw"):
+        assert any(line.startswith(f"| {mode} |") for line in run.stdout.splitlines()), mode
+    assert set(json.loads(out.read_text())["best"]) == {"classic", "share", "share-raw"}
