@@ -136,24 +136,7 @@ def classic_round(bootstrap: str, topic: str, records: int, members: int, deadli
     group = f"bench-classic-{uuid.uuid4().hex[:8]}"
     consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                            "log_level": 3}) for _ in range(members)]
-    for c in consumers:
-        c.subscribe([topic])
-    got, start, first = 0, time.monotonic(), None
-    deadline = start + deadline_s
-    while got < records:
-        if time.monotonic() > deadline:
-            raise PhaseError(f"classic: read {got} of {records}")
-        for c in consumers:
-            for m in c.consume(1000, 0.05):
-                if m.error() is None:
-                    first = first or time.monotonic()
-                    got += 1
-    end = time.monotonic()
-    for c in consumers:
-        c.close()
-    if got != records:
-        raise PhaseError(f"classic: read {got}, produced {records}")
-    return records / (end - (first or start))
+    return read_all("classic", consumers, topic, records, deadline_s, lambda c: c.consume(1000, 0.05))
 
 
 def share_round(bootstrap: str, topic: str, records: int, members: int, deadline_s: float) -> float:
@@ -164,23 +147,30 @@ def share_round(bootstrap: str, topic: str, records: int, members: int, deadline
     admin.incremental_alter_configs([resource])[resource].result(60)
     consumers = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
                  for _ in range(members)]
+    return read_all("share", consumers, topic, records, deadline_s, lambda c: c.poll(0.05))
+
+
+def read_all(mode: str, consumers: list, topic: str, records: int, deadline_s: float, take) -> float:
+    """Subscribe `consumers` to `topic` and read `records` among them, each asked in turn with
+    `take(consumer)`; records/s from the first record read. Closing a share consumer acknowledges
+    its last records."""
     for c in consumers:
         c.subscribe([topic])
     got, start, first = 0, time.monotonic(), None
     deadline = start + deadline_s
     while got < records:
         if time.monotonic() > deadline:
-            raise PhaseError(f"share: read {got} of {records}")
+            raise PhaseError(f"{mode}: read {got} of {records}")
         for c in consumers:
-            for m in c.poll(0.05):
+            for m in take(c):
                 if m.error() is None:
                     first = first or time.monotonic()
                     got += 1
     end = time.monotonic()
     for c in consumers:
-        c.close()  # acknowledges the last records
+        c.close()
     if got != records:
-        raise PhaseError(f"share: read {got}, produced {records}")
+        raise PhaseError(f"{mode}: read {got}, produced {records}")
     return records / (end - (first or start))
 
 
