@@ -45,10 +45,20 @@ def test_the_pytest_plugin_loads_no_broker_code():
     assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.testing", "kshim.testing.plugin"]
 
 
-def test_ctl_help_matches_the_placeholder():
+def test_placeholder_helps_match_the_commands():
     from kshim import cli
+    from kshim.cluster import broker_process
+    from kshim.controller import service
     from kshim.ctl import commands
-    assert cli.CTL_HELP == commands.HELP
+    assert (cli.CTL_HELP, cli.BROKER_HELP, cli.CONTROLLER_HELP) == (commands.HELP, broker_process.HELP, service.HELP)
+
+
+def test_serve_loads_no_cluster_process_code():
+    """`kshim serve` (one broker) parses without the cluster's broker and controller processes."""
+    loaded = loaded_after("from kshim import cli\ncli.build_parser('serve').parse_args(['serve'])")
+    assert not {"kshim.cluster.broker_process", "kshim.controller.service"} & set(loaded)
+    everything = loaded_after("from kshim import cli\ncli.build_parser(None)")
+    assert {"kshim.cluster.broker_process", "kshim.controller.service", "kshim.ctl.commands"} <= set(everything)
 
 
 def test_the_crc_is_the_packages():
