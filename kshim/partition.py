@@ -26,7 +26,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable
+from typing import Awaitable, Literal, overload
 
 import anyio
 
@@ -687,6 +687,14 @@ class Partition:
         self._high_watermark = offset
 
     # ------------------------------------------------------------------ reads
+    @overload
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool = True,
+             regions: Literal[False] = False) -> bytes: ...
+
+    @overload
+    def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool,
+             regions: bool) -> bytes | FileRecords: ...
+
     def read(self, offset: int, max_bytes: int, isolation_level: int, min_one: bool = True,
              regions: bool = False) -> bytes | FileRecords:
         """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange.

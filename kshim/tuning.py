@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import logging
 
+from kshim.log import log as log_module
 from kshim.log.open_files import OPEN_SEGMENTS
 
 log = logging.getLogger("kshim.tuning")
@@ -38,6 +39,7 @@ def keep_freed_buffers() -> bool:
 FDS_PER_PARTITION = 6  # the active segment holds 3 descriptors (log, index, time index); 3 more of slack
 OPEN_SEGMENTS_SHARE = 8  # older segments' descriptors (opened on use, LRU-bounded): an eighth of the limit
 FD_RESERVE_SHARE = 4  # a quarter of the limit stays for connections, the metadata store, sockets
+REGION_FDS_SHARE = 16  # of that quarter, a sixteenth of the limit for Fetch's file regions in flight
 MAX_DEFAULT_PARTITIONS = 10_000
 FD_TARGET = 1 << 20
 
@@ -74,6 +76,8 @@ def configure_open_segments(requested: int | None) -> int:
     """Size the process's bound on open older segments: `requested`, or from the open-file limit."""
     import resource
 
-    capacity = requested or default_open_segments(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    capacity = requested or default_open_segments(fd_limit)
     OPEN_SEGMENTS.configure(capacity)
+    log_module.MAX_REGION_FDS = max(64, fd_limit // REGION_FDS_SHARE)  # Fetch's sendfile regions
     return capacity

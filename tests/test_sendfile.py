@@ -19,6 +19,7 @@ from kshim.log import Log, LogConfig
 from kshim.net.server import send_all
 from wire import codec
 from wire.primitives import FileRecords, GatherStream
+from wire.errors import ErrorCode
 from wire.records import encode_batch
 
 FETCH = 1
@@ -118,3 +119,89 @@ def test_a_segment_truncated_under_a_send_ends_the_connection(tmp_path):
         sent_through_socket(response(regions))
     regions.close()
     log.close()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def fetch_body(offsets: dict[int, int], max_bytes: int, partition_max: int, min_bytes: int = 0,
+               max_wait_ms: int = 0) -> dict:
+    return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+            "isolation_level": 0, "session_epoch": -1, "topics": [{"topic": "t", "partitions": [
+                {"partition": p, "fetch_offset": o, "partition_max_bytes": partition_max}
+                for p, o in offsets.items()]}]}
+
+
+@pytest.mark.unit
+@pytest.mark.anyio
+async def test_no_descriptor_outlives_its_fetch(tmp_path, monkeypatch):
+    """A flood of fetches (sent, long-polled and read again, out of range) on several connections,
+    then a connection that asks for megabytes, reads nothing and resets: the process holds as many
+    descriptors as before, and the regions were sent with sendfile."""
+    import random
+
+    from kshim.net import server as server_module
+    from tests.test_replication import cluster
+    from tests.waiting import wait_until
+    from wire.headers import encode_request_header, frame
+    from wire.records import decode_all
+
+    sendfiles = 0
+    real_send_region = server_module.send_region
+
+    async def counting_send_region(*args) -> None:
+        nonlocal sendfiles
+        sendfiles += 1
+        await real_send_region(*args)
+
+    monkeypatch.setattr(server_module, "send_region", counting_send_region)
+    async with cluster(tmp_path, n=1) as c:
+        c.controller.create_topic("t", 2, 1)
+        conn = await c.connect(0)
+        for partition in (0, 1):
+            for i in range(8):
+                resp = await conn.request(0, 9, {"acks": 1, "timeout_ms": 5000, "topic_data": [
+                    {"name": "t", "partition_data": [{"index": partition, "records": encode_batch(
+                        [(None, bytes([i]) * 60_000)])}]}]})
+                assert resp.responses[0].partition_responses[0].error_code == 0
+        await conn.request(1, 12, fetch_body({0: 0, 1: 0}, 10**7, 10**7))  # every segment opened once
+        baseline = open_fds()
+        rng = random.Random(18)
+
+        async def flood(conn) -> None:
+            for _ in range(60):
+                offsets = {0: rng.randrange(0, 9), 1: rng.randrange(0, 9)}
+                kind = rng.randrange(3)
+                if kind == 0:  # plain reads, limits at random
+                    resp = await conn.request(1, 12, fetch_body(offsets, rng.choice([1, 100_000, 10**7]),
+                                                                rng.choice([1, 70_000, 10**7])))
+                    for p in resp.responses[0].partitions:
+                        assert p.error_code == 0
+                        values = [r.value for r in decode_all(bytes(p.records or b""))]
+                        assert all(len(v) == 60_000 for v in values)
+                elif kind == 1:  # too little for min_bytes: read, released, read again after the wait
+                    await conn.request(1, 12, fetch_body(offsets, 10**7, 10**7, min_bytes=10**8, max_wait_ms=5))
+                else:  # one partition out of range
+                    resp = await conn.request(1, 12, fetch_body({0: 99, 1: offsets[1]}, 10**7, 10**7))
+                    assert resp.responses[0].partitions[0].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+        conns = [conn] + [await c.connect(0) for _ in range(2)]
+        async with anyio.create_task_group() as tg:
+            for each in conns:
+                tg.start_soon(flood, each)
+        for each in conns:
+            await each.aclose()
+        assert sendfiles > 0
+
+        # a consumer that asks for ~1 MB 20 times, reads nothing and resets the connection
+        raw = socket.create_connection(("127.0.0.1", c.brokers[0].config.port))
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for correlation in range(20):
+            raw.sendall(frame(encode_request_header(1, 12, correlation, "dropper")
+                              + codec.encode(1, 12, "request", fetch_body({0: 0, 1: 0}, 10**7, 10**7))))
+        await wait_until(lambda: FileRecords.open_fds > 0, message="regions held for the stalled reader")
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        raw.close()  # RST: the server's send fails mid-region
+        await wait_until(lambda: FileRecords.open_fds == 0 and open_fds() <= baseline, timeout_s=20,
+                         message=f"descriptors back to {baseline} (now {open_fds()}, regions {FileRecords.open_fds})")

@@ -81,10 +81,12 @@ class FileRecords:
     """
 
     __slots__ = ("parts", "size", "__weakref__")
+    open_fds = 0  # descriptors held by every FileRecords not closed yet (a reader bounds them)
 
     def __init__(self, parts: list[bytes | tuple[int, int, int]]) -> None:
         self.parts = parts
         self.size = sum(len(p) if isinstance(p, bytes) else p[2] for p in parts)
+        FileRecords.open_fds += sum(1 for p in parts if not isinstance(p, bytes))
 
     def __len__(self) -> int:
         return self.size
@@ -107,9 +109,10 @@ class FileRecords:
         parts, self.parts = self.parts, []
         for part in parts:
             if not isinstance(part, bytes):
+                FileRecords.open_fds -= 1
                 os.close(part[0])
 
-    def __del__(self) -> None:  # a response dropped unsent (connection gone, throttled)
+    def __del__(self) -> None:  # a backstop: every path that drops a response closes it itself
         self.close()
 
 

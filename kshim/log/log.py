@@ -29,7 +29,7 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Literal, Sequence, overload
 
 from wire.crc import crc32c
 
@@ -69,6 +69,12 @@ _unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
 _pack_q = struct.Struct(">q").pack_into
 RETIRED_GRACE_S = 60.0  # replaced segments' files stay open this long for lock-free readers
 _SMALL_READ = 64 * 1024  # reads up to this size are cut in memory; larger ones are read exactly
+# Fetch's file regions (read(regions=True)): a piece smaller than this is copied (a pread costs
+# less than the dup, sendfile and close of a region), and at most MAX_REGION_FDS duplicated
+# descriptors are held by responses in flight in the process (kshim.tuning sizes it from the
+# open-file limit): past it reads copy, so a flood of fetches never runs the broker out of them
+REGION_MIN_BYTES = 16 * 1024
+MAX_REGION_FDS = 1024
 
 
 class OffsetOutOfRange(Exception):
@@ -504,6 +510,14 @@ class Log:
         return seg
 
     # ================================================================== reads
+    @overload
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True,
+             regions: Literal[False] = False) -> bytes: ...
+
+    @overload
+    def read(self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool,
+             regions: bool) -> bytes | FileRecords: ...
+
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True,
              regions: bool = False) -> bytes | FileRecords:
         """Whole batches from the one containing ``offset``, across segments: stops before a batch
@@ -511,7 +525,8 @@ class Log:
         larger, KIP-74) and before any batch whose last offset is >= ``max_offset`` (e.g. the high
         watermark; None = log end). Raises OffsetOutOfRange outside [log start, log end].
         With ``regions`` the same bytes come as FileRecords (file regions, read by the sender:
-        os.sendfile on plaintext connections) where a read copies more than _SMALL_READ."""
+        os.sendfile on plaintext connections) where a piece is at least REGION_MIN_BYTES and the
+        process holds fewer than MAX_REGION_FDS region descriptors; the caller closes them."""
         with self._lock:
             if self._closed:  # a replica removed under a fetch in flight: its files are closed
                 return b""
@@ -528,7 +543,9 @@ class Log:
 
             def take(fd: int, n: int, pos: int) -> bytes | tuple[int, int, int]:
                 # a duplicate descriptor: the region outlives the segment's pin (and its deletion)
-                return (os.dup(fd), pos, n) if regions else os.pread(fd, n, pos)
+                if regions and n >= REGION_MIN_BYTES and FileRecords.open_fds + len(out) < MAX_REGION_FDS:
+                    return (os.dup(fd), pos, n)
+                return os.pread(fd, n, pos)
 
             while i < len(segs):
                 seg = segs[i]

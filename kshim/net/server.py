@@ -164,6 +164,20 @@ def close_regions(chunks: list[Any]) -> None:
             chunk.close()
 
 
+def _drop_queued(receive: MemoryObjectReceiveStream) -> None:
+    """Close the file regions of the responses still queued when a connection's writer ends.
+    (One whose handler is still running when the connection goes is dropped unsent: its
+    FileRecords close when collected.)"""
+    for _ in range(MAX_IN_FLIGHT + 1):  # the stream holds at most MAX_IN_FLIGHT items
+        try:
+            item = receive.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            return
+        if isinstance(item, _Pending):
+            item = item.data if item.done.is_set() and not item.failed else []
+        close_regions(item)
+
+
 def open_listeners(listeners: list[Listener]) -> list[tuple[Listener, socket.socket]]:
     """Bind every listener (port 0: a free one; the Listener returned carries the bound port)."""
     out: list[tuple[Listener, socket.socket]] = []
@@ -619,18 +633,21 @@ class Server:
                       state: _Connection, sender: Callable[[Any, list], Awaitable[None]] = send_all) -> None:
         try:
             async with receive:
-                async for item in receive:
-                    if isinstance(item, _Pending):
-                        await item.done.wait()
-                        if item.failed:
-                            return
-                        item = item.data
-                    try:
-                        await sender(conn, item)
-                    finally:
-                        close_regions(item)
-                    state.outstanding -= 1
-                    state.last_sent = anyio.current_time()
+                try:
+                    async for item in receive:
+                        if isinstance(item, _Pending):
+                            await item.done.wait()
+                            if item.failed:
+                                return
+                            item = item.data
+                        try:
+                            await sender(conn, item)
+                        finally:
+                            close_regions(item)
+                        state.outstanding -= 1
+                        state.last_sent = anyio.current_time()
+                finally:
+                    _drop_queued(receive)
         except (*_PEER_GONE, ssl.SSLError):
             pass  # the peer closed (or reset) while responses were still going out to it
         finally:

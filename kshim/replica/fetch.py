@@ -84,7 +84,15 @@ def fetch(manager: ReplicaManager, params: FetchParams, asked: list[FetchPartiti
     if total >= params.min_bytes or params.max_wait_ms <= 0 or any(r.error for r in results) \
             or _high_watermark_news(params, asked, results):
         return results
+    release(results)  # read again after the wait
     return _wait_and_read(manager, params, asked, leaders, record_progress)
+
+
+def release(results: FetchResult) -> None:
+    """Close the file regions of answers that will not be sent (FileRecords own descriptors)."""
+    for r in results:
+        if isinstance(r.records, FileRecords):
+            r.records.close()
 
 
 def _read_all(manager: ReplicaManager, params: FetchParams, asked: list[FetchPartition], record_progress: bool
@@ -126,6 +134,7 @@ def _read_all(manager: ReplicaManager, params: FetchParams, asked: list[FetchPar
         result.records = data
         total += len(data)
         if data and params.isolation_level == READ_COMMITTED:
+            assert not isinstance(data, FileRecords)  # regions are off for read_committed (see above)
             result.aborted_transactions = partition.log.aborted_between(p.fetch_offset, _end_of(data))
     return results, total, leaders
 
@@ -174,4 +183,5 @@ async def _wait_and_read(manager: ReplicaManager, params: FetchParams, asked: li
             if total >= params.min_bytes or any(r.error for r in results) \
                     or _high_watermark_news(params, asked, results):
                 return results
+            release(results)
     return _read_all(manager, params, asked, record_progress and not _cut_off(manager, params.replica_id))[0]

@@ -51,6 +51,7 @@ from kshim.configs.quotas import CONSUMER_BYTE_RATE
 from kshim.net.handlers import RequestContext, Response, authz
 from kshim.net.handlers.throttling import charge, max_in_window, uncharge
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
+from kshim.replica.fetch import release
 from kshim.replica.fetch_sessions import FetchContext, new_context
 from wire.errors import ErrorCode
 
@@ -138,6 +139,7 @@ def _response(ctx: RequestContext, context: FetchContext, by_id: bool, results: 
             # over the quota: the data is not sent (nor counted), as Kafka answers a throttled fetch:
             # empty, in the incremental session if any (which opens none and changes no partition)
             uncharge(ctx, CONSUMER_BYTE_RATE, size)
+            release(results)  # their file regions' descriptors
             session_id = context.session.id if context.session is not None else 0
             return {"throttle_time_ms": throttle, "error_code": ErrorCode.NONE, "session_id": session_id,
                     "responses": []}
