@@ -205,3 +205,27 @@ async def test_no_descriptor_outlives_its_fetch(tmp_path, monkeypatch):
         raw.close()  # RST: the server's send fails mid-region
         await wait_until(lambda: FileRecords.open_fds == 0 and open_fds() <= baseline, timeout_s=20,
                          message=f"descriptors back to {baseline} (now {open_fds()}, regions {FileRecords.open_fds})")
+
+
+@pytest.mark.unit
+def test_reads_copy_past_the_region_descriptor_bound_and_for_small_pieces(tmp_path, monkeypatch):
+    from kshim.log import log as log_module
+
+    log = Log(tmp_path / "p0", LogConfig(segment_bytes=100_000))
+    for i in range(6):
+        log.append(bytearray(encode_batch([(b"k", bytes([i]) * 40_000, None, 1000 + i)])))
+    small = log.read(0, 1, regions=True, max_offset=None, min_one=True)  # one 40 KB batch: a region
+    assert isinstance(small, FileRecords)
+    monkeypatch.setattr(log_module, "REGION_MIN_BYTES", 10**6)
+    assert isinstance(log.read(0, 10**7, None, True, True), bytes)  # every piece under the minimum
+    monkeypatch.setattr(log_module, "REGION_MIN_BYTES", 1)
+    monkeypatch.setattr(log_module, "MAX_REGION_FDS", FileRecords.open_fds + 1)
+    capped = log.read(0, 10**7, None, True, True)  # one region left: the other segments are copied
+    assert isinstance(capped, FileRecords) and sum(not isinstance(p, bytes) for p in capped.parts) == 1
+    assert capped.read() == log.read(0, 10**7)
+    assert isinstance(log.read(0, 10**7, None, True, True), bytes)  # the bound is reached: all copied
+    before = FileRecords.open_fds
+    small.close()
+    capped.close()
+    assert FileRecords.open_fds == before - 2
+    log.close()
