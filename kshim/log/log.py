@@ -186,7 +186,7 @@ class Log:
     size_bytes: int         # total bytes over segments
 
     def __init__(self, directory: Path, config: LogConfig, *,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, clean: bool = False) -> None:
         self.directory = Path(directory)
         self.config = config
         self._clock = clock.wall_ms
@@ -205,15 +205,18 @@ class Log:
         self._retired: list[tuple[float, Segment]] = []  # replaced by cleaned ones: (when, segment)
         self._roll_jitter_ms = _draw_jitter(config)  # the active segment's, drawn when it starts (Kafka's rollJitterMs)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._open()
+        self.recovered = False           # the active segment was scanned whole at open (no clean stop)
+        self._open(clean)
         self._last_flush_ms = self._clock()
 
     # ================================================================== open / recovery
-    def _open(self) -> None:
+    def _open(self, clean: bool) -> None:
+        """``clean``: the log dir's clean-shutdown marker vouched for this log (the caller removed
+        it); a marker of the log's own (a log closed alone: a replica move) does too."""
         marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
-        if clean:
+        if os.path.exists(marker):
             os.unlink(marker)  # from here on, a crash must be detectable
+            clean = True
         self._finish_swaps()
         names = os.listdir(self._dir)
         bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
@@ -231,7 +234,7 @@ class Log:
                 seg.next_offset = bases[i + 1]
                 seg.open_inactive()
             else:
-                seg.open_active(clean)
+                self.recovered = not seg.open_active(clean)
                 if seg.first_append_ms is None and seg.size:
                     seg.first_append_ms = self._clock()
         checkpoint = self._read_start_offset()
@@ -825,14 +828,17 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = now
 
-    def close(self) -> None:
+    def close(self, durable: bool = True) -> bool:
         """Write the final time index entry, fsync everything, then write the clean-shutdown
-        marker (after the data is durable, so the marker never vouches for lost bytes)."""
+        marker (after the data is durable, so the marker never vouches for lost bytes). With
+        ``durable`` False neither: the caller syncs the file system and writes the log dir's
+        marker (kshim.replica.manager). Returns whether the log may be marked clean."""
         with self._write_lock, self._lock:
             if self._closed:
-                return
+                return False
             self._segments[-1].finish()
-            self._flush(self._clock())
+            if durable:
+                self._flush(self._clock())
             for seg in self._segments:
                 seg.close()
             self._close_retired()
@@ -840,15 +846,18 @@ class Log:
             if self._start_offset_unsaved:
                 self._write_start_offset()
                 if self._start_offset_unsaved:
-                    return  # no clean-shutdown marker: the next start recovers instead
+                    return False  # no clean-shutdown marker: the next start recovers instead
+            if not durable:
+                return True
             try:
                 with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
                     pass
             except OSError as e:  # a full disk: the next start recovers the log instead
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers the log", self._dir, e)
-                return
+                return False
             self._dir_dirty = True
             self._flush(self._clock())
+            return True
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kshim.log.dirlock import DataDirLock, lock_data_dir
-from kshim.log.files import fsync_dir
+from kshim.log.files import fsync_dir, write_atomic
 from kshim.log.partition_dir import DirDeleter
 
 log = logging.getLogger("kshim.log")
@@ -35,6 +35,35 @@ MOVE_COMPLETE = ".kshim-move-complete"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _FUTURE_DIR = re.compile(r"^(.+-\d+)\.([0-9a-f]{32})-future$")
 COPY_CHUNK = 1 << 20
+
+
+CLEAN_MARKER = ".kshim-clean-shutdown"  # Kafka's .kafka_cleanshutdown, one per log dir
+_CLEAN_HEADER = "kshim clean shutdown v1"
+
+
+def write_clean_marker(log_dir: Path, names: list[str]) -> None:
+    """Written last by a clean stop, after the file system was synced: the replica directories in
+    `log_dir` whose logs were closed cleanly (listed, so a directory this run never opened, or
+    one whose close failed, is never vouched for). Synced itself."""
+    write_atomic(log_dir / CLEAN_MARKER, "\n".join([_CLEAN_HEADER, *names, ""]), fsync=True)
+
+
+def take_clean_marker(log_dir: Path) -> set[str]:
+    """The replica directories `log_dir`'s marker vouches for; the marker is removed (and that
+    made durable) first, so a crash from here on is seen at the next start. Empty without one."""
+    path = log_dir / CLEAN_MARKER
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return set()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    path.unlink(missing_ok=True)
+    fsync_dir(log_dir)
+    if not lines or lines[0] != _CLEAN_HEADER:
+        log.warning("%s: unreadable clean-shutdown marker: every log there is recovered", path)
+        return set()
+    return {name for name in lines[1:] if name}
 
 
 class DuplicateReplica(Exception):
