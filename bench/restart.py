@@ -102,7 +102,7 @@ def topics_for(partitions: int) -> dict[str, int]:
 def create(bootstrap: str, topics: dict[str, int]) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for name, n in topics.items():  # one at a time: a 10,000-partition request is one long answer
-        admin.create_topics([NewTopic(name, n, 1)], request_timeout=120)[name].result(timeout=180)
+        admin.create_topics([NewTopic(name, n, 1)], request_timeout=300)[name].result(timeout=360)
 
 
 def produce_each(bootstrap: str, topics: dict[str, int], value: bytes) -> int:

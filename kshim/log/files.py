@@ -5,6 +5,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger("kshim.log")
 
@@ -33,7 +34,7 @@ def sync_filesystem(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def _load_syncfs():  # type: ignore[no-untyped-def]
+def _load_syncfs() -> Callable[[int], int] | None:
     import ctypes
     import ctypes.util
     name = ctypes.util.find_library("c")
@@ -50,8 +51,9 @@ def write_atomic(path: str | os.PathLike, text: str | bytes, *, fsync: bool = Fa
     """Replace `path` with `text` through a temporary file: a crash leaves the old or the new
     content, never a torn mix. With fsync, also durable against a machine crash."""
     tmp = f"{os.fspath(path)}{TMP_SUFFIX}"
-    with (open(tmp, "wb") if isinstance(text, bytes) else open(tmp, "w", encoding="ascii")) as f:
-        f.write(text)
+    data = text if isinstance(text, bytes) else text.encode("ascii")
+    with open(tmp, "wb") as f:
+        f.write(data)
         if fsync:
             f.flush()
             os.fsync(f.fileno())

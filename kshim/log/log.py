@@ -1,8 +1,10 @@
 """A partition's log: a directory of segments holding RecordBatch v2 bytes as stored.
 
 Layout (Kafka's): ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment, plus
-``log-start-offset`` (checkpoint, written atomically on change) and ``.kshim-clean-shutdown``
-(written by :meth:`Log.close`, removed on open, so its absence means a crash).
+``log-start-offset`` (checkpoint, written atomically on change). A log is opened without
+recovery when its log dir's clean-shutdown marker named it (``clean``: a broker's clean stop,
+kshim.replica.manager) or its own ``.kshim-clean-shutdown`` is there (:meth:`Log.close` alone, a
+replica move); that file is removed on open, so its absence means a crash.
 
 Durability: appends go to the kernel with ``os.write`` right away (no user-space buffering), so a
 killed broker loses nothing; fsync happens only per the flush policy (flush.messages / flush.ms),

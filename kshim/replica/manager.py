@@ -723,7 +723,10 @@ class ReplicaManager:
                 log.warning("cannot sync %s (%s): no clean-shutdown marker, the next start recovers", d, e)
                 continue
             names = sorted(r.directory.name for r, clean in closed if clean and r.directory.parent == d)
-            write_clean_marker(d, names)
+            try:
+                write_clean_marker(d, names)
+            except OSError as e:  # a full disk: the next start recovers this dir's logs instead
+                log.warning("%s: no clean-shutdown marker (%s); the next start recovers its logs", d, e)
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
