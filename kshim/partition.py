@@ -146,6 +146,8 @@ class Partition:
                 loaded = ProducerStateManager.from_snapshot(path.read_bytes())
                 if loaded.snapshot_offset <= self.log.log_end_offset:
                     state = loaded
+                else:  # recovery cut the log below it: void, and so once the log grows past it again
+                    path.unlink()
             except ValueError:
                 path.unlink()  # rebuild from the log below
         # A snapshot stays valid while the log below its offset is unchanged: later appends are
