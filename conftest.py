@@ -10,6 +10,7 @@ in ALLOWED_SKIPS; in CI (env CI=true) nothing may skip at all.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     (as on some machines, CI's included) no import writes it, and each of the hundreds of broker
     and ctl processes the compat tests start would compile the whole package again (1.6x the CPU
     of its import; docs/benchmarks.md, "Start time"). Files already compiled are only checked."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller compiled before it started the workers
     import compileall
+    import subprocess
     for package in ("kshim", "wire"):
         compileall.compile_dir(str(ROOT / package), quiet=2, workers=1)
+    # and the dataclass methods' byte code (kshim.dataclass_cache), which PYTHONDONTWRITEBYTECODE
+    # keeps every broker from writing: a third of a broker's start otherwise
+    subprocess.run([sys.executable, "-m", "kshim.dataclass_cache"], cwd=ROOT, capture_output=True, timeout=300)
+
+
+MAX_WORKERS = 4  # each process test starts brokers and clients of its own: more workers only contend
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject.toml): the cores this process may use, as the scheduler and a cgroup
+    quota allow (os.cpu_count() counts a container's host), at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, min(cores, MAX_WORKERS))
 
 
 def _markers_for(item: pytest.Item) -> list[str]:

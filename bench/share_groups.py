@@ -7,21 +7,28 @@ rounds, each on a fresh group:
 
   classic   --members confluent-kafka Consumers in one classic consumer group (subscribe,
             auto.offset.reset=earliest, auto commit), polling until every record was read.
-  share     --members share members of one share group reading every record once, each
-            acknowledging (accept) the records of a fetch with its next fetch (implicit
-            acknowledgement), so every acknowledgement is a durable write before the next
-            records come. The members speak ShareFetch v1 to the leader with kshim's wire codec
-            (max_records --max-records, one request in flight each), as a share consumer does
-            once it has its assignment.
+  share     --members confluent-kafka ShareConsumers in one share group (implicit
+            acknowledgement: a poll acknowledges the records of the one before, each
+            acknowledgement a durable write to __share_group_state before its answer), the group
+            set to share.auto.offset.reset=earliest with IncrementalAlterConfigs, polling until
+            every record was read.
+  share-raw --members share members speaking ShareFetch v1 to the leader with kshim's wire codec
+            (max_records --max-records, one request in flight each, acknowledging a fetch's
+            records with the next fetch): the broker's side without the client's.
 
-A share group starts at the latest offset (share.auto.offset.reset), so each share round first
-makes its members fetch once (the share partitions start at the current end), then produces the
-records, then reads; the classic round reads the records it produced. Both count the records they
-got: a total other than --records is an error (exit 1).
+Each round produces --records records to a new topic, then reads them in each mode (share-raw's
+members fetch once first: that group starts at the latest offset). Every mode counts the records
+it got: a total other than --records is an error (exit 1); records/s is timed from the first
+record to the last.
 
     python bench/share_groups.py --records 50000 --members 1 --repeat 3 [--json out.json]
+    python bench/share_groups.py --state-cpu --records 200000
 
-Prints records/s per mode (best of --repeat) and the ratio share/classic.
+--state-cpu measures no broker: it times (CPU) the partition leader's bookkeeping in-process
+(kshim's SharePartitionState: acquire a fetch's records, accept them, build the persisted
+batches), fetches of --max-records records in batches of 10, and prints microseconds per record.
+
+Prints a markdown table of records/s per mode (best of --repeat) and each mode's ratio to classic.
 """
 from __future__ import annotations
 
@@ -35,8 +42,9 @@ import tempfile
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, ShareConsumer
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
+                                   ResourceType)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,6 +53,7 @@ from wire import codec  # noqa: E402
 from wire.headers import decode_response_header, encode_request_header, frame  # noqa: E402
 
 METADATA, SHARE_FETCH = 3, 78
+MODES = ("classic", "share", "share-raw")
 
 
 class Raw:
@@ -127,15 +136,33 @@ def classic_round(bootstrap: str, topic: str, records: int, members: int, deadli
     group = f"bench-classic-{uuid.uuid4().hex[:8]}"
     consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                            "log_level": 3}) for _ in range(members)]
+    return read_all("classic", consumers, topic, records, deadline_s, lambda c: c.consume(1000, 0.05))
+
+
+def share_round(bootstrap: str, topic: str, records: int, members: int, deadline_s: float) -> float:
+    group = f"bench-share-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(60)
+    consumers = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 3})
+                 for _ in range(members)]
+    return read_all("share", consumers, topic, records, deadline_s, lambda c: c.poll(0.05))
+
+
+def read_all(mode: str, consumers: list, topic: str, records: int, deadline_s: float, take) -> float:
+    """Subscribe `consumers` to `topic` and read `records` among them, each asked in turn with
+    `take(consumer)`; records/s from the first record read. Closing a share consumer acknowledges
+    its last records."""
     for c in consumers:
         c.subscribe([topic])
     got, start, first = 0, time.monotonic(), None
     deadline = start + deadline_s
     while got < records:
         if time.monotonic() > deadline:
-            raise PhaseError(f"classic: read {got} of {records}")
+            raise PhaseError(f"{mode}: read {got} of {records}")
         for c in consumers:
-            for m in c.consume(1000, 0.05):
+            for m in take(c):
                 if m.error() is None:
                     first = first or time.monotonic()
                     got += 1
@@ -143,11 +170,11 @@ def classic_round(bootstrap: str, topic: str, records: int, members: int, deadli
     for c in consumers:
         c.close()
     if got != records:
-        raise PhaseError(f"classic: read {got}, produced {records}")
+        raise PhaseError(f"{mode}: read {got}, produced {records}")
     return records / (end - (first or start))
 
 
-def share_round(bootstrap: str, topic: str, records: int, members: int, args, values) -> float:
+def raw_share_round(bootstrap: str, topic: str, records: int, members: int, args, values) -> float:
     group = f"bench-share-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(60)
@@ -173,6 +200,26 @@ def share_round(bootstrap: str, topic: str, records: int, members: int, args, va
     return records / (end - (first or start))
 
 
+def state_cpu(records: int, max_records: int) -> float:
+    """CPU microseconds per record of a share partition's acquire + accept + persisted form."""
+    from kshim.coordinator.share_partitions.state import AckBatch, LogBatch, SharePartitionState, ShareLimits
+    state, limits = SharePartitionState(0), ShareLimits()
+    batches = [LogBatch(o, o + 9, True) for o in range(0, records, 10)]
+    done, i = 0, 0
+    start = time.process_time()
+    while done < records:
+        offset = state.next_fetch_offset()
+        while i < len(batches) and batches[i].last_offset < offset:
+            i += 1
+        taken = state.acquire("m", offset, batches[i:i + max_records // 10 + 1], max_records, limits, 0)
+        code, _undo = state.acknowledge("m", [AckBatch(a.first_offset, a.last_offset, (1,)) for a in taken],
+                                        limits, 0)
+        assert not code and taken
+        state.state_batches()
+        done += sum(a.last_offset - a.first_offset + 1 for a in taken)
+    return (time.process_time() - start) / records * 1e6
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kshim", help="HOST:PORT of a running kshim (else one is started here)")
@@ -186,12 +233,18 @@ def main(argv=None) -> int:
     ap.add_argument("--startup-timeout", type=float, default=120.0)
     ap.add_argument("--kshim-arg", action="append", default=[])
     ap.add_argument("--json")
+    ap.add_argument("--state-cpu", action="store_true", help="only time the share-partition bookkeeping in-process")
     args = ap.parse_args(argv)
+    if args.state_cpu:
+        us = min(state_cpu(args.records, args.max_records) for _ in range(max(args.repeat, 1)))
+        print(f"share-partition bookkeeping: {us:.2f} us CPU per record (acquire + accept + persisted form, "
+              f"{args.records} records, fetches of {args.max_records}, best of {args.repeat})")
+        return 0
     args.ephemeral = False  # start_kshim (bench/throughput.py): a data dir in the work dir
     values = make_values(args.value_size)
     workdir = tempfile.mkdtemp(prefix="kshim-bench-share-")
     managed = None
-    results: dict[str, list[float]] = {"classic": [], "share": []}
+    results: dict[str, list[float]] = {k: [] for k in MODES}
     try:
         if args.kshim:
             bootstrap = args.kshim
@@ -199,11 +252,12 @@ def main(argv=None) -> int:
             managed, bootstrap = start_kshim(args, workdir)
         for rep in range(args.repeat):
             topic = f"bench-share-{rep}-{uuid.uuid4().hex[:6]}"
-            share = share_round(bootstrap, topic, args.records, args.members, args, values)
-            classic = classic_round(bootstrap, topic, args.records, args.members, args.deadline)
-            log(f"round {rep + 1}: share {share:,.0f} records/s, classic {classic:,.0f} records/s")
-            results["share"].append(share)
-            results["classic"].append(classic)
+            rates = {"share-raw": raw_share_round(bootstrap, topic, args.records, args.members, args, values),
+                     "share": share_round(bootstrap, topic, args.records, args.members, args.deadline),
+                     "classic": classic_round(bootstrap, topic, args.records, args.members, args.deadline)}
+            log(f"round {rep + 1}: " + ", ".join(f"{k} {v:,.0f} records/s" for k, v in rates.items()))
+            for k, v in rates.items():
+                results[k].append(v)
     except PhaseError as e:
         log(f"error: {e}")
         return 1
@@ -211,14 +265,16 @@ def main(argv=None) -> int:
         if managed is not None:
             managed.stop()
     best = {k: max(v) for k, v in results.items()}
-    print(f"{'mode':<10} {'records/s':>12}")
-    for k in ("classic", "share"):
-        print(f"{k:<10} {best[k]:>12,.0f}")
-    print(f"share/classic: {best['share'] / best['classic']:.2f}  ({args.records} records of {args.value_size} B, "
-          f"{args.partitions} partition(s), {args.members} member(s), best of {args.repeat})")
+    print(f"{args.records} records of {args.value_size} B, {args.partitions} partition(s), {args.members} member(s) "
+          f"per group, best of {args.repeat}")
+    print()
+    print("| mode | records/s | / classic |")
+    print("|---|---:|---:|")
+    for k in MODES:
+        print(f"| {k} | {best[k]:,.0f} | {best[k] / best['classic']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=2)
+            json.dump({"args": vars(args), "results": results, "best": best}, f, indent=2)
     return 0
 
 

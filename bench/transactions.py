@@ -247,6 +247,8 @@ def parse_args(argv=None):
     ap.add_argument("--kshim", metavar="HOST:PORT", help="use a running kshim instead of starting one")
     ap.add_argument("--no-kshim", action="store_true", help="leave kshim out")
     ap.add_argument("--kshim-arg", action="append", default=[], help="extra argument for the started 'kshim serve'")
+    ap.add_argument("--ephemeral", action="store_true",
+                    help="start kshim with --ephemeral (its log on tmpfs, deleted at exit) instead of a data dir")
     peer = ap.add_mutually_exclusive_group()
     peer.add_argument("--peer", metavar="HOST:PORT[,...]", help="peer Kafka bootstrap")
     peer.add_argument("--peer-mock", action="store_true", help="start %s --brokers 1 as the peer" % MOCK_BROKER)

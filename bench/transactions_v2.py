@@ -17,7 +17,11 @@ Reported per target and size: transactions/s, records/s, commitTransaction p50/p
 starts once per measurement; its start-up and initTransactions are outside the timed loop.
 The targets are started here and stopped by PID.
 
-    python bench/transactions_v2.py [--seconds 5] [--sizes 1,100] [--repeat 1] [--json results.json]
+    python bench/transactions_v2.py [--seconds 5] [--sizes 1,100,1000] [--repeat 1] [--json results.json]
+                                    [--peer HOST:PORT]   # also any other broker (Java client, v2 if it finalizes it)
+
+The table is markdown (one row per size, one column per target, and each kshim target's ratio to
+the mock); --json writes every measurement.
 
 Exit status: 0 when every measurement ran, 1 otherwise.
 """
@@ -69,16 +73,19 @@ def measure(java, bootstrap: str, topic: str, seconds: float, size: int) -> dict
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=5.0, help="timed loop per measurement (default 5)")
-    p.add_argument("--sizes", default="1,100", help="records per transaction, comma-separated (default 1,100)")
+    p.add_argument("--sizes", default="1,100,1000",
+                   help="records per transaction, comma-separated (default 1,100,1000)")
     p.add_argument("--repeat", type=int, default=1, help="measurements per target and size; best kept (default 1)")
     p.add_argument("--partitions", type=int, default=3, help="partitions of each topic (default 3)")
     p.add_argument("--startup-timeout", type=float, default=60.0)
     p.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}")
     p.add_argument("--json", help="write every measurement to this file")
+    p.add_argument("--peer", metavar="HOST:PORT", help="also measure this running broker (its topics are created by "
+                   "the client: auto-creation, or make them beforehand: txnv2-SIZE-REPEAT)")
     args = p.parse_args(argv)
     args.ephemeral = False  # start_kshim (bench/throughput.py): a data dir in the work dir
     sizes = [int(s) for s in args.sizes.split(",")]
-    targets = [t for t in TARGETS if t in args.targets.split(",")]
+    targets = [t for t in TARGETS if t in args.targets.split(",")] + (["peer"] if args.peer else [])
     workdir = tempfile.mkdtemp(prefix="kshim-bench-txnv2-")
     java = build(Path(workdir) / "java")
     runs: list[dict] = []
@@ -87,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         topics = [f"txnv2-{n}-{i}" for n in sizes for i in range(args.repeat)]
         where = os.path.join(workdir, target.replace(" ", "-"))
         os.makedirs(where)
-        if target == "mock":
+        if target == "peer":
+            proc, bootstrap = None, args.peer
+        elif target == "mock":
             args.kshim_arg = []
             proc, bootstrap = start_mock(args, where, topics)
         else:
@@ -107,22 +116,27 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(r)
                     log(f"{target}, {n} records/txn: {r['txns_s']:,.0f} txn/s")
         finally:
-            proc.stop()
+            if proc is not None:
+                proc.stop()
     best = {}
     for r in runs:
         key = (r["target"], r["size"])
         if key not in best or r["txns_s"] > best[key]["txns_s"]:
             best[key] = r
-    print(f"Java client {'(transactions v2 where finalized)'}, {args.seconds:g} s per measurement, best of {args.repeat}")
-    print(f"{'records/txn':>11}  {'target':<9}  {'txn/s':>8}  {'records/s':>10}  {'commit p50 ms':>13}  {'commit p99 ms':>13}")
+    print(f"Java client (transactions v2 where the broker finalizes it), {args.seconds:g} s per measurement, "
+          f"best of {args.repeat}; transactions/s (commitTransaction p50 ms)\n")
+    ratios = [t for t in targets if t.startswith("kshim") and "mock" in targets]
+    print("| records/txn | " + " | ".join(targets) + "".join(f" | {t} / mock" for t in ratios) + " |")
+    print("|---:|" + "---:|" * (len(targets) + len(ratios)))
     for n in sizes:
+        cells = []
         for target in targets:
             r = best.get((target, n))
-            if r is None:
-                print(f"{n:>11}  {target:<9}  {'failed':>8}")
-                continue
-            print(f"{n:>11}  {target:<9}  {r['txns_s']:>8,.0f}  {r['records_s']:>10,.0f}  "
-                  f"{r['commit_p50_ms']:>13.2f}  {r['commit_p99_ms']:>13.2f}")
+            cells.append("failed" if r is None else f"{r['txns_s']:,.0f} ({r['commit_p50_ms']:.1f})")
+        for target in ratios:
+            r, m = best.get((target, n)), best.get(("mock", n))
+            cells.append(f"{r['txns_s'] / m['txns_s']:.2f}x" if r and m and m["txns_s"] else "-")
+        print(f"| {n} | " + " | ".join(cells) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": runs, "time": time.time()}, f, indent=2)

@@ -134,6 +134,7 @@ class JavaClient:
     jars: dict[str, Path]
     kafka_clients_version: str
     log_config: Path | None
+    runs_dir: Path | None = None  # each run's stdout/stderr files (default: next to the classes)
     runs: list[JavaResult] = field(default_factory=list)
     _started: int = 0
 
@@ -161,7 +162,7 @@ class JavaClient:
             argv += ["--prop", f"{k}={v}"]
         argv += ["--deadline-ms", str(int(max(timeout - 5.0, 1.0) * 1000))]
         self._started += 1
-        out = self.classes.parent / "runs" / f"{self._started:04d}"
+        out = (self.runs_dir or self.classes.parent / "runs") / f"{self._started:04d}"
         out.parent.mkdir(exist_ok=True)
         stdout, stderr = open(f"{out}.out", "w+"), open(f"{out}.err", "w+")
         proc = subprocess.Popen(self.command(*argv), stdout=stdout, stderr=stderr, text=True)
@@ -245,11 +246,21 @@ def build(out_dir: Path) -> JavaClient:
         log_config.write_text(LOG4J2_PROPERTIES)
     version = re.fullmatch(REQUIRED_JARS["kafka-clients"], jars["kafka-clients"].name).group(1)
 
+    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.java"))
+    # one compilation per test session: every Java module's fixture gets the same classes (javac
+    # takes 10-30 s of CPU); a changed source or jar compiles again
+    key = (javac, str(jars["kafka-clients"]), tuple((s, Path(s).stat().st_mtime_ns) for s in sources))
+    classes = _COMPILED.get(key)
+    if classes is not None and classes.is_dir():
+        return JavaClient(java, classes, jars, version, log_config, runs_dir=out_dir / "runs")
     classes = out_dir / "classes"
     classes.mkdir(parents=True, exist_ok=True)
-    sources = sorted(str(p) for p in SOURCE_DIR.glob("*.java"))
     proc = subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", str(jars["kafka-clients"]), *sources],
                           capture_output=True, text=True, timeout=180)
     if proc.returncode != 0:
         raise JavaClientError(f"javac failed ({javac}, kafka-clients {version}):\n{proc.stdout}{proc.stderr}")
-    return JavaClient(java, classes, jars, version, log_config)
+    _COMPILED[key] = classes
+    return JavaClient(java, classes, jars, version, log_config, runs_dir=out_dir / "runs")
+
+
+_COMPILED: dict[tuple, Path] = {}  # build()'s compilations in this process

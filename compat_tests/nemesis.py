@@ -187,11 +187,13 @@ class Nemesis:
             raise
 
     def run(self, seconds: float, kinds: tuple[str, ...] = KINDS) -> None:
-        """Faults until `seconds` pass; the first len(kinds) are one of each kind (shuffled)."""
-        end = time.monotonic() + seconds
+        """Faults until `seconds` pass and every kind ran once (the first len(kinds) are one of
+        each, shuffled; heals are slow on a loaded machine), at most 4 x `seconds`."""
+        start = time.monotonic()
+        end, hard_end = start + seconds, start + 4 * seconds
         first = list(kinds)
         self.rng.shuffle(first)
-        while time.monotonic() < end:
+        while (first or time.monotonic() < end) and time.monotonic() < hard_end:
             kind = first.pop() if first else self.rng.choice(kinds)
             self.one(kind)
             time.sleep(self.rng.uniform(0.5, 2.0))  # traffic between faults

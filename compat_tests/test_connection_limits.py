@@ -16,6 +16,9 @@ from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection, produce_and_consume
 
 MiB = 1024 * 1024
+# A stalled event loop shows as a bystander waiting for the whole attack (seconds); scheduling noise
+# on a loaded 2-core machine (the suite runs on two workers) reaches ~0.1-0.2 s
+BYSTANDER_WORST_S = 0.5
 
 
 def rss(pid: int) -> int:
@@ -95,8 +98,8 @@ def test_size_prefixes_and_partial_frames_cost_what_arrived_within_the_shared_bu
         worst = worst_api_versions_latency(broker.bootstrap)
         grown = rss(broker.pid) - baseline
         assert grown < 200 * MiB, f"RSS grew by {grown / MiB:.0f} MiB for 100 partial frames"
-        assert worst < 0.1, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
-    wait_until(lambda: worst_api_versions_latency(broker.bootstrap, 3) < 0.1, 20, message="quick answers after")
+        assert worst < BYSTANDER_WORST_S, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
+    wait_until(lambda: worst_api_versions_latency(broker.bootstrap, 3) < BYSTANDER_WORST_S, 20, message="quick answers after")
     produce_and_consume(broker.bootstrap, topic_name, b"after")
 
 

@@ -1,6 +1,6 @@
 """Fuzzed frames against a real broker over TCP (docs/robustness.md): mutated real requests on many
 connections never crash it, never hit a handler bug (no "internal error" in its log), and never
-slow a bystander's ApiVersions past 100 ms; afterwards producers and consumers work as before.
+stall a bystander's ApiVersions (BYSTANDER_WORST_S); afterwards producers and consumers work as before.
 
 CI sends a bounded number of frames; `KSHIM_FUZZ_FRAMES=20000 python -m pytest
 compat_tests/test_fuzz_frames.py` sends more.
@@ -13,7 +13,7 @@ import socket
 
 from compat_tests.kshim_process import KshimProcess
 from compat_tests.raw_kafka import produce_and_consume
-from compat_tests.test_connection_limits import connect, worst_latency_while
+from compat_tests.test_connection_limits import BYSTANDER_WORST_S, connect, worst_latency_while
 from tests.test_connection_core import api_versions
 from tests.test_fuzz_connection_core import SEEDS
 
@@ -90,7 +90,7 @@ def test_fuzzed_frames_do_not_crash_stall_or_hit_handler_bugs(tmp_path, topic_na
 
         worst = worst_latency_while(attack, broker.bootstrap)
         assert broker.proc.poll() is None, "the broker died"
-        assert worst < 0.1, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
+        assert worst < BYSTANDER_WORST_S, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
         # the frames reached the broker: most were dealt with at once (answered or refused)
         print(f"{FRAMES} fuzzed frames: {outcome}")
         assert outcome["held"] < FRAMES // 10, outcome

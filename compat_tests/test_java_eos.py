@@ -1,6 +1,9 @@
 """Exactly-once consume-transform-produce with the Apache Kafka Java client (KshimClient `copy`)
 on a 3-broker cluster while the consumer group's coordinator, then the transaction coordinator
 (the transactional id is chosen so that another broker coordinates it), are SIGKILLed and restarted.
+The cluster finalizes transaction.version 2 (the default), so the copy runs transactions v2 (not
+asserted here: a check on the brokers' request logs found no EndTxn entries at all and is left for
+a later session; test_transactions_v2.py proves the Java client's v2 requests).
 
 test_transactions_cluster.py's librdkafka copy never kills the group coordinator: librdkafka's
 send_offsets_to_transaction hangs once its cached group coordinator is gone
@@ -22,9 +25,12 @@ from compat_tests.test_transactions_cluster import (FAILOVER_S, LAG_TIME_MS, SES
 
 RECORDS = 30_000
 PER_TXN = 500          # max.poll.records: the size of most transactions
-MIN_TXN_MS = 100       # pace the copy (~3,000 records/s at most) so both kills land mid-copy
+# pace the copy (1,000 records/s at most, 30 s in all) so both kills land mid-copy: the first
+# kill's failover and restart take up to ~20 s on a loaded machine, and with transactions v2 the
+# copy itself is no longer slower than the pace (at 100 ms it finished before the second kill)
+MIN_TXN_MS = 500
 KILLS_AT = (0.3, 0.6)  # fraction of the input committed before each kill
-COPY_S = 75.0          # the Java copy's own deadline (its watchdog: COPY_S - 5)
+COPY_S = 90.0          # the Java copy's own deadline (its watchdog: COPY_S - 5)
 
 
 @pytest.fixture(scope="module")

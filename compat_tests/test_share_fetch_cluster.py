@@ -53,20 +53,42 @@ class ShareMember:
         self.epoch = 0
         self.topic_id: uuid.UUID | None = None
 
-    def connect(self) -> None:
-        """(Re)connect to the partition's current leader and start a new share session."""
-        with RawConnection(self.bootstrap.split(",")[0]) as meta:
-            resp = meta.request(METADATA, 12, {"topics": [{"name": self.topic, "topic_id": None}],
-                                               "allow_auto_topic_creation": False,
-                                               "include_topic_authorized_operations": False})
-        topic = resp.topics[0]
-        leader = topic.partitions[0].leader_id
-        node = next(b for b in resp.brokers if b.node_id == leader)
+    def connect(self, deadline_s: float = FAILOVER_S) -> None:
+        """(Re)connect to the partition's current leader and start a new share session. A broker's
+        Metadata may still name a leader that was just killed (each broker learns of the change on
+        its own), so ask again until the named leader accepts the connection, as a client would."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                with self._any_broker() as meta:
+                    resp = meta.request(METADATA, 12, {"topics": [{"name": self.topic, "topic_id": None}],
+                                                       "allow_auto_topic_creation": False,
+                                                       "include_topic_authorized_operations": False})
+                topic = resp.topics[0]
+                leader = topic.partitions[0].leader_id
+                node = next(b for b in resp.brokers if b.node_id == leader)
+                conn = RawConnection(f"{node.host}:{node.port}", timeout=40)
+                break
+            except (OSError, StopIteration, IndexError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
         self.topic_id = topic.topic_id
         if self.conn is not None:
             self.conn.close()
-        self.conn = RawConnection(f"{node.host}:{node.port}", timeout=40)
+        self.conn = conn
         self.epoch = 0
+
+    def _any_broker(self) -> RawConnection:
+        """A connection to the first bootstrap broker that answers (the test kills brokers)."""
+        failure: OSError | None = None
+        for address in self.bootstrap.split(","):
+            try:
+                return RawConnection(address)
+            except OSError as e:
+                failure = e
+        assert failure is not None
+        raise failure
 
     def fetch(self, acks=(), max_records: int = 100, wait_ms: int = 500) -> tuple[int, list[tuple[int, int, int]], int]:
         """(partition error, acquired (first, last, delivery count) ranges, acknowledge error);

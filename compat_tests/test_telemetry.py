@@ -61,7 +61,8 @@ def test_java_and_librdkafka_clients_push_their_metrics(kshim, java):
     assert java_instance["requested_metrics"] == ["org.apache.kafka.producer."]
     names = [m["name"] for m in java_instance["metrics"]]
     assert names and all(n.startswith("org.apache.kafka.producer.") for n in names)
-    assert java_instance["terminating"]  # it pushed a last time as it closed
+    # not asserted: that the producer pushed a last time as it closed (`terminating`). Kafka 4.3's
+    # client sends that push only when no push is in flight at close, and CI runs saw it either way
 
     producer = Producer({"bootstrap.servers": kshim.bootstrap, "client.id": "tele-librdkafka"})
     for i in range(100):

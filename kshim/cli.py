@@ -19,13 +19,16 @@ from pathlib import Path
 
 import anyio
 
+from kshim import dataclass_cache
+
+dataclass_cache.install()  # first: the dataclasses of the modules below take their methods from its file
+
 from kshim import tuning
 from kshim.broker import BrokerConfig
-from kshim.cluster import admin, broker_process
+from kshim.cluster import admin
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_argv, security_config)
 from kshim.configs.security import Listener, SecurityConfigError
-from kshim.controller import service as controller_service
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.log.files import ephemeral_dir
@@ -52,11 +55,16 @@ class _Version(argparse.Action):
 
 
 CTL_HELP = "control a running cluster (kshim serve --brokers N)"  # kshim.ctl.commands.HELP
+# the cluster's internal commands, named in the command list of every run; their modules load only
+# for themselves (kshim.cluster.broker_process.HELP, kshim.controller.service.HELP)
+BROKER_HELP = "(internal) run one broker of a cluster; `kshim serve --brokers N` starts these"
+CONTROLLER_HELP = "(internal) run the controller of a cluster; `kshim serve --brokers N` starts it"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; `command`: the one this run executes, when known. Only its options are complete:
-    `kshim ctl` (and kshim.ctl) loads only for ctl, or when no command is known (--help)."""
+    `kshim ctl` (and kshim.ctl), `broker` and `controller` load only for themselves, or when no
+    command is known (--help)."""
     parser = argparse.ArgumentParser(prog="kshim", description="A Kafka-protocol broker in Python.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,8 +121,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                          help="broker default of min.insync.replicas (default 1)")
     cluster.add_argument("--uncommitted-read-limit", choices=["log-end", "high-watermark"], default=None,
                          help="broker default of kshim.uncommitted.read.limit (default log-end)")
-    broker_process.add_parser(sub)
-    controller_service.add_parser(sub)
+    if command in (None, "broker"):
+        from kshim.cluster import broker_process
+        broker_process.add_parser(sub)
+    else:
+        sub.add_parser("broker", help=BROKER_HELP)
+    if command in (None, "controller"):
+        from kshim.controller import service as controller_service
+        controller_service.add_parser(sub)
+    else:
+        sub.add_parser("controller", help=CONTROLLER_HELP)
     if command in (None, "ctl"):
         from kshim.ctl import commands as ctl  # start-up: serve and the brokers need no ctl
         ctl.add_parser(sub)
@@ -309,9 +325,11 @@ def _run(args: argparse.Namespace) -> int:
         from kshim.ctl import commands as ctl
         return ctl.main(args)
     if args.command == "broker":
+        from kshim.cluster import broker_process
         tuning.keep_freed_buffers()
         return broker_process.main(args)
     if args.command == "controller":
+        from kshim.controller import service as controller_service
         return controller_service.main(args)
     if args.command == "serve" and args.brokers is not None:
         return _serve_cluster(args)

@@ -204,7 +204,18 @@ class Partition:
         if self._high_watermark == self._hw_checkpointed:
             return
         if save_checkpoint(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n", "high watermark"):
-            self._hw_checkpointed = self._high_watermark  # else tried again at the next housekeeping
+            self._hw_checkpointed = self._high_watermark  # else tried again at the next checkpoint
+
+    def hw_checkpoint_due(self) -> tuple[Path, int] | None:
+        """(the checkpoint file, the high watermark to write) when it moved since the last one: the
+        replica manager writes these for all partitions at once, off the event loop."""
+        if self._high_watermark == self._hw_checkpointed:
+            return None
+        return self.directory / HW_CHECKPOINT, self._high_watermark
+
+    def hw_checkpoint_written(self, path: Path, hw: int) -> None:
+        if path.parent == self.directory:  # not a log dir this replica has since moved from
+            self._hw_checkpointed = hw
 
     # ------------------------------------------------------------------ configuration and role
     def configure(self, config: TopicConfig) -> None:
@@ -712,8 +723,7 @@ class Partition:
         if self.log.apply_retention(now, max_offset=self._high_watermark if self.is_leader else None):
             self.producers.forget_before(self.log_start_offset)
             self.epochs.truncate_from_start(self.log_start_offset)
-        self.log.maybe_flush(now)
-        self._write_hw_checkpoint()
+        self.log.maybe_flush(now)  # the high watermark: ReplicaManager.checkpoint_high_watermarks
 
     def delete_records_before(self, offset: int) -> None:
         self.log.advance_start_offset(offset)

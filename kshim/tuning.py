@@ -10,7 +10,6 @@ nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 from kshim.log.open_files import OPEN_SEGMENTS
@@ -25,12 +24,9 @@ TRIM_THRESHOLD = 256 * 1024 * 1024
 
 def keep_freed_buffers() -> bool:
     """Returns whether the allocator accepted the settings."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        # the process's own symbols, libc's among them: find_library("c") would run ldconfig
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -31,15 +31,34 @@ def test_import_kshim_cli_leaves_out_what_serve_may_not_need():
     assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
 
 
+def test_the_serve_path_leaves_out_what_serve_may_not_need():
+    """What `kshim serve` imports once the broker runs (its server, coordinators and handler index),
+    not only at the import of kshim.cli."""
+    loaded = loaded_after("import kshim.cli, kshim.net.broker_server, kshim.net.server\n"
+                          "from kshim.net.handlers import load_handlers\nload_handlers()")
+    assert "kshim.coordinator.groups" in loaded and "kshim.net.telemetry" in loaded
+    assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
+
+
 def test_the_pytest_plugin_loads_no_broker_code():
     loaded = loaded_after("import kshim.testing.plugin")
     assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.testing", "kshim.testing.plugin"]
 
 
-def test_ctl_help_matches_the_placeholder():
+def test_placeholder_helps_match_the_commands():
     from kshim import cli
+    from kshim.cluster import broker_process
+    from kshim.controller import service
     from kshim.ctl import commands
-    assert cli.CTL_HELP == commands.HELP
+    assert (cli.CTL_HELP, cli.BROKER_HELP, cli.CONTROLLER_HELP) == (commands.HELP, broker_process.HELP, service.HELP)
+
+
+def test_serve_loads_no_cluster_process_code():
+    """`kshim serve` (one broker) parses without the cluster's broker and controller processes."""
+    loaded = loaded_after("from kshim import cli\ncli.build_parser('serve').parse_args(['serve'])")
+    assert not {"kshim.cluster.broker_process", "kshim.controller.service"} & set(loaded)
+    everything = loaded_after("from kshim import cli\ncli.build_parser(None)")
+    assert {"kshim.cluster.broker_process", "kshim.controller.service", "kshim.ctl.commands"} <= set(everything)
 
 
 def test_the_crc_is_the_packages():
@@ -48,3 +67,18 @@ def test_the_crc_is_the_packages():
     from wire.crc import crc32c as ours
     data = b"123456789" * 100
     assert ours(data) == crc32c.crc32c(data) and ours(b"123456789") == 0xE3069283
+
+
+def test_the_handler_index_imports_no_handler_and_matches_what_each_declares():
+    """ApiVersions is answered from the index; each handler module is imported on its API's first
+    request (kshim.net.handlers.load_handlers)."""
+    loaded = loaded_after("from kshim.net.handlers import load_handlers\nassert len(load_handlers()) > 60")
+    assert [m for m in loaded if m.startswith("kshim.net.handlers.") and m.rsplit(".", 1)[1][:2].isdigit()] == []
+
+    import importlib
+
+    from kshim.net.handlers import load_handlers
+    for key, handler in load_handlers().items():
+        module = importlib.import_module(handler.module)
+        assert (module.API_KEY, module.VERSIONS) == (key, (handler.min_version, handler.max_version))
+        assert handler.handle is module.handle

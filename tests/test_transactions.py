@@ -331,6 +331,44 @@ async def test_v2_adds_partitions_implicitly_and_bumps_the_epoch_at_every_end(tm
 
 
 @pytest.mark.anyio
+async def test_v2_first_write_after_a_commit_outlasts_the_markers_written_meanwhile(tmp_path, monkeypatch):
+    """Right after a v2 commit the next transaction's first write is asked while the markers are
+    still being written (CONCURRENT_TRANSACTIONS, asked again): the marker landing between the
+    questions is the previous transaction's and must not refuse the write (the Java client failed
+    with INVALID_TXN_STATE on it)."""
+    broker, p = await standalone_topic(tmp_path)
+    coordinator = served(broker).transactions
+    try:
+        async with anyio.create_task_group() as tg:
+            await coordinated(broker, "next")
+            pid = (await init(broker, "next")).producer_id
+            assert await send(broker, "next", data(pid, 0, b"a"), 12) == ErrorCode.NONE
+            # the coordinator's loop is not running yet: the commit is prepared, its marker not written
+            assert await end_v5(broker, "next", pid, 0, True) == (ErrorCode.NONE, pid, 1)
+            assert coordinator.txns["next"].state == TxnState.PREPARE_COMMIT
+            verifier = coordinator.verifier
+            real = verifier._verify_once
+            answers = []
+
+            async def markers_written_meanwhile(*args, **kwargs):
+                codes = await real(*args, **kwargs)
+                answers.append(set(codes.values()))
+                if len(answers) == 1:  # the first question: now the commit marker reaches the partition
+                    tg.start_soon(coordinator.run)
+                    await settle(broker, "next", TxnState.COMPLETE_COMMIT)
+                return codes
+
+            monkeypatch.setattr(verifier, "_verify_once", markers_written_meanwhile)
+            assert await send(broker, "next", data(pid, 0, b"b", epoch=1), 12) == ErrorCode.NONE
+            assert answers == [{ErrorCode.CONCURRENT_TRANSACTIONS}, {ErrorCode.NONE}]
+            assert coordinator.txns["next"].state == TxnState.ONGOING
+            assert p.producers.get(pid).txn_first_offset >= 0  # the new transaction is open on the partition
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
 async def test_txn_offset_commit_is_verified_and_v5_adds_the_group(tmp_path):
     from kshim.coordinator.groups import OFFSETS_TOPIC
     from tests.test_groups import find

@@ -25,7 +25,6 @@ tags are skipped, as Kafka does.
 """
 from __future__ import annotations
 
-import difflib
 import io
 from functools import lru_cache
 from typing import Any, Mapping
@@ -191,6 +190,7 @@ class KStruct(c.Construct):
                 continue
             f = self.absent.get(key)
             if f is None:
+                import difflib  # here: only a misspelt key needs it, and it is a start's import
                 known = sorted(self.present | self.absent.keys())
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else f" (fields: {', '.join(known)})"

@@ -41,9 +41,13 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S = 2.0
 
 
 
+# kshim.cli.BROKER_HELP: the placeholder that names this command in runs of other commands
+HELP = "(internal) run one broker of a cluster; `kshim serve --brokers N` starts these"
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "broker", help="(internal) run one broker of a cluster; `kshim serve --brokers N` starts these",
+        "broker", help=HELP,
         description="Run one broker of a multi-broker cluster. `kshim serve --brokers N` starts one per node "
                     "with these options; it is rarely useful to run by hand.")
     p.add_argument("--node-id", type=int, required=True, help="this broker's node id")

@@ -123,9 +123,13 @@ class ControllerService:
 
 # ------------------------------------------------------------------------------------------ the process
 
+# kshim.cli.CONTROLLER_HELP: the placeholder that names this command in runs of other commands
+HELP = "(internal) run the controller of a cluster; `kshim serve --brokers N` starts it"
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "controller", help="(internal) run the controller of a cluster; `kshim serve --brokers N` starts it",
+        "controller", help=HELP,
         description="Run the controller of a multi-broker cluster. `kshim serve --brokers N` starts it (and "
                     "starts it again when it dies); it is rarely useful to run by hand.")
     p.add_argument("--data-dir", type=Path, required=True,

@@ -158,7 +158,8 @@ class MetadataStore:
         self._db = sqlite3.connect(path, isolation_level=None)  # autocommit; explicit transactions below
         self._db.execute("PRAGMA foreign_keys = ON")
         self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.executescript(_SCHEMA)
+        # one transaction: in autocommit each CREATE would be a commit (and a WAL sync) of its own
+        self._db.executescript(f"BEGIN;{_SCHEMA}COMMIT;")
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(partitions)")}
         for column in ("adding", "removing"):  # a data dir from before reassignments
             if column not in columns:

@@ -26,13 +26,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from crc32c import crc32c
-
 from kshim.clock import SYSTEM, Clock
 from kshim.configs import client_metrics
 from kshim.errors import BrokerError
 from kshim.net import otlp
 from wire import compression
+from wire.crc import crc32c  # not the package: its __init__ loads importlib.metadata (wire.crc)
 from wire.errors import ErrorCode
 
 MAX_INSTANCES = 1000

@@ -158,9 +158,12 @@ class KshimCluster(_Kshim):
 
 
 def free_port_block(count: int) -> int:
-    """A base port with `count` consecutive free ports on 127.0.0.1, below the usual ephemeral range."""
+    """A base port with `count` consecutive free ports on 127.0.0.1, below the usual ephemeral range.
+    Under pytest-xdist each worker draws from its own slice of the range, so that two workers cannot
+    pick the same free block before either binds it."""
+    low, high = _port_range()
     for _ in range(200):
-        base = random.randrange(20000, 32000 - count)
+        base = random.randrange(low, high - count)
         sockets = []
         try:
             for port in range(base, base + count):
@@ -174,6 +177,16 @@ def free_port_block(count: int) -> int:
             for s in sockets:
                 s.close()
     raise RuntimeError(f"no {count} consecutive free ports")
+
+
+def _port_range(low: int = 20000, high: int = 32000) -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ...
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count <= 1:
+        return low, high
+    size = (high - low) // count
+    start = low + int(worker[2:]) % count * size
+    return start, start + size
 
 
 def __getattr__(name: str) -> Any:

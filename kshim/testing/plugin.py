@@ -5,7 +5,7 @@ Fixtures:
 - `kshim_broker`: a fresh `kshim serve` for the test, on a free port, data in a directory of its
   own; `.bootstrap`, `.faults` (FaultClient), `.requests` (RequestLogClient), `.data_dir`. The
   next test's broker starts in the background while a test runs, so a test waits for none (a
-  cold start is bound by Python importing kshim, about 0.4 s: docs/benchmarks.md);
+  cold start is bound by Python importing kshim, about 1 s on a 2-core CI machine: docs/benchmarks.md);
   `--kshim-no-spare` turns that off.
 - `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
   start, so `kshim_requests.new()` gives this test's requests).

@@ -36,7 +36,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("`acks=all` answers only once the records are COMMITTED", PARTITION, (
         ("        if result.appended_batches:\n            self._advance_hw()\n            self.wake_all()\n        return result",
          "        if result.appended_batches:\n            self.wake_all()\n        return result"),
-        ("        self.log.maybe_flush(now)\n", "        self._advance_hw()\n        self.log.maybe_flush(now)\n")),
+        ("        self.log.maybe_flush(now)  # the high watermark",
+         "        self._advance_hw()\n        self.log.maybe_flush(now)  # the high watermark")),
         "on one broker records become COMMITTED only at the next housekeeping run (up to 1 s later)"),
     Mutation("offsets are unique and increasing", PRODUCE, (
         ("\"base_offset\": result.base_offset if result.error == ErrorCode.NONE else -1,",

@@ -159,43 +159,74 @@ class SharePartitionState:
         count = 0
         deadline = now_ms + limits.lock_ms
         max_records = max(max_records, 1)
+        run_first = run_last = run_count = -1  # the range being taken (consecutive offsets, one count)
+        acquired, available, archived = RecordState.ACQUIRED, RecordState.AVAILABLE, RecordState.ARCHIVED
+        records = self.records
 
         def take(offset: int, rec: InFlight) -> None:
-            rec.state, rec.member, rec.deadline_ms = RecordState.ACQUIRED, member, deadline
+            nonlocal run_first, run_last, run_count
+            rec.state, rec.member, rec.deadline_ms = acquired, member, deadline
             rec.delivery_count += 1
-            last = taken[-1] if taken else None
-            if last is not None and last.last_offset == offset - 1 and last.delivery_count == rec.delivery_count:
-                taken[-1] = last._replace(last_offset=offset)
-            else:
-                taken.append(Acquired(offset, offset, rec.delivery_count))
+            if run_last == offset - 1 and run_count == rec.delivery_count:
+                run_last = offset
+                return
+            if run_first >= 0:
+                taken.append(Acquired(run_first, run_last, run_count))
+            run_first = run_last = offset
+            run_count = rec.delivery_count
 
         for batch in batches:
             if count >= max_records:
                 break
-            if batch.base_offset >= self.end and self.in_flight() >= limits.max_locks:
+            if batch.base_offset >= self.end and self.end - self.start >= limits.max_locks:
                 break  # the window is full: no new records until some are done
-            for offset in range(max(batch.base_offset, fetch_offset, self.start), batch.last_offset + 1):
-                if offset < self.end:
-                    rec = self.records.get(offset)
-                    if rec is None or rec.state != RecordState.AVAILABLE:
-                        continue
-                    if not batch.deliverable:
-                        rec.state = RecordState.ARCHIVED
-                        continue
-                    if count >= max_records:
-                        break
-                    take(offset, rec)
-                    count += 1
+            offset = max(batch.base_offset, fetch_offset, self.start)
+            last = batch.last_offset
+            while offset <= last and offset < self.end:  # records already in the window
+                rec = records.get(offset)
+                offset += 1
+                if rec is None or rec.state != available:
                     continue
-                if strict and count >= max_records or self.in_flight() >= limits.max_locks and batch.deliverable:
-                    break
-                self.end = offset + 1  # offsets skipped before it are gaps
-                rec = self.records[offset] = InFlight(RecordState.AVAILABLE, 0)
                 if not batch.deliverable:
-                    rec.state = RecordState.ARCHIVED
+                    rec.state = archived
                     continue
-                take(offset, rec)
+                if count >= max_records:
+                    offset = last + 1
+                    break
+                take(offset - 1, rec)
                 count += 1
+            if offset > last:
+                continue
+            # new records from the end of the window (offsets skipped before `offset` are gaps)
+            if strict and count >= max_records:
+                break
+            if not batch.deliverable:
+                for o in range(offset, last + 1):
+                    records[o] = InFlight(archived, 0)
+                self.end = last + 1
+                continue
+            # the window holds at most max_locks records: the first new one needs room below the
+            # old end, each next one below start + max_locks
+            n = 0 if self.end - self.start >= limits.max_locks else max(1, self.start + limits.max_locks - offset)
+            n = min(n, last + 1 - offset)
+            if strict:
+                n = min(n, max_records - count)
+            if n <= 0:
+                break
+            for o in range(offset, offset + n):
+                records[o] = InFlight(acquired, 1, member, deadline)
+            if run_last == offset - 1 and run_count == 1:
+                run_last = offset + n - 1
+            else:
+                if run_first >= 0:
+                    taken.append(Acquired(run_first, run_last, run_count))
+                run_first, run_last, run_count = offset, offset + n - 1, 1
+            self.end = offset + n
+            count += n
+            if n < last + 1 - offset:
+                break
+        if run_first >= 0:
+            taken.append(Acquired(run_first, run_last, run_count))
         self._advance()
         return taken
 
@@ -206,33 +237,45 @@ class SharePartitionState:
         INVALID_RECORD_STATE for a record it does not hold (nothing applied then). The undo
         restores the state if the change cannot be made durable."""
         acks = list(acks)
-        plan: list[tuple[int, InFlight, int]] = []
+        plan: list[tuple[int, int, int]] = []  # (first, last, kind): validated ranges of one kind
+        records, acquired, kinds = self.records, RecordState.ACQUIRED, AckType._value2member_map_
         for ack in acks:
             span = ack.last_offset - ack.first_offset + 1
             if span <= 0 or not ack.types or len(ack.types) not in (1, span):
                 return ErrorCode.INVALID_REQUEST, None
+            if any(kind not in kinds for kind in ack.types):
+                return ErrorCode.INVALID_REQUEST, None
+            one = len(ack.types) == 1
             for i, offset in enumerate(range(ack.first_offset, ack.last_offset + 1)):
-                kind = ack.types[0] if len(ack.types) == 1 else ack.types[i]
-                if kind not in AckType._value2member_map_:
-                    return ErrorCode.INVALID_REQUEST, None
-                rec = self.records.get(offset)
-                if rec is None and kind == AckType.GAP and self.start <= offset < self.end:
-                    continue  # a gap already known as one
-                if rec is None or rec.state != RecordState.ACQUIRED or rec.member != member:
+                kind = ack.types[0 if one else i]
+                rec = records.get(offset)
+                if rec is None:
+                    if kind == AckType.GAP and self.start <= offset < self.end:
+                        continue  # a gap already known as one
                     return ErrorCode.INVALID_RECORD_STATE, None
-                plan.append((offset, rec, kind))
+                if rec.state is not acquired or rec.member != member:
+                    return ErrorCode.INVALID_RECORD_STATE, None
+                if not one:
+                    plan.append((offset, offset, kind))
+            if one:
+                plan.append((ack.first_offset, ack.last_offset, ack.types[0]))
         undo: dict[int, InFlight | None] = {}
         old_start, old_end = self.start, self.end
-        for offset, rec, kind in plan:
-            undo.setdefault(offset, replace(rec))
-            if kind == AckType.ACCEPT:
-                rec.state, rec.member = RecordState.ACKNOWLEDGED, None
-            elif kind in (AckType.REJECT, AckType.GAP):
-                rec.state, rec.member = RecordState.ARCHIVED, None
-            elif kind == AckType.RELEASE:
-                self._release(rec, limits)
-            else:  # RENEW: the member keeps the record, with a fresh lock
-                rec.deadline_ms = now_ms + limits.lock_ms
+        for first, last, kind in plan:
+            done = RecordState.ACKNOWLEDGED if kind == AckType.ACCEPT else \
+                RecordState.ARCHIVED if kind in (AckType.REJECT, AckType.GAP) else None
+            for offset in range(first, last + 1):
+                rec = records.get(offset)
+                if rec is None:
+                    continue  # a known gap
+                if offset not in undo:
+                    undo[offset] = InFlight(rec.state, rec.delivery_count, rec.member, rec.deadline_ms)
+                if done is not None:
+                    rec.state, rec.member = done, None
+                elif kind == AckType.RELEASE:
+                    self._release(rec, limits)
+                else:  # RENEW: the member keeps the record, with a fresh lock
+                    rec.deadline_ms = now_ms + limits.lock_ms
         for offset, rec in self._advance():
             undo.setdefault(offset, rec)
         return ErrorCode.NONE, (old_start, old_end, undo)
@@ -287,12 +330,14 @@ class SharePartitionState:
     def _advance(self) -> list[tuple[int, InFlight]]:
         """Move the start past the leading done records (and gaps); those that left."""
         gone: list[tuple[int, InFlight]] = []
-        while self.records:
-            offset = next(iter(self.records))
-            rec = self.records[offset]
+        records = self.records
+        for offset, rec in records.items():
             if rec.state not in DONE:
                 self.start = max(self.start, offset)
-                return gone
-            gone.append((offset, self.records.pop(offset)))
-        self.start = self.end
+                break
+            gone.append((offset, rec))
+        else:
+            self.start = self.end
+        for offset, _rec in gone:
+            del records[offset]
         return gone

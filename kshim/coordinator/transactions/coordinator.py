@@ -35,6 +35,7 @@ from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.partition import Partition
+from kshim.signal import Signal
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.markers import MarkerWriter
 from kshim.coordinator.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
@@ -62,6 +63,9 @@ class TransactionCoordinator:
         self.markers = MarkerWriter(broker)
         self.verifier = Verifier(self)  # the partition leaders' side of KIP-890 (produce verification)
         self._completing: set[str] = set()  # ids whose markers are being written
+        # fired whenever an id's state changes or its markers are done: a verification answered
+        # CONCURRENT_TRANSACTIONS here asks again at that moment, not after a fixed backoff
+        self.state_changed = Signal()
         self._to_complete: list[str] = []   # found in Prepare* by a load: the task finishes them
         self._task_group: TaskGroup | None = None
 
@@ -148,6 +152,7 @@ class TransactionCoordinator:
             return ErrorCode.NOT_COORDINATOR
         self.txns[tid] = new
         self.runtime.wake.fire()
+        self.state_changed.fire()
         return ErrorCode.NONE
 
     # ------------------------------------------------------------------ requests
@@ -357,6 +362,7 @@ class TransactionCoordinator:
                 await anyio.sleep(COMPLETION_RETRY_S)
         finally:
             self._completing.discard(transactional_id)
+            self.state_changed.fire()
 
     # ------------------------------------------------------------------ tooling
     def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:

@@ -10,6 +10,8 @@ records of versions it does not know.
 """
 from __future__ import annotations
 
+import struct
+
 from construct import (
     ConstructError, If, Int8ub, Int16sb, Int16ub, Int32sb, Int64sb, PascalString, PrefixedArray, StreamError, Struct,
     this,
@@ -33,7 +35,33 @@ TxnValue = Struct(
 )
 
 
+_HEAD = struct.Struct(">HqhiBqq")  # version .. update_ms
+_TAIL = struct.Struct(">qhBq")  # last producer id, last epoch, tv2, next producer id
+_STR_LEN = struct.Struct(">H")
+_PARTITION = struct.Struct(">i")
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf8")
+    return _STR_LEN.pack(len(data)) + data
+
+
 def encode(meta: TxnMetadata) -> tuple[bytes, bytes]:
+    """The record of `meta`: written with struct, three times per transaction (construct's build,
+    which decode keeps, took 0.6 ms a record; tests/test_transactions.py checks both agree)."""
+    key = _STR_LEN.pack(KEY_VERSION) + _string(meta.transactional_id)
+    parts = sorted(meta.partitions)
+    value = b"".join([
+        _HEAD.pack(VALUE_VERSION, meta.producer_id, meta.producer_epoch, meta.timeout_ms, STATE_IDS[meta.state],
+                   meta.start_ms, meta.update_ms),
+        _PARTITION.pack(len(parts)),
+        *(_string(topic) + _PARTITION.pack(partition) for topic, partition in parts),
+        _TAIL.pack(meta.last_producer_id, meta.last_epoch, int(meta.tv2), meta.next_producer_id)])
+    return key, value
+
+
+def encode_construct(meta: TxnMetadata) -> tuple[bytes, bytes]:
+    """The same record built from the construct declaration decode reads with (for the tests)."""
     key = TxnKey.build(dict(version=KEY_VERSION, transactional_id=meta.transactional_id))
     value = TxnValue.build(dict(
         version=VALUE_VERSION, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch,

@@ -20,8 +20,12 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
   common right after a v2 commit) is asked again here after 20 ms, doubling, for up to 100 ms in
   all, before the producer hears of it (Kafka's add.partitions.to.txn.retry.backoff.ms and
   .max.ms defaults): a producer's own retry would wait its retry.backoff.ms (100 ms) or more.
-- A marker for the producer appended while the question was out makes the answer stale: the
-  batch is refused with INVALID_TXN_STATE (Kafka's verification guard).
+  When the coordinator is this broker it is asked again the moment its state changes (the
+  markers done), within the same 100 ms, instead of after the 20 ms backoff.
+- A marker for the producer appended while the question that got the answer was out makes the
+  answer stale: the batch is refused with INVALID_TXN_STATE (Kafka's verification guard). The
+  guard is taken before each question, so markers written during the CONCURRENT_TRANSACTIONS
+  retries above (the previous transaction's) do not count.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import anyio
 
 from kshim.cluster.image import NO_LEADER
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.signal import Signal
 from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 
@@ -66,6 +71,7 @@ class Coordinator(Protocol):
     """What the verifier uses of the transaction coordinator (which owns it)."""
     broker: CoordinatorHost
     runtime: CoordinatorRuntime
+    state_changed: Signal  # fired at every state change of an id and when its markers are done
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[TopicPartition], implicit: bool = False) -> ErrorCode: ...
@@ -95,16 +101,38 @@ class Verifier:
         return None if entry is None else (entry.epoch, entry.marker_offset)
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
-        """The coordinator's answer for each partition (its own codes, before `for_client`)."""
+                     partitions: set[TopicPartition], add: bool
+                     ) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
+        """The coordinator's answer for each partition (its own codes, before `for_client`), and
+        the partitions whose answer went stale: a marker for the producer was appended there while
+        the question that got the answer was out. The guard is taken anew for each question, as
+        Kafka's retries do: a marker of the previous transaction written while the coordinator
+        answered CONCURRENT_TRANSACTIONS (common right after a v2 commit) is no reason to refuse."""
         deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
         backoff = RETRY_BACKOFF_S
         while True:
+            local = self._is_local(transactional_id)
+            guards = {tp: self.guard(*tp, producer_id) for tp in partitions}
             codes = await self._verify_once(transactional_id, producer_id, producer_epoch, partitions, add)
-            if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or anyio.current_time() + backoff > deadline:
-                return codes
+            now = anyio.current_time()
+            if ErrorCode.CONCURRENT_TRANSACTIONS in codes.values() and local and now < deadline:
+                # the coordinator is here: ask again as soon as its state changes (the previous
+                # transaction's markers done), within the same bound as the backoff below
+                with anyio.move_on_after(deadline - now):
+                    await self.coordinator.state_changed.wait()
+                continue
+            if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or local or now + backoff > deadline:
+                stale = {tp for tp, code in codes.items() if code == ErrorCode.NONE
+                         and self.guard(*tp, producer_id) != guards.get(tp)}
+                return codes, stale
             await anyio.sleep(backoff)
             backoff *= 2
+
+    def _is_local(self, transactional_id: str) -> bool:
+        try:
+            return self._coordinator_node(transactional_id) == self.broker.node_id
+        except LookupError:
+            return False
 
     async def _verify_once(self, transactional_id: str, producer_id: int, producer_epoch: int,
                            partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:

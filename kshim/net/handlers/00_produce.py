@@ -157,13 +157,12 @@ async def _verify(ctx: RequestContext, tid: str | None, entries: list[tuple[str,
             wanted[i] = (name, index)
     if not wanted or producer is None or tid is None:
         return refused
-    guards = {i: verifier.guard(*tp, producer[0]) for i, tp in wanted.items()}
-    codes = await verifier.verify(tid, *producer, set(wanted.values()), add=ctx.version >= 12)
+    codes, stale = await verifier.verify(tid, *producer, set(wanted.values()), add=ctx.version >= 12)
     for i, tp in wanted.items():
         answer = codes.get(tp, ErrorCode.NETWORK_EXCEPTION)
         code = for_client(answer, abortable_known=ctx.version >= 11)
         message = f"the transaction coordinator of {tid!r} answered {answer.name} for {tp[0]}-{tp[1]}"
-        if not code and verifier.guard(*tp, producer[0]) != guards[i]:
+        if not code and tp in stale:
             code, message = ErrorCode.INVALID_TXN_STATE, "a marker for this producer was written while verifying"
         if code:
             refused[i] = Rejection(code, message, 0)

@@ -74,15 +74,15 @@ async def _verify(ctx: RequestContext, req: Container) -> ErrorCode:
     tp = (OFFSETS_TOPIC, ctx.groups.partition_of(req.group_id))
     if not verifier.needs(*tp, req.producer_id, req.producer_epoch):
         return ErrorCode.NONE
-    guard = verifier.guard(*tp, req.producer_id)
-    answer = (await verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, {tp},
-                                    add=ctx.version >= 5)).get(tp, ErrorCode.NETWORK_EXCEPTION)
+    codes, stale = await verifier.verify(req.transactional_id, req.producer_id, req.producer_epoch, {tp},
+                                         add=ctx.version >= 5)
+    answer = codes.get(tp, ErrorCode.NETWORK_EXCEPTION)
     code = for_client(answer, abortable_known=ctx.version >= 5)
     if code == ErrorCode.NOT_ENOUGH_REPLICAS:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS  # what producers retry here without looking anew
     if code == ErrorCode.INVALID_PRODUCER_EPOCH:
         return for_version(ErrorCode.PRODUCER_FENCED, ctx.version, 3)
-    if not code and verifier.guard(*tp, req.producer_id) != guard:
+    if not code and tp in stale:
         return ErrorCode.INVALID_TXN_STATE
     return code
 

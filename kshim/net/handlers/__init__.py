@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
 
@@ -70,26 +71,42 @@ class Handler:
     name: str
     min_version: int
     max_version: int
-    handle: Callable[[RequestContext, Container], Awaitable[Response]]
+    module: str  # imported on the first request of this API (see load_handlers)
+
+    @property
+    def handle(self) -> Callable[[RequestContext, Container], Awaitable[Response]]:
+        # an import runs to its end without yielding to the event loop, so concurrent first
+        # requests find the module whole; later calls are a sys.modules lookup
+        return importlib.import_module(self.module).handle
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
 
 
 _MODULE = re.compile(r"^(\d\d)_\w+$")
+_API_KEY = re.compile(r"^API_KEY = (\d+) *(?:#.*)?$", re.M)
+_VERSIONS = re.compile(r"^VERSIONS = \((\d+), (\d+)\) *(?:#.*)?$", re.M)
 
 
 def load_handlers() -> dict[int, Handler]:
-    """Import every `NN_name` module of this package and index it by api key."""
+    """Every `NN_name` module of this package, indexed by api key, none of them imported: the
+    index reads their `API_KEY` and `VERSIONS` lines from the source (ApiVersions' answer needs
+    only those), and a module is imported on its API's first request (Handler.handle). Importing
+    all 68 at start was a tenth of a broker's start-to-ready CPU (docs/benchmarks.md, "Start
+    time"); tests/test_startup.py checks the index against the imported modules."""
     registry: dict[int, Handler] = {}
     for info in pkgutil.iter_modules(__path__):
         if not _MODULE.match(info.name):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        lo, hi = module.VERSIONS
-        if module.API_KEY in registry:
-            raise RuntimeError(f"two handlers for api key {module.API_KEY}")
-        registry[module.API_KEY] = Handler(module.API_KEY, info.name[3:], lo, hi, module.handle)
+        source = (Path(__file__).parent / f"{info.name}.py").read_text(encoding="utf-8")
+        key, versions = _API_KEY.search(source), _VERSIONS.search(source)
+        if key is None or versions is None:
+            raise RuntimeError(f"handler {info.name} lacks a literal API_KEY = N or VERSIONS = (min, max) line")
+        api_key = int(key.group(1))
+        if api_key in registry:
+            raise RuntimeError(f"two handlers for api key {api_key}")
+        registry[api_key] = Handler(api_key, info.name[3:], int(versions.group(1)), int(versions.group(2)),
+                                    f"{__name__}.{info.name}")
     return registry
 
 
