@@ -35,7 +35,7 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
-from kshim.log.log import LogClosed
+from kshim.log.log import ActiveEnd, LogClosed
 from kshim.log.writer import Fenced, LogWriter, WriteJob
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint, write_atomic
@@ -123,7 +123,9 @@ class Partition:
     _unreplicated: list[tuple[int, int]] = field(init=False, default_factory=list)
     _storage_error: str | None = field(init=False, default=None)  # the last append's OSError, until one works
     writer: LogWriter | None = None  # appends leave the event loop through it (kshim.log.writer)
-    clean_start: bool = False  # its log dir was stopped cleanly with it: no recovery at open
+    # its active segment as its log dir's clean-shutdown marker recorded it: no recovery at open
+    # if the segment is still that one
+    clean_start: ActiveEnd | None = None
     # per producer id, its last append still being written here: a later one is checked after it
     _inflight: dict[int, asyncio.Future] = field(init=False, default_factory=dict)
 
@@ -743,11 +745,11 @@ class Partition:
         self.log = Log(directory, self.log_config)
         self.epochs = LeaderEpochCache.open(directory, self.log)
 
-    def close(self, durable: bool = True) -> bool:
+    def close(self, durable: bool = True) -> ActiveEnd | None:
         """Checkpoint the high watermark, close the log and snapshot the producer state. With
         durable False nothing is fsynced and the log is not marked clean: the caller syncs the
-        whole file system once and marks the log dir (ReplicaManager.close). Returns whether the
-        log may be marked clean."""
+        whole file system once and marks the log dir (ReplicaManager.close). Returns the active
+        segment's (base offset, size) for that marker when the log may be marked clean."""
         self._write_hw_checkpoint()
         clean = self.log.close(durable=durable)
         path = self.directory / SNAPSHOT_NAME

@@ -53,7 +53,8 @@ async def test_a_clean_restart_skips_recovery_and_keeps_every_record(tmp_path):
     broker = await filled(tmp_path)
     broker.close()
     named = (tmp_path / CLEAN_MARKER).read_text().splitlines()
-    assert sorted(named[1:]) == sorted(f"t-{i}" for i in range(PARTITIONS))
+    size = len(batch(b"one")) + len(batch(b"two"))
+    assert sorted(named[1:]) == sorted(f"t-{i} 0 {size}" for i in range(PARTITIONS))
     assert not any((tmp_path / f"t-{i}" / ".kshim-clean-shutdown").exists() for i in range(PARTITIONS))
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
@@ -110,8 +111,9 @@ async def test_after_a_crash_only_the_active_segment_is_checked(tmp_path):
 async def test_a_log_the_marker_does_not_name_is_recovered(tmp_path):
     broker = await filled(tmp_path)
     broker.close()
-    names = take_clean_marker(tmp_path)
-    write_clean_marker(tmp_path, sorted(names - {"t-5"}))  # say its close had failed
+    logs = take_clean_marker(tmp_path)
+    del logs["t-5"]  # say its close had failed
+    write_clean_marker(tmp_path, logs)
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
         assert [r.index for r in broker.replica_manager.replicas() if r.log.recovered] == [5]
@@ -122,8 +124,45 @@ async def test_a_log_the_marker_does_not_name_is_recovered(tmp_path):
 
 def test_an_unreadable_marker_vouches_for_nothing(tmp_path):
     (tmp_path / CLEAN_MARKER).write_bytes(b"\xff garbage")
-    assert take_clean_marker(tmp_path) == set()
+    assert take_clean_marker(tmp_path) == {}
     assert not (tmp_path / CLEAN_MARKER).exists()
+    (tmp_path / CLEAN_MARKER).write_text("kshim clean shutdown v1\nt-0\n")  # a list without segment ends
+    assert take_clean_marker(tmp_path) == {}
+
+
+@pytest.mark.anyio
+async def test_a_log_written_after_the_marker_is_recovered(tmp_path):
+    # something appended to t-2 after the clean stop (a torn write of another process, a
+    # restored copy): the marker's recorded segment size no longer matches, so it is checked
+    broker = await filled(tmp_path)
+    broker.close()
+    seg = tmp_path / "t-2" / "00000000000000000000.log"
+    size = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(batch(b"three")[:-3])
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        assert [r.index for r in broker.replica_manager.replicas() if r.log.recovered] == [2]
+        assert ends(broker) == [2] * PARTITIONS and seg.stat().st_size == size
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_kill_9_after_a_clean_start_recovers(tmp_path):
+    broker = await filled(tmp_path)
+    broker.close()
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))  # clean: the marker is taken
+    out = broker.replica_manager.append(1, 5, [("t", i, batch(b"three")) for i in range(PARTITIONS)])
+    assert all(r.appended for r in out)
+    crash(broker)
+    assert not (tmp_path / CLEAN_MARKER).exists()
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        assert all(r.log.recovered for r in broker.replica_manager.replicas())
+        assert ends(broker) == [3] * PARTITIONS
+    finally:
+        broker.close()
 
 
 @pytest.mark.anyio

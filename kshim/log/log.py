@@ -2,9 +2,10 @@
 
 Layout (Kafka's): ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment, plus
 ``log-start-offset`` (checkpoint, written atomically on change). A log is opened without
-recovery when its log dir's clean-shutdown marker named it (``clean``: a broker's clean stop,
-kshim.replica.manager) or its own ``.kshim-clean-shutdown`` is there (:meth:`Log.close` alone, a
-replica move); that file is removed on open, so its absence means a crash.
+recovery when its log dir's clean-shutdown marker named it with the active segment's base offset
+and size it still has (``clean``: a broker's clean stop, kshim.replica.manager; a log written
+after the marker is recovered), or its own ``.kshim-clean-shutdown`` is there (:meth:`Log.close`
+alone, a replica move); that file is removed on open, so its absence means a crash.
 
 Durability: appends go to the kernel with ``os.write`` right away (no user-space buffering), so a
 killed broker loses nothing; fsync happens only per the flush policy (flush.messages / flush.ms),
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kshim.log")
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
+ActiveEnd = tuple[int, int]  # a log's active segment: (base offset, size in bytes), as a clean stop left it
 START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
@@ -188,7 +190,7 @@ class Log:
     size_bytes: int         # total bytes over segments
 
     def __init__(self, directory: Path, config: LogConfig, *,
-                 clock: Clock = SYSTEM, clean: bool = False) -> None:
+                 clock: Clock = SYSTEM, clean: ActiveEnd | None = None) -> None:
         self.directory = Path(directory)
         self.config = config
         self._clock = clock.wall_ms
@@ -212,10 +214,13 @@ class Log:
         self._last_flush_ms = self._clock()
 
     # ================================================================== open / recovery
-    def _open(self, clean: bool) -> None:
-        """``clean``: the log dir's clean-shutdown marker vouched for this log (the caller removed
-        it); a marker of the log's own (a log closed alone: a replica move) does too."""
+    def _open(self, vouched: ActiveEnd | None) -> None:
+        """``vouched``: the (base offset, size) of the active segment the log dir's clean-shutdown
+        marker recorded for this log (the caller removed the marker): clean if the segment is still
+        that one at that size (else something wrote it after the stop). A marker of the log's own
+        (a log closed alone: a replica move) vouches too."""
         marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
+        clean = False
         if os.path.exists(marker):
             os.unlink(marker)  # from here on, a crash must be detectable
             clean = True
@@ -236,6 +241,12 @@ class Log:
                 seg.next_offset = bases[i + 1]
                 seg.open_inactive()
             else:
+                if vouched is not None and (base, seg.size) == vouched:
+                    clean = True
+                elif vouched is not None and not clean:
+                    log.warning("%s: written after its clean-shutdown marker (active segment %d of %d "
+                                "bytes, the marker says %d of %d): recovered", self._dir, base,
+                                seg.size, *vouched)
                 self.recovered = not seg.open_active(clean)
                 if seg.first_append_ms is None and seg.size:
                     seg.first_append_ms = self._clock()
@@ -830,14 +841,15 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = now
 
-    def close(self, durable: bool = True) -> bool:
+    def close(self, durable: bool = True) -> ActiveEnd | None:
         """Write the final time index entry, fsync everything, then write the clean-shutdown
         marker (after the data is durable, so the marker never vouches for lost bytes). With
         ``durable`` False neither: the caller syncs the file system and writes the log dir's
-        marker (kshim.replica.manager). Returns whether the log may be marked clean."""
+        marker (kshim.replica.manager). Returns the active segment's (base offset, size) for the
+        marker when the log may be marked clean, else None."""
         with self._write_lock, self._lock:
             if self._closed:
-                return False
+                return None
             self._segments[-1].finish()
             if durable:
                 self._flush(self._clock())
@@ -848,18 +860,20 @@ class Log:
             if self._start_offset_unsaved:
                 self._write_start_offset()
                 if self._start_offset_unsaved:
-                    return False  # no clean-shutdown marker: the next start recovers instead
+                    return None  # no clean-shutdown marker: the next start recovers instead
+            active = self._segments[-1]
+            end = (active.base_offset, active.size)
             if not durable:
-                return True
+                return end
             try:
                 with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
                     pass
             except OSError as e:  # a full disk: the next start recovers the log instead
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers the log", self._dir, e)
-                return False
+                return None
             self._dir_dirty = True
             self._flush(self._clock())
-            return True
+            return end
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""

@@ -19,6 +19,7 @@ from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, T
 from kshim.configs import BrokerLevel, resolve
 from kshim.log.files import fsync_dir, save_checkpoint, sync_filesystem
 from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan, take_clean_marker, write_clean_marker
+from kshim.log.log import ActiveEnd
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
@@ -141,9 +142,9 @@ class ReplicaManager:
         self._located: dict[str, Path] = found.located  # replica directory name -> its log dir
         # replica directories the last clean stop closed cleanly (the log dirs' markers, removed
         # here so a crash from now on is seen): opened without recovery, once each
-        self._clean: set[str] = set()
+        self._clean: dict[Path, ActiveEnd] = {}
         for d in self.log_dirs:
-            self._clean |= take_clean_marker(d)
+            self._clean.update((d / name, end) for name, end in take_clean_marker(d).items())
         self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
         # preferred log dir)
@@ -319,8 +320,8 @@ class ReplicaManager:
             log.warning("%s holds topic id %s, not %s: the topic was deleted and created again; "
                         "deleting the old data", directory.name, recorded, topic.topic_id)
             self.deleter.remove(directory)
-        clean = directory.name in self._clean and recorded == topic.topic_id
-        self._clean.discard(directory.name)
+        vouched = self._clean.pop(directory, None)  # once: a reopened replica was written since
+        clean = vouched if recorded == topic.topic_id else None
         replica = Partition(topic.name, info.index, directory, resolve(topic.configs, level).log_config(),
                             node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean)
         replica.writer = self._writer_for(directory.parent)
@@ -745,9 +746,9 @@ class ReplicaManager:
             except OSError as e:
                 log.warning("cannot sync %s (%s): no clean-shutdown marker, the next start recovers", d, e)
                 continue
-            names = sorted(r.directory.name for r, clean in closed if clean and r.directory.parent == d)
+            ends = {r.directory.name: end for r, end in closed if end is not None and r.directory.parent == d}
             try:
-                write_clean_marker(d, names)
+                write_clean_marker(d, ends)
             except OSError as e:  # a full disk: the next start recovers this dir's logs instead
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers its logs", d, e)
 
