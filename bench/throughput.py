@@ -11,6 +11,12 @@ topic per target and repetition, this measures with confluent-kafka:
            its earliest available offset (0 unless the broker dropped data)
            up to the high watermark seen after producing, no group commits.
 
+  restart  (kshim alone, bench/restart.py; --restart-partitions N, default
+           10000, 0 skips) a broker with N partitions, one record each: SIGTERM
+           to exit, start to ready after it, start to a first acknowledged
+           produce, start to ready after kill -9, and whether every record is
+           still there; its own markdown table and the JSON's "restart" key.
+
 MB = 10**6 bytes of record values (keys, headers and protocol framing are not
 counted).  With --repeat N the best of N is reported (produce and consume are
 picked independently; --json has every repetition).
@@ -700,6 +706,9 @@ def parse_args(argv=None):
     o.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="also print the results as JSON (last stdout line), or write them to PATH")
     o.add_argument("--keep-data", action="store_true", help="keep the temporary directory (data, logs)")
+    w.add_argument("--restart-partitions", type=int, default=10_000, metavar="N",
+                   help="the restart row (kshim alone, bench/restart.py): a broker with N partitions stopped "
+                        "with SIGTERM, started again, killed with SIGKILL, started again (default 10000; 0 skips)")
     args = ap.parse_args(argv)
     if args.messages <= 0 or args.value_size < 0 or args.partitions <= 0 or args.repeat <= 0 \
             or args.poll_every <= 0 or args.buffer_mb <= 0 or args.batch_size <= 0 or args.timeout <= 0:
@@ -836,6 +845,24 @@ def main(argv=None) -> int:
     if any(v is not None for v in ratios.values()):
         print("(latency ratios: lower is better for kshim; throughput ratios: higher is better)")
 
+    restart = None
+    if args.restart_partitions > 0 and not args.no_kshim and not args.kshim:
+        import restart as restart_bench  # bench/restart.py, beside this file
+        log("restart row: %d partitions" % args.restart_partitions)
+        try:
+            restart = restart_bench.run(args.restart_partitions)
+        except Exception as e:  # the other rows stand; this one says why it has no figures
+            restart = {"partitions": args.restart_partitions, "error": str(e)[-2000:]}
+            failed = True
+        print()
+        print("restart (kshim alone; seconds; durable log): SIGTERM to exit, start to ready after it, "
+              "start to a first acknowledged produce, start to ready after kill -9")
+        if "error" in restart:
+            print("restart FAILED: %s" % restart["error"])
+        else:
+            print(restart_bench.markdown(restart))
+            failed = failed or not restart["records_ok"]
+
     if args.json:
         doc = {
             "run_id": run_id,
@@ -849,6 +876,7 @@ def main(argv=None) -> int:
             "targets": [{k: t[k] for k in ("name", "kind", "bootstrap", "managed", "error", "reps", "best")}
                         for t in targets],
             "ratios": ratios,
+            "restart": restart,
         }
         text = json.dumps(doc, sort_keys=True)
         if args.json == "-":

@@ -1,6 +1,7 @@
 """The benchmark commands still run (docs/benchmarks.md): a short run of bench/throughput.py against
 kshim in ephemeral mode and librdkafka's mock side by side prints its table, and so does
-bench/share_groups.py (share consumers against a classic group). Benchmarks stay
+bench/share_groups.py (share consumers against a classic group); the restart row (a few hundred
+partitions here) prints its own. Benchmarks stay
 benchmarks: no speed is asserted here, only that the command works and reports every column."""
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ MOCK = ROOT.parent / "shared" / "peers" / "mock_broker.py"
 def test_the_throughput_benchmark_runs_and_prints_its_table():
     peer = ["--peer-mock"] if MOCK.is_file() else []
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), *peer, "--ephemeral",
-                          "--messages", "2000", "--value-size", "256", "--timeout", "60", "--startup-timeout", "60"],
-                         capture_output=True, text=True, timeout=240, cwd=ROOT)
+                          "--messages", "2000", "--value-size", "256", "--timeout", "60", "--startup-timeout", "60",
+                          "--restart-partitions", "200"],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = run.stdout.splitlines()
     header = next(line for line in lines if line.startswith("target"))
@@ -27,6 +29,7 @@ def test_the_throughput_benchmark_runs_and_prints_its_table():
     if peer:
         assert any(line.startswith("ratio ") for line in lines)
     assert "kshim log ephemeral (tmpfs)" in run.stdout
+    assert "| partitions | sigterm_s | clean_ready_s |" in run.stdout  # the restart row (bench/restart.py)
 
 
 def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):

@@ -35,10 +35,10 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
-from kshim.log.log import LogClosed
+from kshim.log.log import ActiveEnd, LogClosed
 from kshim.log.writer import Fenced, LogWriter, WriteJob
 from kshim.log.epochs import LeaderEpochCache
-from kshim.log.files import save_checkpoint
+from kshim.log.files import save_checkpoint, write_atomic
 from kshim.log.txnindex import AbortedTxn
 from kshim.producer_state import ProducerStateManager
 from kshim.signal import Signal
@@ -124,15 +124,20 @@ class Partition:
     _unreplicated: list[tuple[int, int]] = field(init=False, default_factory=list)
     _storage_error: str | None = field(init=False, default=None)  # the last append's OSError, until one works
     writer: LogWriter | None = None  # appends leave the event loop through it (kshim.log.writer)
+    # its active segment as its log dir's clean-shutdown marker recorded it: no recovery at open
+    # if the segment is still that one
+    clean_start: ActiveEnd | None = None
     # per producer id, its last append still being written here: a later one is checked after it
     _inflight: dict[int, asyncio.Future] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.log = Log(self.directory, self.log_config)
+        self.log = Log(self.directory, self.log_config, clean=self.clean_start)
         self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
-        self._high_watermark = min(self._load_hw_checkpoint(), self.log.log_end_offset)
+        saved_hw = self._load_hw_checkpoint()
+        self._high_watermark = min(saved_hw, self.log.log_end_offset)
         self.producers = self._load_producer_state()
-        self._hw_checkpointed = -1
+        # the checkpoint on disk already says so: a stop that changed nothing rewrites nothing
+        self._hw_checkpointed = saved_hw if saved_hw == self._high_watermark else -1
 
     # ------------------------------------------------------------------ state from disk
     def _load_producer_state(self) -> ProducerStateManager:
@@ -144,10 +149,17 @@ class Partition:
                 loaded = ProducerStateManager.from_snapshot(path.read_bytes())
                 if loaded.snapshot_offset <= self.log.log_end_offset:
                     state = loaded
+                else:  # recovery cut the log below it: void, and so once the log grows past it again
+                    path.unlink()
             except ValueError:
-                pass  # rebuild from the log below
-            path.unlink()  # a crash before the next clean close must not trust a stale snapshot
+                path.unlink()  # rebuild from the log below
+        # A snapshot stays valid while the log below its offset is unchanged: later appends are
+        # replayed over it at the next start, so it is kept (one unlink fewer per partition at a
+        # start) and removed only before a truncation could cut below it (_drop_snapshot).
         return self._replay_producer_state(state, observe_epochs=True)
+
+    def _drop_snapshot(self) -> None:
+        (self.directory / SNAPSHOT_NAME).unlink(missing_ok=True)
 
     def _replay_producer_state(self, state: ProducerStateManager, observe_epochs: bool = False) -> ProducerStateManager:
         """Feed `state` every batch of the log from where it left off."""
@@ -666,6 +678,8 @@ class Partition:
         """Drop a divergent suffix (a follower after a leader change, KIP-101). The epoch cache is
         cut even when the log is not: a term in which a former leader wrote nothing must go."""
         before = self.log.log_end_offset
+        if offset < before:
+            self._drop_snapshot()
         # always asked of the log: under its write lock, after any write still out (a write the
         # log writer took before the leadership changed lands first, and is cut here)
         if self.log.truncate_to(offset):
@@ -680,6 +694,7 @@ class Partition:
         """Start over, empty, at the leader's log start offset (we fell behind its retention)."""
         log.warning("%s-%d: log end %d is below the leader's log start %d: starting over there",
                     self.topic, self.index, self.log.log_end_offset, offset)
+        self._drop_snapshot()
         self.log.reset_to(offset)
         self.producers = ProducerStateManager(snapshot_offset=offset)
         self._unreplicated = []
@@ -742,14 +757,22 @@ class Partition:
         self.log = Log(directory, self.log_config)
         self.epochs = LeaderEpochCache.open(directory, self.log)
 
-    def close(self) -> None:
+    def close(self, durable: bool = True) -> ActiveEnd | None:
+        """Checkpoint the high watermark, close the log and snapshot the producer state. With
+        durable False nothing is fsynced and the log is not marked clean: the caller syncs the
+        whole file system once and marks the log dir (ReplicaManager.close). Returns the active
+        segment's (base offset, size) for that marker when the log may be marked clean."""
         self._write_hw_checkpoint()
-        self.log.close()
+        clean = self.log.close(durable=durable)
+        path = self.directory / SNAPSHOT_NAME
         try:
-            (self.directory / SNAPSHOT_NAME).write_bytes(self.producers.snapshot())
+            snapshot = self.producers.snapshot()
+            if not path.exists() or path.read_bytes() != snapshot:
+                write_atomic(path, snapshot)  # replaced whole: a start never reads a torn one
         except OSError as e:  # a full disk: the next start replays producer state from the log
-            (self.directory / SNAPSHOT_NAME).unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
             log.warning("%s-%d: no producer-state snapshot (%s); the next start rebuilds it", self.topic, self.index, e)
+        return clean
 
 
 __all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange"]

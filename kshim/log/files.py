@@ -5,6 +5,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 log = logging.getLogger("kshim.log")
 
@@ -21,12 +22,38 @@ def fsync_dir(directory: str | os.PathLike) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str | os.PathLike, text: str, *, fsync: bool = False) -> None:
+def sync_filesystem(directory: str | os.PathLike) -> None:
+    """Make everything written to the file system holding `directory` durable with one syncfs(2)
+    (a clean stop of thousands of partitions: one call instead of an fsync per file); os.sync()
+    where syncfs is missing."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if _syncfs is None or _syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True).syncfs if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+_syncfs = _load_syncfs()
+
+
+def write_atomic(path: str | os.PathLike, text: str | bytes, *, fsync: bool = False) -> None:
     """Replace `path` with `text` through a temporary file: a crash leaves the old or the new
     content, never a torn mix. With fsync, also durable against a machine crash."""
     tmp = f"{os.fspath(path)}{TMP_SUFFIX}"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(text)
+    data = text if isinstance(text, bytes) else text.encode("ascii")
+    with open(tmp, "wb") as f:
+        f.write(data)
         if fsync:
             f.flush()
             os.fsync(f.fileno())

@@ -1,8 +1,11 @@
 """A partition's log: a directory of segments holding RecordBatch v2 bytes as stored.
 
 Layout (Kafka's): ``<20-digit base offset>.log`` / ``.index`` / ``.timeindex`` per segment, plus
-``log-start-offset`` (checkpoint, written atomically on change) and ``.kshim-clean-shutdown``
-(written by :meth:`Log.close`, removed on open, so its absence means a crash).
+``log-start-offset`` (checkpoint, written atomically on change). A log is opened without
+recovery when its log dir's clean-shutdown marker named it with the active segment's base offset
+and size it still has (``clean``: a broker's clean stop, kshim.replica.manager; a log written
+after the marker is recovered), or its own ``.kshim-clean-shutdown`` is there (:meth:`Log.close`
+alone, a replica move); that file is removed on open, so its absence means a crash.
 
 Durability: appends go to the kernel with ``os.write`` right away (no user-space buffering), so a
 killed broker loses nothing; fsync happens only per the flush policy (flush.messages / flush.ms),
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kshim.log")
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
+ActiveEnd = tuple[int, int]  # a log's active segment: (base offset, size in bytes), as a clean stop left it
 START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
@@ -193,7 +197,7 @@ class Log:
     size_bytes: int         # total bytes over segments
 
     def __init__(self, directory: Path, config: LogConfig, *,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, clean: ActiveEnd | None = None) -> None:
         self.directory = Path(directory)
         self.config = config
         self._clock = clock.wall_ms
@@ -212,15 +216,21 @@ class Log:
         self._retired: list[tuple[float, Segment]] = []  # replaced by cleaned ones: (when, segment)
         self._roll_jitter_ms = _draw_jitter(config)  # the active segment's, drawn when it starts (Kafka's rollJitterMs)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._open()
+        self.recovered = False           # the active segment was scanned whole at open (no clean stop)
+        self._open(clean)
         self._last_flush_ms = self._clock()
 
     # ================================================================== open / recovery
-    def _open(self) -> None:
+    def _open(self, vouched: ActiveEnd | None) -> None:
+        """``vouched``: the (base offset, size) of the active segment the log dir's clean-shutdown
+        marker recorded for this log (the caller removed the marker): clean if the segment is still
+        that one at that size (else something wrote it after the stop). A marker of the log's own
+        (a log closed alone: a replica move) vouches too."""
         marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
-        clean = os.path.exists(marker)
-        if clean:
+        clean = False
+        if os.path.exists(marker):
             os.unlink(marker)  # from here on, a crash must be detectable
+            clean = True
         self._finish_swaps()
         names = os.listdir(self._dir)
         bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
@@ -238,7 +248,13 @@ class Log:
                 seg.next_offset = bases[i + 1]
                 seg.open_inactive()
             else:
-                seg.open_active(clean)
+                if vouched is not None and (base, seg.size) == vouched:
+                    clean = True
+                elif vouched is not None and not clean:
+                    log.warning("%s: written after its clean-shutdown marker (active segment %d of %d "
+                                "bytes, the marker says %d of %d): recovered", self._dir, base,
+                                seg.size, *vouched)
+                self.recovered = not seg.open_active(clean)
                 if seg.first_append_ms is None and seg.size:
                     seg.first_append_ms = self._clock()
         checkpoint = self._read_start_offset()
@@ -853,14 +869,18 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = now
 
-    def close(self) -> None:
+    def close(self, durable: bool = True) -> ActiveEnd | None:
         """Write the final time index entry, fsync everything, then write the clean-shutdown
-        marker (after the data is durable, so the marker never vouches for lost bytes)."""
+        marker (after the data is durable, so the marker never vouches for lost bytes). With
+        ``durable`` False neither: the caller syncs the file system and writes the log dir's
+        marker (kshim.replica.manager). Returns the active segment's (base offset, size) for the
+        marker when the log may be marked clean, else None."""
         with self._write_lock, self._lock:
             if self._closed:
-                return
+                return None
             self._segments[-1].finish()
-            self._flush(self._clock())
+            if durable:
+                self._flush(self._clock())
             for seg in self._segments:
                 seg.close()
             self._close_retired()
@@ -868,15 +888,20 @@ class Log:
             if self._start_offset_unsaved:
                 self._write_start_offset()
                 if self._start_offset_unsaved:
-                    return  # no clean-shutdown marker: the next start recovers instead
+                    return None  # no clean-shutdown marker: the next start recovers instead
+            active = self._segments[-1]
+            end = (active.base_offset, active.size)
+            if not durable:
+                return end
             try:
                 with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
                     pass
             except OSError as e:  # a full disk: the next start recovers the log instead
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers the log", self._dir, e)
-                return
+                return None
             self._dir_dirty = True
             self._flush(self._clock())
+            return end
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""

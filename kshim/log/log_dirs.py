@@ -23,10 +23,14 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
 
 from kshim.log.dirlock import DataDirLock, lock_data_dir
-from kshim.log.files import fsync_dir
+from kshim.log.files import fsync_dir, write_atomic
 from kshim.log.partition_dir import DirDeleter
+
+if TYPE_CHECKING:
+    from kshim.log.log import ActiveEnd
 
 log = logging.getLogger("kshim.log")
 
@@ -35,6 +39,43 @@ MOVE_COMPLETE = ".kshim-move-complete"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _FUTURE_DIR = re.compile(r"^(.+-\d+)\.([0-9a-f]{32})-future$")
 COPY_CHUNK = 1 << 20
+
+
+CLEAN_MARKER = ".kshim-clean-shutdown"  # Kafka's .kafka_cleanshutdown, one per log dir
+_CLEAN_HEADER = "kshim clean shutdown v2"
+
+
+def write_clean_marker(log_dir: Path, logs: Mapping[str, ActiveEnd]) -> None:
+    """Written last by a clean stop, after the file system was synced: the replica directories in
+    `log_dir` whose logs were closed cleanly (listed, so a directory this run never opened, or
+    one whose close failed, is never vouched for), each with its active segment's base offset and
+    size (a log written after the stop no longer matches and is recovered). Synced itself."""
+    lines = [f"{name} {base} {size}" for name, (base, size) in sorted(logs.items())]
+    write_atomic(log_dir / CLEAN_MARKER, "\n".join([_CLEAN_HEADER, *lines, ""]), fsync=True)
+
+
+def take_clean_marker(log_dir: Path) -> dict[str, ActiveEnd]:
+    """The replica directories `log_dir`'s marker vouches for, with the active segment each had;
+    the marker is removed (and that made durable) first, so a crash from here on is seen at the
+    next start. Empty without one, or for one this version did not write."""
+    path = log_dir / CLEAN_MARKER
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    path.unlink(missing_ok=True)
+    fsync_dir(log_dir)
+    logs: dict[str, ActiveEnd] = {}
+    for line in lines[1:] if lines and lines[0] == _CLEAN_HEADER else ["?"]:
+        name, _, rest = line.partition(" ")
+        base, _, size = rest.partition(" ")
+        if not (name and base.isdigit() and size.isdigit()):
+            log.warning("%s: unreadable clean-shutdown marker: every log there is recovered", path)
+            return {}
+        logs[name] = (int(base), int(size))
+    return logs
 
 
 class DuplicateReplica(Exception):

@@ -583,14 +583,15 @@ class Segment:
         if was_active:
             self.open_index_files()
 
-    def open_active(self, clean: bool) -> None:
+    def open_active(self, clean: bool) -> bool:
         """Open the last segment. After a clean shutdown load its indexes and replay only the tail
         after the last index entry (CRC-checked, cheap); otherwise, or if anything is off, scan the
-        whole segment, truncate at the first bad batch and rebuild the indexes."""
+        whole segment, truncate at the first bad batch and rebuild the indexes. Returns whether the
+        clean path was taken (False: recovered)."""
         with self.pinned():  # not active until its index files are open: keep the bound off it
-            self._open_active(clean)
+            return self._open_active(clean)
 
-    def _open_active(self, clean: bool) -> None:
+    def _open_active(self, clean: bool) -> bool:
         if clean and self.index_sizes_sane() and self._load_indexes(complete=False):
             self._reset_tail_state()
             from_pos = self.idx_pos[-1] if self.idx_pos else 0
@@ -598,11 +599,12 @@ class Segment:
             end = self._replay(from_pos, validate=True, write=True)
             if end == self.size and (not self.ts_off or self.ts_off[-1] < self.next_offset - self.base_offset):
                 self._init_first_append()
-                return
+                return True
             self.close_index_files()
         self.rebuild(validate=True)
         self.open_index_files()
         self._init_first_append()
+        return False
 
     def _init_first_append(self) -> None:
         # The first append's wall time is not stored; like Kafka on reload, use the first batch's

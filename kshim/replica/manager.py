@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
@@ -15,8 +17,9 @@ import anyio
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, resolve
-from kshim.log.files import fsync_dir, save_checkpoint
-from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan
+from kshim.log.files import fsync_dir, save_checkpoint, sync_filesystem
+from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan, take_clean_marker, write_clean_marker
+from kshim.log.log import ActiveEnd
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
@@ -39,6 +42,7 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
 # replicas opened per worker-thread call when an image adds many: the event loop runs in between
 OPEN_CHUNK = 32
+OPEN_THREADS = 8  # replicas opened at once at a start (file opens and reads wait on the disk)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # a replica move copies in rounds off the event loop until a round copies at most this much; the
 # last round runs on the event loop with the source closed (appends wait that long)
@@ -136,6 +140,11 @@ class ReplicaManager:
                 log.info("deleting partition directories a previous run left renamed for deletion in %s", d)
         found = scan(self.log_dirs, self.deleter)  # raises DuplicateReplica
         self._located: dict[str, Path] = found.located  # replica directory name -> its log dir
+        # replica directories the last clean stop closed cleanly (the log dirs' markers, removed
+        # here so a crash from now on is seen): opened without recovery, once each
+        self._clean: dict[Path, ActiveEnd] = {}
+        for d in self.log_dirs:
+            self._clean.update((d / name, end) for name, end in take_clean_marker(d).items())
         self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
         # preferred log dir)
@@ -172,26 +181,50 @@ class ReplicaManager:
         empty partition, far more for one with data; thousands at once (a big CreateTopics, a
         broker's start) must not stall every connection."""
         level = BrokerLevel.of(self.topic_defaults, image.broker_configs, self.node_id)
-        todo = [(topic, info) for topic in image.topics.values() for info in topic.partitions
-                if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
-                and (topic.name, info.index) not in self._prepared]
+        todo = self._unopened(image)
         placed = self._place([(topic.name, info.index) for topic, info in todo])
-
-        def open_chunk(chunk: list[tuple[TopicInfo, PartitionInfo]]) -> list[Partition]:
-            opened = []
-            for topic, info in chunk:
-                replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)])
-                if info.leader == self.node_id:
-                    # the epoch checkpoint write a new leader makes (apply_partition_state then
-                    # finds the epoch recorded and writes nothing)
-                    replica.epochs.assign(info.leader_epoch, replica.log.log_end_offset)
-                opened.append(replica)
-            return opened
-
         for start in range(0, len(todo), OPEN_CHUNK):
-            opened = await anyio.to_thread.run_sync(open_chunk, todo[start:start + OPEN_CHUNK])
+            opened = await anyio.to_thread.run_sync(self._open_chunk, todo[start:start + OPEN_CHUNK], level, placed)
             for replica in opened:
                 self._prepared[(replica.topic, replica.index)] = replica
+
+    def _unopened(self, image: MetadataImage) -> list[tuple[TopicInfo, PartitionInfo]]:
+        """The replicas `image` gives this broker that are neither open nor prepared."""
+        return [(topic, info) for topic in image.topics.values() for info in topic.partitions
+                if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
+                and (topic.name, info.index) not in self._prepared]
+
+    def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
+                    placed: Mapping[TopicPartition, Path]) -> list[Partition]:
+        opened = []
+        for topic, info in chunk:
+            replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)])
+            if info.leader == self.node_id:
+                # the epoch checkpoint write a new leader makes (apply_partition_state then
+                # finds the epoch recorded and writes nothing)
+                replica.epochs.assign(info.leader_epoch, replica.log.log_end_offset)
+            opened.append(replica)
+        return opened
+
+    def _prepare_now(self, image: MetadataImage) -> None:
+        """apply_image without a prepare_image before it (a broker's start): open many replicas
+        in a few threads at once, since opening waits on the disk (a file open or stat takes
+        milliseconds on a busy one) far more than it runs Python."""
+        todo = self._unopened(image)
+        if len(todo) < OPEN_CHUNK:
+            return  # one by one in apply_image
+        level = self.broker_level()
+        placed = self._place([(topic.name, info.index) for topic, info in todo])
+        chunks = [todo[i:i + OPEN_CHUNK] for i in range(0, len(todo), OPEN_CHUNK)]
+        started = time.monotonic()
+        recovered = 0
+        with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-open") as pool:
+            for opened in pool.map(lambda chunk: self._open_chunk(chunk, level, placed), chunks):
+                for replica in opened:
+                    self._prepared[(replica.topic, replica.index)] = replica
+                    recovered += replica.log.recovered
+        log.info("opened %d replicas in %.1f s: %d recovered (no clean shutdown), %d clean", len(todo),
+                 time.monotonic() - started, recovered, len(todo) - recovered)
 
     async def finish_removals(self) -> None:
         """Close and rename, in worker threads, the replicas the last apply_image(defer_removal=True)
@@ -210,6 +243,7 @@ class ReplicaManager:
         """Open, reconfigure or remove local replicas as the image assigns them; with
         defer_removal, removed replicas' files are left for finish_removals."""
         wanted = set()
+        self._prepare_now(image)
         for topic in image.topics.values():
             for info in topic.partitions:
                 if self.node_id not in info.replicas:
@@ -286,8 +320,10 @@ class ReplicaManager:
             log.warning("%s holds topic id %s, not %s: the topic was deleted and created again; "
                         "deleting the old data", directory.name, recorded, topic.topic_id)
             self.deleter.remove(directory)
+        vouched = self._clean.pop(directory, None)  # once: a reopened replica was written since
+        clean = vouched if recorded == topic.topic_id else None
         replica = Partition(topic.name, info.index, directory, resolve(topic.configs, level).log_config(),
-                            node_id=self.node_id, topic_id=topic.topic_id)
+                            node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean)
         replica.writer = self._writer_for(directory.parent)
         if recorded != topic.topic_id:
             write_topic_id(directory, topic.topic_id)
@@ -692,16 +728,29 @@ class ReplicaManager:
         return sum(written)
 
     def close(self) -> None:
+        """A clean stop: every log closed without an fsync each (in a few threads: closing is file
+        writes and renames), then one sync per log dir's file system, then each dir's
+        clean-shutdown marker naming the logs it vouches for (written last, synced)."""
         for writer in (self._writers or {}).values():  # what is queued is written first
             writer.close()
-        for replica in self._replicas.values():
-            replica.close()
         for replica in self._removed:
             self._finish_removal(replica)
         self._removed.clear()
-        for replica in self._prepared.values():
-            replica.close()
+        replicas = [*self._replicas.values(), *self._prepared.values()]
         self._prepared.clear()
+        with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-close") as pool:
+            closed = list(pool.map(lambda r: (r, r.close(durable=False)), replicas))
+        for d in self.log_dirs:
+            try:
+                sync_filesystem(d)
+            except OSError as e:
+                log.warning("cannot sync %s (%s): no clean-shutdown marker, the next start recovers", d, e)
+                continue
+            ends = {r.directory.name: end for r, end in closed if end is not None and r.directory.parent == d}
+            try:
+                write_clean_marker(d, ends)
+            except OSError as e:  # a full disk: the next start recovers this dir's logs instead
+                log.warning("%s: no clean-shutdown marker (%s); the next start recovers its logs", d, e)
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
