@@ -136,7 +136,9 @@ class Clients:
         # consumers assign partitions themselves and never commit (groups: test_groups.py)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, "isolation.level": isolation, "fetch.wait.max.ms": 100,
-                      "log_level": 3})
+                      # a request librdkafka sends to a paused broker (metadata, the group's
+                      # coordinator) gives up after 5 s and goes elsewhere, not after 60 s
+                      "socket.timeout.ms": 5000, "log_level": 3})
         self._closers.append(c.close)
         return c
 
