@@ -204,10 +204,9 @@ class Partition:
             return 0
 
     def _write_hw_checkpoint(self) -> None:
-        if self._high_watermark == self._hw_checkpointed:
-            return
-        if save_checkpoint(self.directory / HW_CHECKPOINT, f"{self._high_watermark}\n", "high watermark"):
-            self._hw_checkpointed = self._high_watermark  # else tried again at the next checkpoint
+        due = self.hw_checkpoint_due()
+        if due is not None and save_hw_checkpoint(*due):
+            self.hw_checkpoint_written(*due)  # else tried again at the next checkpoint
 
     def hw_checkpoint_due(self) -> tuple[Path, int] | None:
         """(the checkpoint file, the high watermark to write) when it moved since the last one: the
@@ -773,6 +772,12 @@ class Partition:
             path.unlink(missing_ok=True)
             log.warning("%s-%d: no producer-state snapshot (%s); the next start rebuilds it", self.topic, self.index, e)
         return clean
+
+
+def save_hw_checkpoint(path: Path, hw: int) -> bool:
+    """The high-watermark file's one format (Partition._load_hw_checkpoint reads it); whether it
+    was written (save_checkpoint: a failure is logged and kept for the next try)."""
+    return save_checkpoint(path, f"{hw}\n", "high watermark")
 
 
 __all__ = ["Partition", "AppendResult", "FollowerState", "OffsetOutOfRange"]

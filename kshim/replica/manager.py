@@ -17,13 +17,13 @@ import anyio
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, resolve
-from kshim.log.files import fsync_dir, save_checkpoint, sync_filesystem
+from kshim.log.files import fsync_dir, sync_filesystem
 from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan, take_clean_marker, write_clean_marker
 from kshim.log.log import ActiveEnd
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
-from kshim.partition import AppendResult, Partition
+from kshim.partition import AppendResult, Partition, save_hw_checkpoint
 from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
@@ -778,4 +778,4 @@ def _not_committed(result: PartitionAppend, partition: Partition) -> None:
 def _write_hw_checkpoints(items: list[tuple[Path, int]]) -> list[bool]:
     """In a worker thread: each (file, high watermark), unless its partition's directory went
     (deleted or moved since); a failure is logged once per file and tried again next time."""
-    return [path.parent.is_dir() and save_checkpoint(path, f"{hw}\n", "high watermark") for path, hw in items]
+    return [path.parent.is_dir() and save_hw_checkpoint(path, hw) for path, hw in items]

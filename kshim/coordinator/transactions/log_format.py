@@ -48,7 +48,7 @@ def _string(text: str) -> bytes:
 
 def encode(meta: TxnMetadata) -> tuple[bytes, bytes]:
     """The record of `meta`: written with struct, three times per transaction (construct's build,
-    which decode keeps, took 0.6 ms a record; tests/test_transactions.py checks both agree)."""
+    which decode keeps, took 0.6 ms a record; tests/test_txn_log_format.py checks both agree)."""
     key = _STR_LEN.pack(KEY_VERSION) + _string(meta.transactional_id)
     parts = sorted(meta.partitions)
     value = b"".join([
