@@ -31,7 +31,7 @@ from kshim.configs.options import (add_authorizer_options, add_connection_option
 from kshim.configs.security import Listener, SecurityConfigError
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
-from kshim.log.files import ephemeral_dir
+from kshim.ephemeral import ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server

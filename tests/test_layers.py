@@ -95,8 +95,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.console.console", "kshim.ctl.security"): "start-up: as kshim.ctl.groups, with it",
     ("kshim.console.sources", "kshim.ctl.faults"):
         "start-up: only a cluster's supervisor reads fault rules over the brokers' sockets; a single serve holds them",
-    ("kshim.testing.plugin", "kshim.log.files"):
-        "the pytest plugin loads in every pytest run: the kshim.log package (the log code) loads with a broker",
     ("kshim.testing", "kshim.ctl.faults"):
         "the pytest plugin imports kshim.testing in every pytest run: the control-plane messages load with a broker",
 }

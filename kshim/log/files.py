@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -35,11 +34,11 @@ def sync_filesystem(directory: str | os.PathLike) -> None:
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
+    # CDLL(None) is the process's own symbols (libc among them); ctypes.util.find_library would
+    # run ldconfig in a subprocess, ~50 ms of every start
     import ctypes
-    import ctypes.util
-    name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name, use_errno=True).syncfs if name else None
+        return ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
 
@@ -85,10 +84,3 @@ def save_checkpoint(path: str | os.PathLike, text: str, what: str, *, fsync: boo
     return True
 
 
-def ephemeral_dir(prefix: str = "kshim-ephemeral-") -> Path:
-    """A new directory for data that must not outlive its process (`kshim serve --ephemeral`, the
-    test fixtures): on /dev/shm (tmpfs: memory, no disk writeback) when it is there and writable,
-    else in the system's temporary directory. The caller deletes it."""
-    shm = Path("/dev/shm")
-    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))

@@ -12,6 +12,7 @@ these as fixtures: `kshim_broker`, `kshim_cluster`, `kshim_faults`, `kshim_reque
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -66,6 +67,13 @@ class _Process:
             ready.set()
 
         threading.Thread(target=pump, daemon=True, name=f"kshim output {self.data_dir}").start()
+        # the fault and request-log clients load while the broker starts (on another core), not
+        # before or after it: a fifth to half a second of imports
+        try:
+            import kshim.ctl.faults  # noqa: F401
+        except BaseException:
+            self.kill()
+            raise
         if not ready.wait(READY_TIMEOUT_S) or not self.bootstrap:
             self.kill()
             raise KshimStartError("kshim did not become ready:\n" + "\n".join(self.output[-50:]))
@@ -93,11 +101,19 @@ class _Kshim:
     def __init__(self, process: _Process) -> None:
         self._process = process
         self.data_dir = process.data_dir
-        # here, not at the top: the pytest plugin imports this module in every pytest run, and the
-        # clients load the control-plane messages (a fifth of a second), wanted only with a broker
-        from kshim.ctl.faults import FaultClient, RequestLogClient
-        self.faults: FaultClient = FaultClient(self.data_dir)
-        self.requests: RequestLogClient = RequestLogClient(self.data_dir)
+
+    # on first use, not at the top: the pytest plugin imports this module in every pytest run, and
+    # the clients load the control-plane messages, wanted only with a broker (_Process.start loads
+    # them while the broker starts)
+    @functools.cached_property
+    def faults(self) -> FaultClient:
+        from kshim.ctl.faults import FaultClient
+        return FaultClient(self.data_dir)
+
+    @functools.cached_property
+    def requests(self) -> RequestLogClient:
+        from kshim.ctl.faults import RequestLogClient
+        return RequestLogClient(self.data_dir)
 
     @property
     def bootstrap(self) -> str:

@@ -4,8 +4,9 @@ with `-p kshim.testing.plugin` or `pytest_plugins = ["kshim.testing.plugin"]`).
 Fixtures:
 - `kshim_broker`: a fresh `kshim serve` for the test, on a free port, data in a directory of its
   own; `.bootstrap`, `.faults` (FaultClient), `.requests` (RequestLogClient), `.data_dir`. The
-  next test's broker starts in the background while a test runs, so a test waits for none (a
-  cold start is bound by Python importing kshim, about 1 s on a 2-core CI machine: docs/benchmarks.md);
+  next test's broker starts in the background while a test runs, and the first one as soon as a
+  test that uses it is collected, so a test waits for none or for what is left of a start (a cold
+  start is bound by Python importing kshim, about 1 s on a 2-core CI machine: docs/benchmarks.md);
   `--kshim-no-spare` turns that off.
 - `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
   start, so `kshim_requests.new()` gives this test's requests).
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
+from kshim.ephemeral import ephemeral_dir  # the standard library only: no broker code
 from kshim.testing import KshimBroker, KshimCluster
 
 if TYPE_CHECKING:  # loaded with the first broker (kshim.testing): this module loads in every pytest run
@@ -44,7 +46,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _data_dir(durable: bool, tmp: pytest.TempPathFactory, name: str) -> Path:
     if durable:
         return tmp.mktemp(name)
-    from kshim.log.files import ephemeral_dir  # with a broker: the kshim.log package loads the log code
     return ephemeral_dir(f"{name}-")
 
 
@@ -61,16 +62,22 @@ def _extra(config: pytest.Config) -> list[str]:
 class _Brokers:
     """Hands out started brokers, starting the next one in the background (one spare at most)."""
 
-    def __init__(self, config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
+    def __init__(self, config: pytest.Config, tmp_path_factory: pytest.TempPathFactory | None) -> None:
         self.extra = _extra(config)
-        self.tmp = tmp_path_factory
+        self.tmp = tmp_path_factory  # None until the session fixture: only durable brokers need it
         self.durable = config.getoption("--kshim-durable")
         self.spare_wanted = not config.getoption("--kshim-no-spare")
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="kshim-spare")
         self.spare: Future[KshimBroker] | None = None
 
     def _start(self) -> KshimBroker:
-        return KshimBroker(_data_dir(self.durable, self.tmp, "kshim"), *self.extra).start()
+        assert self.tmp is not None or not self.durable
+        return KshimBroker(_data_dir(self.durable, self.tmp, "kshim"), *self.extra).start()  # type: ignore[arg-type]
+
+    def prime(self) -> None:
+        """Start the first broker now, in the background (see pytest_itemcollected)."""
+        if self.spare is None and self.spare_wanted and not self.durable:
+            self.spare = self.pool.submit(self._start)
 
     def take(self) -> KshimBroker:
         broker = self.spare.result() if self.spare is not None else self._start()
@@ -88,11 +95,35 @@ class _Brokers:
         self.pool.shutdown()
 
 
+_BROKERS = pytest.StashKey[_Brokers]()
+
+
+def _brokers(config: pytest.Config) -> _Brokers:
+    if _BROKERS not in config.stash:
+        config.stash[_BROKERS] = _Brokers(config, None)
+    return config.stash[_BROKERS]
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The first collected test that uses `kshim_broker` starts a broker in the background, so that
+    it is ready (or nearly) when that test runs: its start overlaps the rest of the collection and
+    the tests before it. A session whose selection drops that test stops the broker at its end."""
+    if "kshim_broker" in getattr(item, "fixturenames", ()):
+        _brokers(item.config).prime()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    brokers = session.config.stash.get(_BROKERS, None)
+    if brokers is not None:
+        brokers.close()  # the spare (under xdist, a worker that ran no kshim test has one too)
+        del session.config.stash[_BROKERS]
+
+
 @pytest.fixture(scope="session")
-def _kshim_brokers(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Brokers]:
-    brokers = _Brokers(pytestconfig, tmp_path_factory)
-    yield brokers
-    brokers.close()
+def _kshim_brokers(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> _Brokers:
+    brokers = _brokers(pytestconfig)
+    brokers.tmp = tmp_path_factory
+    return brokers
 
 
 @pytest.fixture
