@@ -11,6 +11,11 @@ topic per target and repetition, this measures with confluent-kafka:
            its earliest available offset (0 unless the broker dropped data)
            up to the high watermark seen after producing, no group commits.
 
+  floor    (no broker, bench/loopback_floor.py; --floor-mb MB, 0 skips) the
+           CPU the kernel alone spends per 200 MB sent (sendfile, pread+send)
+           and received over loopback TCP: the floor under the broker CPU
+           columns; the JSON's "floor" key.
+
   restart  (kshim alone, bench/restart.py; --restart-partitions N, default
            10000, 0 skips) a broker with N partitions, one record each: SIGTERM
            to exit, start to ready after it, start to a first acknowledged
@@ -706,6 +711,9 @@ def parse_args(argv=None):
     o.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="also print the results as JSON (last stdout line), or write them to PATH")
     o.add_argument("--keep-data", action="store_true", help="keep the temporary directory (data, logs)")
+    w.add_argument("--floor-mb", type=int, default=100, metavar="MB",
+                   help="the floor row (bench/loopback_floor.py): the kernel's CPU per 200 MB to send and to receive "
+                        "over loopback TCP, on a file of MB megabytes (0 skips)")
     w.add_argument("--restart-partitions", type=int, default=10_000, metavar="N",
                    help="the restart row (kshim alone, bench/restart.py): a broker with N partitions stopped "
                         "with SIGTERM, started again, killed with SIGKILL, started again (default 10000; 0 skips)")
@@ -845,6 +853,16 @@ def main(argv=None) -> int:
     if any(v is not None for v in ratios.values()):
         print("(latency ratios: lower is better for kshim; throughput ratios: higher is better)")
 
+    floor = None
+    if args.floor_mb > 0:
+        import loopback_floor  # bench/loopback_floor.py, beside this file
+        log("floor row: %d MB over loopback" % args.floor_mb)
+        floor = loopback_floor.measure(args.floor_mb, passes=2, runs=3)
+        print()
+        print("floor (no broker): the CPU the kernel alone spends per 200 MB sent and received over loopback "
+              "TCP here, under the cpu s/200MB columns of any broker")
+        print(loopback_floor.markdown(floor))
+
     restart = None
     if args.restart_partitions > 0 and not args.no_kshim and not args.kshim:
         import restart as restart_bench  # bench/restart.py, beside this file
@@ -877,6 +895,7 @@ def main(argv=None) -> int:
                         for t in targets],
             "ratios": ratios,
             "restart": restart,
+            "floor": floor,
         }
         text = json.dumps(doc, sort_keys=True)
         if args.json == "-":

@@ -18,7 +18,7 @@ def test_the_throughput_benchmark_runs_and_prints_its_table():
     peer = ["--peer-mock"] if MOCK.is_file() else []
     run = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), *peer, "--ephemeral",
                           "--messages", "2000", "--value-size", "256", "--timeout", "60", "--startup-timeout", "60",
-                          "--restart-partitions", "200"],
+                          "--restart-partitions", "200", "--floor-mb", "5"],
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     lines = run.stdout.splitlines()
@@ -30,6 +30,7 @@ def test_the_throughput_benchmark_runs_and_prints_its_table():
         assert any(line.startswith("ratio ") for line in lines)
     assert "kshim log ephemeral (tmpfs)" in run.stdout
     assert "| partitions | sigterm_s | clean_ready_s |" in run.stdout  # the restart row (bench/restart.py)
+    assert "| sendfile |" in run.stdout and "| pread+send |" in run.stdout  # the floor (bench/loopback_floor.py)
 
 
 def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):

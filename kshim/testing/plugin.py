@@ -4,8 +4,9 @@ with `-p kshim.testing.plugin` or `pytest_plugins = ["kshim.testing.plugin"]`).
 Fixtures:
 - `kshim_broker`: a fresh `kshim serve` for the test, on a free port, data in a directory of its
   own; `.bootstrap`, `.faults` (FaultClient), `.requests` (RequestLogClient), `.data_dir`. The
-  next test's broker starts in the background while a test runs, and the first one as soon as a
-  test that uses it is collected, so a test waits for none or for what is left of a start (a cold
+  next test's broker starts in the background while a test runs, and the first one as soon as
+  pytest collects a module that names `kshim_broker` (before importing it) or a test that uses it,
+  so a test waits for none or for what is left of a start (a cold
   start is bound by Python importing kshim, about 1 s on a 2-core CI machine: docs/benchmarks.md);
   `--kshim-no-spare` turns that off.
 - `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
@@ -104,10 +105,22 @@ def _brokers(config: pytest.Config) -> _Brokers:
     return config.stash[_BROKERS]
 
 
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """A test module that names `kshim_broker` starts a broker in the background before pytest
+    imports it, so that the broker's start overlaps the module's imports (a Kafka client's, often
+    a few tenths of a second), the rest of the collection and the tests before it."""
+    if isinstance(collector, pytest.Module):
+        try:
+            named = "kshim_broker" in collector.path.read_text(errors="replace")
+        except OSError:
+            return
+        if named:
+            _brokers(collector.config).prime()
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """The first collected test that uses `kshim_broker` starts a broker in the background, so that
-    it is ready (or nearly) when that test runs: its start overlaps the rest of the collection and
-    the tests before it. A session whose selection drops that test stops the broker at its end."""
+    """Else the first collected test that uses `kshim_broker` (through a fixture of a conftest,
+    say) starts it. A session whose selection drops that test stops the broker at its end."""
     if "kshim_broker" in getattr(item, "fixturenames", ()):
         _brokers(item.config).prime()
 
