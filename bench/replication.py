@@ -17,6 +17,7 @@ its PID at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import socket
@@ -126,6 +127,7 @@ def main(argv=None) -> int:
     p.add_argument("--compression", default="none")
     p.add_argument("--latency-rate", type=int, default=2000, help="msgs/s in the latency phase (default 2000)")
     p.add_argument("--latency-messages", type=int, default=6000, help="messages per latency run (default 6000)")
+    p.add_argument("--json", metavar="PATH", help="also write the runs and the best figures as JSON")
     args = p.parse_args(argv)
     values = make_values(args.value_size)
     workdir = tempfile.mkdtemp(prefix="kshim-repl-bench-")
@@ -164,6 +166,10 @@ def main(argv=None) -> int:
         print(f"  acks={acks:<4} p50 {best_lat[acks]['p50_ms']:7.2f} ms   p99 {best_lat[acks]['p99_ms']:7.2f} ms")
     print(f"  ratio     p50 {best_lat['all']['p50_ms'] / best_lat['1']['p50_ms']:6.2f}x     "
           f"p99 {best_lat['all']['p99_ms'] / best_lat['1']['p99_ms']:6.2f}x   (acks=all / acks=1)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs, "latency_runs": lat, "best": best, "best_latency": best_lat,
+                       "latency_rate": args.latency_rate}, f, indent=2, sort_keys=True)
     return 0
 
 

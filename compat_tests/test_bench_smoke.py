@@ -1,7 +1,8 @@
-"""The benchmark commands still run (docs/benchmarks.md): a short run of bench/throughput.py against
-kshim in ephemeral mode and librdkafka's mock side by side prints its table, and so does
-bench/share_groups.py (share consumers against a classic group); the restart row (a few hundred
-partitions here) prints its own. Benchmarks stay
+"""The benchmark commands still run (docs/benchmarks.md): bench/suite.py --quick, issue 18's one
+command (throughput durable and ephemeral, small records, 1,000 partitions, latency at fixed rates,
+acks=all on RF 3, transactions, a restart of 100 partitions, the kernel's floor), side by
+side with librdkafka's mock, prints every table and its summary, and so does bench/share_groups.py
+(share consumers against a classic group). Benchmarks stay
 benchmarks: no speed is asserted here, only that the command works and reports every column."""
 from __future__ import annotations
 
@@ -10,27 +11,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 MOCK = ROOT.parent / "shared" / "peers" / "mock_broker.py"
 
 
-def test_the_throughput_benchmark_runs_and_prints_its_table():
-    peer = ["--peer-mock"] if MOCK.is_file() else []
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), *peer, "--ephemeral",
-                          "--messages", "2000", "--value-size", "256", "--timeout", "60", "--startup-timeout", "60",
-                          "--restart-partitions", "200", "--floor-mb", "5"],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
+    """bench/suite.py --quick: issue 18's one command, each script briefly, side by side with the mock."""
+    if not MOCK.is_file():
+        pytest.skip(f"librdkafka's mock broker script is not at {MOCK}")
+    out = tmp_path / "suite.json"
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "suite.py"), "--quick", "--json", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    lines = run.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("target"))
+    text = run.stdout
+    header = next(line for line in text.splitlines() if line.startswith("target"))
     for column in ("produce MB/s", "consume MB/s", "cpu s/200MB prod", "cpu s/200MB cons"):
-        assert column in header
-    assert any(line.startswith("kshim ") for line in lines)
-    if peer:
-        assert any(line.startswith("ratio ") for line in lines)
-    assert "kshim log ephemeral (tmpfs)" in run.stdout
-    assert "| partitions | sigterm_s | clean_ready_s |" in run.stdout  # the restart row (bench/restart.py)
-    assert "| sendfile |" in run.stdout and "| pread+send |" in run.stdout  # the floor (bench/loopback_floor.py)
+        assert column in header  # bench/throughput.py's table
+    assert "kshim log ephemeral (tmpfs)" in text
+    assert "| sendfile |" in text and "| pread+send |" in text  # the floor (bench/loopback_floor.py)
+    assert "| records/s | target | ack p50 ms |" in text  # bench/latency.py
+    assert "| partitions | sigterm_s | clean_ready_s |" in text  # bench/restart.py
+    summary = json.loads(out.read_text())["summary"]
+    rows = {r["row"] for r in summary}
+    for row in ("produce MB/s, durable log, 1 KiB", "consume MB/s, ephemeral, 100 B",
+                "broker CPU s per 200 MB produced, durable", "produce at 100 partitions / at 4",
+                "end-to-end p99 ms at 20000/s", "acks=all / acks=1 MB/s, RF 3 (kshim's own)",
+                "transactions/s, 1000 records each", "SIGTERM to exit, 100 partitions, s"):
+        assert row in rows, sorted(rows)
+    assert "| row | kshim | peer | ratio | target |" in text
 
 
 def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):
