@@ -333,6 +333,8 @@ class Partition:
         """Wait until `offset` is below the high watermark (COMMITTED); False at the timeout or
         when this replica stops leading, even for a moment (its log may have been truncated and
         refilled meanwhile, so the same offset may hold other records)."""
+        if self._high_watermark > offset:  # already (one replica in the ISR): no timer to set up
+            return True
         epoch = self.leader_epoch
         with anyio.move_on_after(timeout_s):
             while self._high_watermark <= offset:

@@ -369,6 +369,44 @@ async def test_v2_first_write_after_a_commit_outlasts_the_markers_written_meanwh
 
 
 @pytest.mark.anyio
+async def test_add_partitions_right_after_a_commit_waits_for_its_markers(tmp_path):
+    """A client's next transaction begins while the last one's markers are still being written:
+    its AddPartitionsToTxn waits for that (up to CONCURRENT_WAIT_S) and succeeds, where it would
+    have got CONCURRENT_TRANSACTIONS and backed off; past the bound it still gets that error."""
+    from kshim.coordinator.transactions import coordinator as coordinator_module
+    broker, p = await standalone_topic(tmp_path)
+    coordinator = served(broker).transactions
+    try:
+        async with anyio.create_task_group() as tg:
+            await coordinated(broker, "quick")
+            pid = (await init(broker, "quick")).producer_id
+            assert await add(broker, "quick", pid, 0) == ErrorCode.NONE
+            assert not p.append(data(pid, 0, b"a")).error
+            # the coordinator's loop is not running yet: the commit is prepared, its marker not written
+            assert await end(broker, "quick", pid, 0, True) == ErrorCode.NONE
+            assert coordinator.txns["quick"].state == TxnState.PREPARE_COMMIT
+            started = anyio.current_time()
+            assert await add(broker, "quick", pid, 0) == ErrorCode.CONCURRENT_TRANSACTIONS  # nothing completes it
+            assert anyio.current_time() - started >= coordinator_module.CONCURRENT_WAIT_S * 0.9
+
+            answers = []
+
+            async def next_transaction() -> None:
+                answers.append(await add(broker, "quick", pid, 0))
+            tg.start_soon(next_transaction)
+            await anyio.wait_all_tasks_blocked()
+            assert answers == []  # waiting on the previous transaction's end
+            tg.start_soon(coordinator.run)  # the markers are written, then CompleteCommit
+            await wait_until(lambda: answers, message="AddPartitionsToTxn answered")
+            assert answers == [ErrorCode.NONE]
+            assert coordinator.txns["quick"].state == TxnState.ONGOING
+            assert p.producers.get(pid).txn_first_offset < 0  # the commit marker landed first
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
 async def test_txn_offset_commit_is_verified_and_v5_adds_the_group(tmp_path):
     from kshim.coordinator.groups import OFFSETS_TOPIC
     from tests.test_groups import find

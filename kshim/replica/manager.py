@@ -670,19 +670,45 @@ class ReplicaManager:
         the partition's from_coordinator checks, or a transaction marker. Returns once the records
         are COMMITTED (error NONE) or not within `timeout_s`. `on_appended` runs right after a
         successful append, before the wait."""
+        result, partition = self._coordinator_append(topic, index, records)
+        if partition is None:
+            return result
+        if on_appended is not None:
+            on_appended(result)
+        return await self._coordinator_committed(topic, index, records, result, partition, timeout_s)
+
+    async def append_markers_and_wait(self, tps: list[tuple[str, int]], marker: TxnMarker,
+                                      timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
+        """`append_and_wait` of one marker on several partitions: all appended first, then each
+        waited for in turn (together they last as long as the slowest, with no task per partition)."""
+        deadline = anyio.current_time() + timeout_s
+        appended = [(tp, *self._coordinator_append(*tp, marker)) for tp in tps]
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        for tp, result, partition in appended:
+            if partition is not None:
+                result = await self._coordinator_committed(*tp, marker, result, partition,
+                                                           max(deadline - anyio.current_time(), 0))
+            codes[tp] = result.error
+        return codes
+
+    def _coordinator_append(self, topic: str, index: int,
+                            records: bytes | TxnMarker) -> tuple[PartitionAppend, Partition | None]:
+        """The append of `append_and_wait`; the partition None when nothing was appended."""
         partition = self.get_partition_or_error(topic, index)
         if isinstance(partition, ErrorCode):
-            return PartitionAppend(partition)
+            return PartitionAppend(partition), None
         if isinstance(records, TxnMarker):
             appended = partition.append_marker(records.producer_id, records.producer_epoch, records.committed,
                                                records.coordinator_epoch, records.transaction_version)
         else:
             appended = partition.append(records, from_coordinator=True)
         result = _outcome(appended, partition)
-        if not result.appended:
-            return result
-        if on_appended is not None:
-            on_appended(result)
+        return result, partition if result.appended else None
+
+    async def _coordinator_committed(self, topic: str, index: int, records: bytes | TxnMarker,
+                                     result: PartitionAppend, partition: Partition,
+                                     timeout_s: float) -> PartitionAppend:
+        """The wait of `append_and_wait`: until COMMITTED, then a marker's listeners are told."""
         if not await partition.wait_committed(result.last_offset, timeout_s):
             _not_committed(result, partition)
         elif isinstance(records, TxnMarker):

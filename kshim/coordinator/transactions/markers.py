@@ -41,15 +41,7 @@ async def write_here(replicas: ReplicaManager, producer_id: int, producer_epoch:
     """Markers on partitions led here; NONE only for those COMMITTED within `timeout_s`. The
     partitions wait together, so the whole lasts as long as the slowest."""
     marker = TxnMarker(producer_id, producer_epoch, committed, coordinator_epoch, transaction_version)
-    codes: dict[TopicPartition, ErrorCode] = {}
-
-    async def write(tp: TopicPartition) -> None:
-        codes[tp] = (await replicas.append_and_wait(*tp, marker, timeout_s)).error
-
-    async with anyio.create_task_group() as tg:
-        for tp in partitions:
-            tg.start_soon(write, tp)
-    return codes
+    return await replicas.append_markers_and_wait(list(partitions), marker, timeout_s)
 
 
 class MarkerWriter:
@@ -89,9 +81,12 @@ class MarkerWriter:
                         log.warning("marker for producer %d on %s-%d refused: %s", producer_id, *tp, code.name)
                         done.add(tp)
 
-            async with anyio.create_task_group() as tg:
-                for node_id, tps in by_leader.items():
-                    tg.start_soon(to_leader, node_id, tps)
+            if len(by_leader) == 1:  # one leader (a single broker, or a small transaction): no task group
+                await to_leader(*next(iter(by_leader.items())))
+            else:
+                async with anyio.create_task_group() as tg:
+                    for node_id, tps in by_leader.items():
+                        tg.start_soon(to_leader, node_id, tps)
             remaining -= done
             if remaining:
                 await anyio.sleep(backoff)

@@ -5,7 +5,10 @@
   Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED;
   a producer id the coordinator does not know for the id is INVALID_PRODUCER_ID_MAPPING, an old
   epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH below v2), a transaction being ended
-  CONCURRENT_TRANSACTIONS.
+  CONCURRENT_TRANSACTIONS. That last answer waits up to 100 ms for the end (its markers and
+  Complete record) to finish, and answers as a retry then would: a producer's next transaction
+  usually begins before the last one's markers are written, and the error costs it a 20 ms
+  backoff (Kafka answers at once; the outcome is the same, only sooner).
 - v4-5 (between brokers, KIP-890): several transactions per request, sent by partition leaders
   verifying a transactional write (kshim/coordinator/transactions/verification.py). `verify_only`
   asks whether the partitions already belong to the open transaction without adding them: if not,
@@ -55,7 +58,10 @@ async def _one(ctx: RequestContext, tid: str, producer_id: int, epoch: int, topi
         if code == ErrorCode.INVALID_TXN_STATE and ctx.version >= 5:
             code = ErrorCode.TRANSACTION_ABORTABLE
     else:
-        code = await coordinator.add_partitions(tid, producer_id, epoch, wanted, implicit=ctx.version >= 4)
+        # a client's request (v0-3) waits briefly for the previous transaction's end to finish;
+        # a leader's (v4+) must not (see add_partitions)
+        code = await coordinator.add_partitions(tid, producer_id, epoch, wanted, implicit=ctx.version >= 4,
+                                                wait=ctx.version <= 3)
     code = for_version(code, ctx.version, 2)
     return dict.fromkeys(wanted, code)
 

@@ -4,7 +4,8 @@ the transaction, as AddPartitionsToTxn would, so its markers settle those offset
 producer then sends TxnOffsetCommit to the group coordinator.
 
 Errors as AddPartitionsToTxn: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (INVALID_PRODUCER_EPOCH
-below v2), CONCURRENT_TRANSACTIONS, NOT_COORDINATOR; an empty group id is INVALID_GROUP_ID.
+below v2), CONCURRENT_TRANSACTIONS (after waiting up to 100 ms for the previous transaction's end,
+as AddPartitionsToTxn does), NOT_COORDINATOR; an empty group id is INVALID_GROUP_ID.
 - ACLs (docs/security.md): WRITE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
   READ on the group (else GROUP_AUTHORIZATION_FAILED).
 """
@@ -38,7 +39,7 @@ async def _answer(ctx: RequestContext, req: Container) -> dict:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}
     index = ctx.groups.partition_of(req.group_id)
     code = await ctx.transactions.add_partitions(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                        {(OFFSETS_TOPIC, index)})
+                                                 {(OFFSETS_TOPIC, index)}, wait=True)
     return {"throttle_time_ms": 0, "error_code": for_version(code, ctx.version, 2)}
 
 
