@@ -559,9 +559,11 @@ class Segment:
             self.next_offset = expected
         return end
 
-    def _write_index_files(self, extra_suffix: str = "") -> None:
+    def _write_index_files(self, extra_suffix: str = "", if_changed: bool = False) -> None:
         """Replace both index files atomically with the in-memory entries (``extra_suffix``: write
-        ``<stem>.index<extra_suffix>`` instead, the cleaner's ``.cleaned`` files)."""
+        ``<stem>.index<extra_suffix>`` instead, the cleaner's ``.cleaned`` files). ``if_changed``:
+        a file already holding exactly those entries is left alone (recovery after a kill -9 of
+        thousands of small logs: two reads instead of two replacements each)."""
         both = array("i", bytes(8 * len(self.idx_off)))
         both[0::2] = self.idx_off
         both[1::2] = self.idx_pos
@@ -569,6 +571,8 @@ class Segment:
             both.byteswap()
         for suffix, data in ((INDEX_SUFFIX, both.tobytes()),
                              (TIMEINDEX_SUFFIX, b"".join(map(_TIDX.pack, self.ts_ts, self.ts_off)))):
+            if if_changed and _read_file(self.stem + suffix + extra_suffix) == data:
+                continue
             tmp = self.stem + suffix + extra_suffix + TMP_SUFFIX
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
             try:
@@ -595,7 +599,7 @@ class Segment:
             self.next_offset = max(keep_next, self.next_offset)  # older segment: next base is authoritative
             if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
                 self._add_time_entry(write=False)  # the final entry a roll writes
-        self._write_index_files()
+        self._write_index_files(if_changed=True)
         if was_active:
             self.open_index_files()
 
