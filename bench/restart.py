@@ -43,13 +43,14 @@ def free_port() -> int:
 
 
 class Broker:
-    def __init__(self, data: Path, partitions: int, extra: list[str]) -> None:
+    def __init__(self, data: Path, partitions: int, extra: list[str], log: Path | None = None) -> None:
         self.port = free_port()
         self.argv = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                      "--data-dir", str(data), "--max-partitions-per-broker", str(partitions + 100),
                      "--group-initial-rebalance-delay-ms", "0", *extra]
         self.proc: subprocess.Popen | None = None
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.log = log  # every line of the broker's output appended there (each start's)
 
     def start(self) -> float:
         """Seconds from the exec to the ready line."""
@@ -59,6 +60,7 @@ class Broker:
                                      cwd=ROOT, env=env)
         ready = threading.Event()
         tail: list[str] = []
+        out = open(self.log, "a") if self.log else None
 
         def read() -> None:
             assert self.proc is not None and self.proc.stdout is not None
@@ -67,6 +69,11 @@ class Broker:
                     ready.set()
                 tail.append(line)
                 del tail[:-20]
+                if out is not None:
+                    out.write(line)
+                    out.flush()
+            if out is not None:
+                out.close()
         threading.Thread(target=read, daemon=True).start()
         if not ready.wait(DEADLINE_S):
             self.kill()
@@ -149,10 +156,10 @@ def serve_after_start(broker: Broker, topics: dict[str, int]) -> float:
     return time.monotonic() - started
 
 
-def run(partitions: int, extra: list[str] | None = None) -> dict:
+def run(partitions: int, extra: list[str] | None = None, log: Path | None = None) -> dict:
     topics = topics_for(partitions)
     with tempfile.TemporaryDirectory(prefix="kshim-restart-") as tmp:
-        broker = Broker(Path(tmp) / "data", partitions, extra or [])
+        broker = Broker(Path(tmp) / "data", partitions, extra or [], log)
         try:
             first_start = broker.start()
             t0 = time.monotonic()
@@ -182,7 +189,7 @@ def run(partitions: int, extra: list[str] | None = None) -> dict:
 
 
 def markdown(result: dict) -> str:
-    cols = ["partitions", "sigterm_s", "clean_ready_s", "clean_serve_s", "dirty_ready_s", "records_ok"]
+    cols = ["partitions", "sigterm_s", "clean_ready_s", "clean_serve_s", "dirty_ready_s", "records_ok", "create_s"]
     return ("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n| "
             + " | ".join(str(result[c]) for c in cols) + " |")
 
@@ -191,9 +198,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--broker-log", metavar="PATH", help="append the broker's output there")
     ap.add_argument("extra", nargs="*", help="options for kshim serve (after --)")
     args = ap.parse_args()
-    result = run(args.partitions, args.extra)
+    result = run(args.partitions, args.extra, Path(args.broker_log) if args.broker_log else None)
     print(markdown(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

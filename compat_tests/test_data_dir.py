@@ -24,7 +24,7 @@ def serve_once(data_dir: Path, port: int) -> subprocess.CompletedProcess:
 
 
 # checkpoints a live broker rewrites on its own, every second or so: the holder's, not the second serve's
-HOLDER_CHECKPOINTS = {"high-watermark", "log-start-offset"}
+HOLDER_CHECKPOINTS = {"replication-offset-checkpoint", "high-watermark", "log-start-offset"}
 
 
 def snapshot(data_dir: Path, live: bool = False) -> dict[str, tuple[str, int]]:

@@ -132,6 +132,9 @@ class Partition:
     # its active segment as its log dir's clean-shutdown marker recorded it: no recovery at open
     # if the segment is still that one
     clean_start: ActiveEnd | None = None
+    # its high watermark as its log dir's replication-offset-checkpoint recorded it (None: not
+    # there, read the replica's own `high-watermark` file, which older kshims wrote)
+    saved_hw: int | None = None
     # per producer id, its last append still being written here: a later one is checked after it
     _inflight: dict[int, asyncio.Future] = field(init=False, default_factory=dict)
     _jobs_out: int = field(init=False, default=0)  # appends handed to the writer, not yet answered
@@ -140,8 +143,11 @@ class Partition:
     def __post_init__(self) -> None:
         self.log = Log(self.directory, self.log_config, clean=self.clean_start)
         self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
-        saved_hw = self._load_hw_checkpoint()
+        saved_hw = self.saved_hw
+        if saved_hw is None:
+            saved_hw = self._load_hw_checkpoint() if HW_CHECKPOINT in self.log.files_at_open else 0
         self._high_watermark = min(saved_hw, self.log.log_end_offset)
+        self._snapshot_saved: bytes | None = None  # the snapshot file's content when known: unchanged is not rewritten
         self.producers = self._load_producer_state()
         # the checkpoint on disk already says so: a stop that changed nothing rewrites nothing
         self._hw_checkpointed = saved_hw if saved_hw == self._high_watermark else -1
@@ -151,11 +157,13 @@ class Partition:
         """The snapshot of a clean close, then replay of later batches; after a crash, the log."""
         path = self.directory / SNAPSHOT_NAME
         state = ProducerStateManager(snapshot_offset=self.log.log_start_offset)
-        if path.exists():
+        if SNAPSHOT_NAME in self.log.files_at_open:
             try:
-                loaded = ProducerStateManager.from_snapshot(path.read_bytes())
+                data = path.read_bytes()
+                loaded = ProducerStateManager.from_snapshot(data)
                 if loaded.snapshot_offset <= self.log.log_end_offset:
                     state = loaded
+                    self._snapshot_saved = data
                 else:  # recovery cut the log below it: void, and so once the log grows past it again
                     path.unlink()
             except ValueError:
@@ -166,6 +174,7 @@ class Partition:
         return self._replay_producer_state(state, observe_epochs=True)
 
     def _drop_snapshot(self) -> None:
+        self._snapshot_saved = None
         (self.directory / SNAPSHOT_NAME).unlink(missing_ok=True)
 
     def _replay_producer_state(self, state: ProducerStateManager, observe_epochs: bool = False) -> ProducerStateManager:
@@ -225,6 +234,15 @@ class Partition:
     def hw_checkpoint_written(self, path: Path, hw: int) -> None:
         if path.parent == self.directory:  # not a log dir this replica has since moved from
             self._hw_checkpointed = hw
+
+    @property
+    def hw_moved(self) -> bool:
+        """The high watermark changed since it was last checkpointed (its log dir's file is due)."""
+        return self._high_watermark != self._hw_checkpointed
+
+    def hw_checkpointed(self, hw: int) -> None:
+        """Its log dir's replication-offset-checkpoint now holds `hw` for it."""
+        self._hw_checkpointed = hw
 
     # ------------------------------------------------------------------ configuration and role
     def configure(self, config: TopicConfig) -> None:
@@ -772,16 +790,25 @@ class Partition:
 
     def close(self, durable: bool = True) -> ActiveEnd | None:
         """Checkpoint the high watermark, close the log and snapshot the producer state. With
-        durable False nothing is fsynced and the log is not marked clean: the caller syncs the
+        durable False nothing is fsynced, the log is not marked clean and the high watermark is
+        left to the caller, which writes its log dir's replication-offset-checkpoint, syncs the
         whole file system once and marks the log dir (ReplicaManager.close). Returns the active
         segment's (base offset, size) for that marker when the log may be marked clean."""
-        self._write_hw_checkpoint()
+        if durable:
+            self._write_hw_checkpoint()
         clean = self.log.close(durable=durable)
         path = self.directory / SNAPSHOT_NAME
         try:
             snapshot = self.producers.snapshot()
-            if not path.exists() or path.read_bytes() != snapshot:
+            # No producer and nothing a replay from the log start would skip: no file is needed
+            # (a log never written by an idempotent producer keeps none). Otherwise the file is
+            # rewritten only when its content changed (known in memory: no read of the old one).
+            needed = bool(self.producers.producers) or self.producers.snapshot_offset > self.log.log_start_offset
+            if needed and snapshot != self._snapshot_saved:
                 write_atomic(path, snapshot)  # replaced whole: a start never reads a torn one
+                self._snapshot_saved = snapshot
+            elif not needed and self._snapshot_saved is not None:  # its producers all expired
+                self._drop_snapshot()
         except OSError as e:  # a full disk: the next start replays producer state from the log
             path.unlink(missing_ok=True)
             log.warning("%s-%d: no producer-state snapshot (%s); the next start rebuilds it", self.topic, self.index, e)

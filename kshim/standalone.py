@@ -28,7 +28,7 @@ def open_standalone(config: BrokerConfig) -> Broker:
     def controlled_shutdown() -> None:
         # a clean stop is remembered, so the next start fences no one; the closed broker takes no image
         controller.listeners.clear()
-        controller.shutdown_broker(config.node_id, client.broker_epoch)
+        controller.shutdown_local_broker(config.node_id, client.broker_epoch)
     broker.close_hooks.append(controlled_shutdown)
     broker.close_hooks.append(controller.close)
     client.register(config.advertised, config.port, os.getpid())

@@ -111,3 +111,25 @@ def test_a_truncation_into_an_older_segment_makes_it_active_again(tmp_path, boun
         assert values(log) == [b"value-000", b"value-001", b"value-002", b"after-003"]
     finally:
         log.close()
+
+
+def test_an_active_segment_opens_its_index_files_at_its_first_index_entry(tmp_path):
+    """One descriptor per partition until it took an index entry (index.interval.bytes appended):
+    10,000 mostly idle partitions fit in a 20,000-descriptor limit. Entries written after that
+    land in the files, and a restart after a clean close trusts them."""
+    log = Log(tmp_path / "t-0", LogConfig(index_interval_bytes=300))
+    seg = log._segments[-1]
+    log.append(bytearray(encode_batch([(None, b"small")])))
+    assert seg.active and seg.idx_fd is None and seg.tidx_fd is None
+    for i in range(10):
+        log.append(bytearray(encode_batch([(None, b"v%d" % i + b"x" * 100)])))
+    assert seg.idx_fd is not None and seg.tidx_fd is not None
+    entries = len(seg.idx_off)
+    assert entries and os.path.getsize(seg.stem + ".index") == 8 * entries
+    log.close()
+    log = Log(tmp_path / "t-0", LogConfig(index_interval_bytes=300))
+    try:
+        assert not log.recovered and len(log._segments[-1].idx_off) == entries
+        assert [r.value[:2] for r in decode_all(log.read(1, 1 << 20))] == [b"v%d" % i for i in range(10)]
+    finally:
+        log.close()

@@ -11,6 +11,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.log.log_dirs import CLEAN_MARKER, take_clean_marker, write_clean_marker
+from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets
 from kshim.standalone import open_standalone
 from wire.records import encode_batch
 
@@ -169,8 +170,57 @@ async def test_kill_9_after_a_clean_start_recovers(tmp_path):
 async def test_a_clean_stop_twice_in_a_row_rewrites_nothing_unchanged(tmp_path):
     broker = await filled(tmp_path, 4)
     broker.close()
-    d = tmp_path / "t-0"
-    stamps = {n: os.stat(d / n).st_mtime_ns for n in ("high-watermark", "producer-state.snapshot")}
+    checkpoint = tmp_path / REPLICATION_OFFSET_CHECKPOINT
+    stamp = os.stat(checkpoint).st_mtime_ns
+    # no idempotent producer wrote here: no producer-state snapshot, no high-watermark file each
+    assert {p.name for p in (tmp_path / "t-0").iterdir()} == {
+        "00000000000000000000.log", "00000000000000000000.index", "00000000000000000000.timeindex",
+        "leader-epoch-checkpoint", "partition.metadata"}
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     broker.close()
-    assert {n: os.stat(d / n).st_mtime_ns for n in stamps} == stamps
+    assert os.stat(checkpoint).st_mtime_ns == stamp
+
+
+@pytest.mark.anyio
+async def test_high_watermarks_are_one_file_per_log_dir_and_come_back_after_a_restart(tmp_path):
+    broker = await filled(tmp_path, 4)
+    broker.close()
+    lines = (tmp_path / REPLICATION_OFFSET_CHECKPOINT).read_text().splitlines()
+    assert lines[:2] == ["0", "4"] and sorted(lines[2:]) == [f"t {i} 2" for i in range(4)]  # Kafka's format
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        assert [broker.partition("t", i).high_watermark for i in range(4)] == [2] * 4
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_an_older_data_dir_with_a_high_watermark_file_per_partition_still_loads(tmp_path):
+    """Before the per-log-dir file, each partition kept `high-watermark`: read when the log dir's
+    file does not name the partition (a high watermark read back unchanged is not rewritten: the
+    log dir's file is then written only once one moves)."""
+    broker = await filled(tmp_path, 4)
+    broker.close()
+    (tmp_path / REPLICATION_OFFSET_CHECKPOINT).unlink()
+    for i in range(4):
+        (tmp_path / f"t-{i}" / "high-watermark").write_text("2\n")
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        assert [broker.partition("t", i).high_watermark for i in range(4)] == [2] * 4
+        assert [r for r in broker.replica_manager.replicas() if r.log.recovered] == []
+        assert not any(r.hw_moved for r in broker.replica_manager.replicas())  # 2 was read from the files
+        out = broker.replica_manager.append(1, 5, [("t", 3, batch(b"three"))])
+        assert isinstance(out, list) and out[0].appended
+    finally:
+        broker.close()
+    lines = (tmp_path / REPLICATION_OFFSET_CHECKPOINT).read_text().splitlines()
+    assert sorted(lines[2:]) == ["t 0 2", "t 1 2", "t 2 2", "t 3 3"]
+
+
+def test_an_unreadable_replication_offset_checkpoint_is_ignored(tmp_path):
+    path = tmp_path / REPLICATION_OFFSET_CHECKPOINT
+    path.write_text("0\n3\nt 0 5\n")  # says 3 entries, has 1: torn
+    assert read_offsets(path) == {}
+    path.write_text(format_offsets([("a-b", 0, 5), ("a", 12, 7)]))
+    assert read_offsets(path) == {"a-b-0": 5, "a-12": 7}
+    assert read_offsets(tmp_path / "missing") == {}

@@ -112,10 +112,11 @@ class LeaderEpochCache:
         self.needs_rebuild = False
         self._saved: list[tuple[int, int]] | None = None  # what the file holds: a write of the same is skipped
         self._deferred = False
+        self.missing = False  # no file at all (a new log): an empty rebuild writes none
         try:
             entries = read_checkpoint(self.path)
         except FileNotFoundError:
-            self.needs_rebuild = True
+            self.needs_rebuild = self.missing = True
         except (CorruptCheckpoint, UnicodeDecodeError) as e:
             log.warning("leader epoch checkpoint is corrupt, to be rebuilt from the log: %s", e)
             self.needs_rebuild = True
@@ -125,9 +126,11 @@ class LeaderEpochCache:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def rebuild(cls, directory: Path, headers: Iterable[_Header], *, fsync: bool = False) -> LeaderEpochCache:
+    def rebuild(cls, directory: Path, headers: Iterable[_Header], *, fsync: bool = False,
+                missing: bool = False) -> LeaderEpochCache:
         """A cache made from the batch headers of a log, in log order (a missing or corrupt
-        checkpoint); written out once at the end."""
+        checkpoint); written out once at the end (not at all when there was no file and no
+        batch has an epoch: a new log's first assignment writes it)."""
         cache = cls.__new__(cls)
         cache.directory = Path(directory)
         cache.path = cache.directory / CHECKPOINT_NAME
@@ -135,7 +138,8 @@ class LeaderEpochCache:
         cache._epochs, cache._starts = [], []
         cache.latest_epoch = UNDEFINED_EPOCH
         cache.needs_rebuild = False
-        cache._saved, cache._deferred = None, False
+        cache._saved, cache._deferred = [] if missing else None, False
+        cache.missing = missing
         for h in headers:
             cache._assign(h.partition_leader_epoch, h.base_offset)
         cache._write()
@@ -152,7 +156,8 @@ class LeaderEpochCache:
         empty log's cut dropped: no file is rewritten then; Kafka defers this flush too)."""
         cache = cls(directory, fsync=fsync)
         if cache.needs_rebuild:
-            cache = cls.rebuild(directory, partition_log.batch_headers(partition_log.log_start_offset), fsync=fsync)
+            cache = cls.rebuild(directory, partition_log.batch_headers(partition_log.log_start_offset), fsync=fsync,
+                                missing=cache.missing)
         cache._deferred = defer_write
         cache.truncate_from_end(partition_log.log_end_offset)
         cache.truncate_from_start(partition_log.log_start_offset)

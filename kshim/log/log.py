@@ -226,13 +226,18 @@ class Log:
         marker recorded for this log (the caller removed the marker): clean if the segment is still
         that one at that size (else something wrote it after the stop). A marker of the log's own
         (a log closed alone: a replica move) vouches too."""
-        marker = os.path.join(self._dir, CLEAN_SHUTDOWN_FILE)
         clean = False
-        if os.path.exists(marker):
-            os.unlink(marker)  # from here on, a crash must be detectable
-            clean = True
-        self._finish_swaps()
         names = os.listdir(self._dir)
+        if CLEAN_SHUTDOWN_FILE in names:
+            os.unlink(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE))  # from here on, a crash must be detectable
+            names.remove(CLEAN_SHUTDOWN_FILE)
+            clean = True
+        if any(n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX) for n in names):
+            self._finish_swaps()  # an interrupted clean (rare): list again after it
+            names = os.listdir(self._dir)
+        # what the directory held at open: the partition's own files (checkpoints, snapshot) are
+        # read only when listed here (no failed open per missing file at a start of thousands)
+        self.files_at_open = frozenset(names)
         bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
         have = set(bases)
         for name in names:  # leftovers: interrupted index rewrites, index files of deleted segments
@@ -257,7 +262,7 @@ class Log:
                 self.recovered = not seg.open_active(clean)
                 if seg.first_append_ms is None and seg.size:
                     seg.first_append_ms = self._clock()
-        checkpoint = self._read_start_offset()
+        checkpoint = self._read_start_offset() if START_OFFSET_FILE in names else None
         if not self._segments:
             start = checkpoint or 0
             self._segments.append(Segment.create(self._dir, start, interval))
@@ -274,8 +279,8 @@ class Log:
             self._reset_at(self.log_start_offset)
         else:
             self._delete_front(self._count_below(self.log_start_offset))
-        if checkpoint != self.log_start_offset:
-            self._write_start_offset()
+        if checkpoint is not None and checkpoint != self.log_start_offset:
+            self._write_start_offset()  # none is needed while the log starts at its first segment
 
     def _finish_swaps(self) -> None:
         """Recovery of an interrupted clean (Kafka's): ``.cleaned`` files were never committed, so

@@ -1,7 +1,8 @@
 """The descriptors of inactive segments: opened on first use, closed by a least-recently-used
 bound, so a broker with many partitions and long logs stays within its open-file limit.
 
-Each partition's active segment keeps its three files open (appends go there); an older segment
+Each partition's active segment keeps its `.log` open (appends go there), and its two index files
+once it took an index entry; an older segment
 is read only by fetches from far back, the cleaner, retention and ListOffsets, so its `.log`
 descriptor is opened when one of them needs it and closed when more than `capacity` older
 segments are open. A reader must never find its descriptor closed (or, worse, reused by another
@@ -22,7 +23,7 @@ class Segment(Protocol):
     stem: str
     _fd: int
     _pins: int
-    idx_fd: int | None
+    active: bool
 
 DEFAULT_CAPACITY = 1024
 _READ_FLAGS = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
@@ -50,7 +51,7 @@ class OpenSegments:
                     return -1  # closed for good: the caller's os call fails with EBADF
                 fd = seg._fd = os.open(seg.stem + ".log", _READ_FLAGS)
                 self.opened += 1
-            if seg.idx_fd is None:  # inactive: counts toward the bound, most recent last
+            if not seg.active:  # inactive: counts toward the bound, most recent last
                 self._open[seg] = None
                 self._open.move_to_end(seg)
                 self._evict()

@@ -43,9 +43,17 @@ def read_topic_id(directory: Path) -> uuid.UUID | None:
         return None
 
 
-def write_topic_id(directory: Path, topic_id: uuid.UUID) -> None:
+def write_topic_id(directory: Path, topic_id: uuid.UUID, *, replace: bool = True) -> None:
+    """`replace` False: the directory has no readable file yet (a new replica), so it is written in
+    place, one file operation instead of a temporary file and a rename: a torn one reads as no id,
+    which the next start writes again (and a directory without an id is never deleted as stray)."""
     encoded = base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
-    write_atomic(directory / METADATA_FILE, f"version: 0\ntopic_id: {encoded}\n")
+    text = f"version: 0\ntopic_id: {encoded}\n"
+    if replace:
+        write_atomic(directory / METADATA_FILE, text)
+    else:
+        with open(directory / METADATA_FILE, "w", encoding="ascii") as f:
+            f.write(text)
 
 
 class DirDeleter:

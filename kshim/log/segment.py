@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
 from contextlib import AbstractContextManager, nullcontext
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from wire.crc import crc32c
 
@@ -121,7 +121,7 @@ class Segment:
     __slots__ = ("base_offset", "stem", "_fd", "_pins", "size", "next_offset", "idx_off", "idx_pos",
                  "ts_ts", "ts_off", "loaded", "idx_fd", "tidx_fd", "bytes_since_index",
                  "max_ts", "max_ts_offset", "first_append_ms", "dirty", "interval", "_recent", "_txn",
-                 "index_lost")
+                 "index_lost", "active")
 
     def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
         self.base_offset = base_offset
@@ -135,7 +135,11 @@ class Segment:
         self.ts_ts = array("q")              # time index: max timestamp so far
         self.ts_off = array("i")             # ... and the relative offset carrying it
         self.loaded = True                   # False: index files not read yet (older segments load lazily)
-        self.idx_fd: int | None = None       # index files are open for appends only while active
+        # Index files take appends only while the segment is active, and their descriptors are
+        # opened at the first entry (one per 4 KiB appended): a partition that took no more than
+        # that since its start holds one descriptor, not three (10,000 partitions in a 20,000 limit)
+        self.active = False
+        self.idx_fd: int | None = None
         self.tidx_fd: int | None = None
         self.index_lost = False              # an index write failed (disk full): files dropped, memory kept
         self.bytes_since_index = 0
@@ -172,7 +176,7 @@ class Segment:
         opened on use and may be closed by the open-files bound (kshim.log.open_files)."""
         fd = self._fd
         if fd >= 0:
-            if self.idx_fd is None:
+            if not self.active:
                 OPEN_SEGMENTS.touch(self)
             return fd
         return OPEN_SEGMENTS.descriptor(self)
@@ -185,22 +189,33 @@ class Segment:
         """The `.log` descriptor for a read: the active segment's as it is (it is never evicted,
         and it becomes inactive only by a roll under the Log's lock, which readers hold); an
         older segment's pinned for the duration."""
-        if self.idx_fd is not None and self._fd >= 0:
+        if self.active and self._fd >= 0:
             return nullcontext(self._fd)
         return OPEN_SEGMENTS.pinned(self)
 
     def open_index_files(self) -> None:
-        if self.idx_fd is None:
-            self.idx_fd = os.open(self.stem + INDEX_SUFFIX, _OPEN_FLAGS, 0o644)
-            self.tidx_fd = os.open(self.stem + TIMEINDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+        """The segment becomes active: its index files take appends (opened at the first entry)."""
+        if not self.active:
+            self.active = True
             OPEN_SEGMENTS.activated(self)
 
+    def _index_fd(self) -> int:
+        if self.idx_fd is None:
+            self.idx_fd = os.open(self.stem + INDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+        return self.idx_fd
+
+    def _time_index_fd(self) -> int:
+        if self.tidx_fd is None:
+            self.tidx_fd = os.open(self.stem + TIMEINDEX_SUFFIX, _OPEN_FLAGS, 0o644)
+        return self.tidx_fd
+
     def close_index_files(self) -> None:
-        was_active = self.idx_fd is not None
+        was_active = self.active
         for fd in (self.idx_fd, self.tidx_fd):
             if fd is not None:
                 os.close(fd)
         self.idx_fd = self.tidx_fd = None
+        self.active = False
         if was_active and self._fd >= 0:
             OPEN_SEGMENTS.deactivated(self)
 
@@ -208,7 +223,7 @@ class Segment:
         """Becoming inactive (roll) or closing: append the final time index entry, as Kafka does,
         so the segment's max timestamp can be read back from the file's last entry."""
         if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
-            self._add_time_entry(write=self.tidx_fd is not None)
+            self._add_time_entry(write=self.active)
             self.dirty = True  # the next flush must sync that entry
         self.close_index_files()
         self._recent.clear()
@@ -219,6 +234,7 @@ class Segment:
             if fd is not None:
                 os.close(fd)
         self.idx_fd = self.tidx_fd = None
+        self.active = False
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = -2
@@ -338,8 +354,8 @@ class Segment:
         rel = last - self.base_offset
         self.idx_off.append(rel)
         self.idx_pos.append(pos)
-        if write and self.idx_fd is not None:
-            self._write_index(self.idx_fd, _IDX.pack(rel, pos))
+        if write and self.active:
+            self._write_index(self._index_fd, _IDX.pack(rel, pos))
         if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
             self._add_time_entry(write)
         self.bytes_since_index = 0
@@ -348,17 +364,17 @@ class Segment:
         rel = self.max_ts_offset - self.base_offset
         self.ts_ts.append(self.max_ts)
         self.ts_off.append(rel)
-        if write and self.tidx_fd is not None:
-            self._write_index(self.tidx_fd, _TIDX.pack(self.max_ts, rel))
+        if write and self.active:
+            self._write_index(self._time_index_fd, _TIDX.pack(self.max_ts, rel))
 
-    def _write_index(self, fd: int, entry: bytes) -> None:
+    def _write_index(self, fd: Callable[[], int], entry: bytes) -> None:
         """Append an index entry. The indexes derive from the log, so a failed write (a full disk)
         must not fail an append whose records are already written: the index files are dropped,
         the next open rebuilds them from the log, and lookups use the entries in memory."""
         if self.index_lost:
             return
         try:
-            write_all(fd, entry)
+            write_all(fd(), entry)
         except OSError as e:
             self.index_lost = True
             for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
@@ -564,7 +580,7 @@ class Segment:
     def rebuild(self, *, validate: bool) -> None:
         """Rebuild both indexes from the log file. With ``validate`` (recovery of the active
         segment) CRCs are checked and the file is truncated after the last good batch."""
-        was_active = self.idx_fd is not None
+        was_active = self.active
         self.close_index_files()
         self.idx_off, self.idx_pos, self.ts_ts, self.ts_off = array("i"), array("i"), array("q"), array("i")
         self.loaded = True
@@ -633,9 +649,8 @@ class Segment:
         kt = bisect_left(self.ts_off, new_next - self.base_offset)
         del self.ts_ts[kt:]
         del self.ts_off[kt:]
-        assert self.idx_fd is not None and self.tidx_fd is not None  # opened at the top
-        os.ftruncate(self.idx_fd, len(self.idx_off) * IDX_ENTRY)
-        os.ftruncate(self.tidx_fd, len(self.ts_off) * TIDX_ENTRY)
+        os.ftruncate(self._index_fd(), len(self.idx_off) * IDX_ENTRY)
+        os.ftruncate(self._time_index_fd(), len(self.ts_off) * TIDX_ENTRY)
         self._reset_tail_state()
         self._replay(self.idx_pos[-1] if self.idx_pos else 0, validate=False, write=True)
         self.txn_index.truncate_from(self.next_offset)

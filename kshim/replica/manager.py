@@ -20,10 +20,11 @@ from kshim.configs import BrokerLevel, resolve
 from kshim.log.files import fsync_dir, sync_filesystem
 from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan, take_clean_marker, write_clean_marker
 from kshim.log.log import ActiveEnd
+from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets, write_offsets
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
-from kshim.partition import AppendResult, Partition, save_hw_checkpoint
+from kshim.partition import AppendResult, Partition
 from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica import fetch as reads
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
@@ -145,6 +146,11 @@ class ReplicaManager:
         self._clean: dict[Path, ActiveEnd] = {}
         for d in self.log_dirs:
             self._clean.update((d / name, end) for name, end in take_clean_marker(d).items())
+        # high watermarks from each log dir's replication-offset-checkpoint, taken once per replica
+        # at its open (a replica not in it reads its own `high-watermark` file, an older kshim's)
+        self._saved_hw: dict[Path, int] = {}
+        for d in self.log_dirs:
+            self._saved_hw.update((d / name, hw) for name, hw in read_offsets(d / REPLICATION_OFFSET_CHECKPOINT).items())
         self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
         # preferred log dir)
@@ -182,11 +188,19 @@ class ReplicaManager:
         broker's start) must not stall every connection."""
         level = BrokerLevel.of(self.topic_defaults, image.broker_configs, self.node_id)
         todo = self._unopened(image)
+        if not todo:
+            return  # no await: an image that opens nothing is applied without yielding, as before
         placed = self._place([(topic.name, info.index) for topic, info in todo])
-        for start in range(0, len(todo), OPEN_CHUNK):
-            opened = await anyio.to_thread.run_sync(self._open_chunk, todo[start:start + OPEN_CHUNK], level, placed)
+        limiter = anyio.CapacityLimiter(OPEN_THREADS)  # several at once: each mostly waits on the disk
+
+        async def open_chunk(chunk: list[tuple[TopicInfo, PartitionInfo]]) -> None:
+            opened = await anyio.to_thread.run_sync(self._open_chunk, chunk, level, placed, limiter=limiter)
             for replica in opened:
                 self._prepared[(replica.topic, replica.index)] = replica
+
+        async with anyio.create_task_group() as tg:
+            for start in range(0, len(todo), OPEN_CHUNK):
+                tg.start_soon(open_chunk, todo[start:start + OPEN_CHUNK])
 
     def _unopened(self, image: MetadataImage) -> list[tuple[TopicInfo, PartitionInfo]]:
         """The replicas `image` gives this broker that are neither open nor prepared."""
@@ -322,11 +336,13 @@ class ReplicaManager:
             self.deleter.remove(directory)
         vouched = self._clean.pop(directory, None)  # once: a reopened replica was written since
         clean = vouched if recorded == topic.topic_id else None
+        saved_hw = self._saved_hw.pop(directory, None)
         replica = Partition(topic.name, info.index, directory, resolve(topic.configs, level).log_config(),
-                            node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean)
+                            node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean,
+                            saved_hw=saved_hw if recorded == topic.topic_id else None)
         replica.writer = self._writer_for(directory.parent)
         if recorded != topic.topic_id:
-            write_topic_id(directory, topic.topic_id)
+            write_topic_id(directory, topic.topic_id, replace=recorded is not None)
         return replica
 
     def _remove_strays(self, image: MetadataImage) -> None:
@@ -741,17 +757,34 @@ class ReplicaManager:
                 await self.checkpoint_high_watermarks()
 
     async def checkpoint_high_watermarks(self) -> int:
-        """Write the high watermark of every replica whose one moved since its last checkpoint, in a
-        worker thread (thousands of small atomic replacements must not hold up the event loop);
-        returns how many were written. A replica closed meanwhile writes its own at close."""
-        due = [(replica, *item) for replica in self._replicas.values() if (item := replica.hw_checkpoint_due())]
+        """Rewrite the replication-offset-checkpoint of every log dir where a replica's high
+        watermark moved since the last one (Kafka's: one file per log dir with every replica's,
+        fsynced), in a worker thread; returns how many replicas' moved. A log dir's file is one
+        write however many partitions moved (a file per partition cost a millisecond each)."""
+        due = self._hw_checkpoints(moved_only=True)
         if not due:
             return 0
-        written = await anyio.to_thread.run_sync(_write_hw_checkpoints, [(path, hw) for _, path, hw in due])
-        for (replica, path, hw), ok in zip(due, written):
+        texts = [(d / REPLICATION_OFFSET_CHECKPOINT, text) for d, (text, _) in due.items()]
+        written = await anyio.to_thread.run_sync(_write_hw_files, texts, True)
+        moved = 0
+        for (d, (_, entries)), ok in zip(due.items(), written):
+            moved += sum(replica.hw_moved for replica, _ in entries)
             if ok:
-                replica.hw_checkpoint_written(path, hw)
-        return sum(written)
+                for replica, hw in entries:
+                    if replica.directory.parent == d:  # not moved to another log dir meanwhile
+                        replica.hw_checkpointed(hw)
+        return moved
+
+    def _hw_checkpoints(self, replicas: Sequence[Partition] | None = None, moved_only: bool = False
+                        ) -> dict[Path, tuple[str, list[tuple[Partition, int]]]]:
+        """Per log dir: its replication-offset-checkpoint's text and the (replica, high watermark)
+        it holds; with moved_only, only the dirs where some replica's moved."""
+        by_dir: dict[Path, list[tuple[Partition, int]]] = {}
+        for replica in self._replicas.values() if replicas is None else replicas:
+            by_dir.setdefault(replica.directory.parent, []).append((replica, replica.high_watermark))
+        return {d: (format_offsets((r.topic, r.index, hw) for r, hw in entries), entries)
+                for d, entries in by_dir.items()
+                if d in self.log_dirs and (not moved_only or any(r.hw_moved for r, _ in entries))}
 
     def close(self) -> None:
         """A clean stop: every log closed without an fsync each (in a few threads: closing is file
@@ -764,8 +797,14 @@ class ReplicaManager:
         self._removed.clear()
         replicas = [*self._replicas.values(), *self._prepared.values()]
         self._prepared.clear()
+        started = time.monotonic()
         with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-close") as pool:
             closed = list(pool.map(lambda r: (r, r.close(durable=False)), replicas))
+        closed_s = time.monotonic() - started
+        # the high watermarks, one file per log dir, made durable by the sync below
+        hw_files = self._hw_checkpoints(list(self._replicas.values()), moved_only=True)
+        _write_hw_files([(d / REPLICATION_OFFSET_CHECKPOINT, text) for d, (text, _) in hw_files.items()], False)
+        synced = time.monotonic()
         for d in self.log_dirs:
             try:
                 sync_filesystem(d)
@@ -777,6 +816,8 @@ class ReplicaManager:
                 write_clean_marker(d, ends)
             except OSError as e:  # a full disk: the next start recovers this dir's logs instead
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers its logs", d, e)
+        log.info("closed %d replicas in %.2f s (%d log dirs synced and marked in %.2f s)", len(replicas), closed_s,
+                 len(self.log_dirs), time.monotonic() - synced)
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
@@ -801,7 +842,7 @@ def _not_committed(result: PartitionAppend, partition: Partition) -> None:
             "not all in-sync replicas had the records before the timeout; they may still be committed")
 
 
-def _write_hw_checkpoints(items: list[tuple[Path, int]]) -> list[bool]:
-    """In a worker thread: each (file, high watermark), unless its partition's directory went
-    (deleted or moved since); a failure is logged once per file and tried again next time."""
-    return [path.parent.is_dir() and save_hw_checkpoint(path, hw) for path, hw in items]
+def _write_hw_files(files: list[tuple[Path, str]], fsync: bool) -> list[bool]:
+    """Each log dir's replication-offset-checkpoint (a failure is logged once and tried again at
+    the next checkpoint)."""
+    return [write_offsets(path, text, "high watermarks", fsync=fsync) for path, text in files]
