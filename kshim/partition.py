@@ -60,6 +60,11 @@ _PRODUCER_ID_OFFSET = 43
 # cost more than a page-cache write of a few KiB (issue 18, transactions: 1.4 ms at the median per
 # Produce on a loaded machine)
 INLINE_APPEND_MAX = 16 * 1024
+# ... unless an inline append took longer than this (the kernel throttling writeback, which the
+# writer thread exists for): then every append of that data directory goes to the writer for
+# INLINE_PAUSE_S
+INLINE_SLOW_S = 0.005
+INLINE_PAUSE_S = 10.0
 
 
 def _producer_id(buf: bytearray) -> int:
@@ -494,7 +499,16 @@ class Partition:
             return self.append(data, from_coordinator)  # nothing to write, or refused at once
         if not self._jobs_out and len(data) <= self.inline_append_max and self.log.config.flush_messages is None \
                 and self.log.config.flush_ms is None:
-            return self.append(data, from_coordinator)  # small, and the writer holds nothing of ours
+            started = SYSTEM.monotonic()
+            if started >= self.writer.inline_paused_until:  # small, and the writer holds nothing of ours
+                result = self.append(data, from_coordinator)
+                took = SYSTEM.monotonic() - started
+                if took > INLINE_SLOW_S:
+                    self.writer.inline_paused_until = started + took + INLINE_PAUSE_S
+                    log.info("%s-%d: an append on the event loop took %.0f ms; appends of its data "
+                             "directory go through the writer thread for %.0f s", self.topic, self.index,
+                             took * 1000, INLINE_PAUSE_S)
+                return result
         buf = bytearray(data)  # owned: the request's buffer is not ours once the handler returns
         pid = _producer_id(buf)
         prev = self._inflight.get(pid) if pid >= 0 else None
