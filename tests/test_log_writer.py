@@ -4,6 +4,7 @@ a retried batch still in flight is recognised as a duplicate, a failed write is
 KAFKA_STORAGE_ERROR for that append only, and followers append through it too."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import random
@@ -27,6 +28,7 @@ def leader(tmp_path, writer: LogWriter | None, segment_bytes: int = 4096, name: 
     p = Partition(name, 0, tmp_path / f"{name}-0", LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256))
     p.leader_id, p.replicas, p.isr = 0, (0,), (0,)
     p.writer = writer
+    p.inline_append_max = 0  # every append through the writer (the inline path has its own test)
     return p
 
 
@@ -119,6 +121,59 @@ async def test_a_fenced_leader_write_is_not_written(tmp_path):
     result = await pending
     assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert p.log.log_end_offset == 0
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_a_small_append_is_written_at_once_when_the_writer_holds_none_of_the_partition(tmp_path):
+    """The hand-off to the writer thread costs more than a small page-cache write: a small append
+    to a partition with nothing at the writer is written on the loop and answered at once; one
+    arriving while another is at the writer waits its turn there, and a large one always goes."""
+    writer = LogWriter()
+    p = leader(tmp_path, writer, segment_bytes=1 << 20)
+    p.inline_append_max = 1024
+    small = encode_batch([(None, b"s")], producer_id=7, producer_epoch=0, base_sequence=0)
+    result = p.submit_append(small)
+    assert not hasattr(result, "__await__") and (result.error, result.base_offset) == (ErrorCode.NONE, 0)
+    assert writer.jobs == 0 and p.high_watermark == 1
+    assert p.submit_append(small).base_offset == 0  # a retry: the duplicate is recognised
+    with p.log._write_lock:  # the writer waits for it: the large append stays out meanwhile
+        large = p.submit_append(encode_batch([(None, b"x" * 2000)], producer_id=8, producer_epoch=0, base_sequence=0))
+        behind = p.submit_append(encode_batch([(None, b"t")], producer_id=7, producer_epoch=0, base_sequence=1))
+        assert hasattr(large, "__await__") and hasattr(behind, "__await__")  # in turn, after the large one
+    assert ((await large).base_offset, (await behind).base_offset) == (1, 2)
+    assert writer.jobs == 2
+    assert [r.value for r in decode_all(p.log.read(0, 1 << 20))] == [b"s", b"x" * 2000, b"t"]
+    p.log.config = dataclasses.replace(p.log.config, flush_messages=1)
+    assert hasattr(p.submit_append(encode_batch([(None, b"f")])), "__await__")  # an fsync stays off the loop
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
+async def test_a_slow_inline_append_sends_the_data_dir_back_to_the_writer(tmp_path, monkeypatch):
+    """An append on the loop that took long (the kernel throttling writeback) sends every append of
+    that data directory through the writer thread for a while."""
+    import time
+    from kshim import partition as partition_module
+    writer = LogWriter()
+    p = leader(tmp_path, writer, segment_bytes=1 << 20)
+    p.inline_append_max = 1024
+    real_append = p.log.append
+
+    def slow(*args, **kwargs):
+        time.sleep(partition_module.INLINE_SLOW_S * 2)
+        return real_append(*args, **kwargs)
+    monkeypatch.setattr(p.log, "append", slow)
+    first = p.submit_append(encode_batch([(None, b"slow")]))
+    assert not hasattr(first, "__await__") and first.error == ErrorCode.NONE  # written, but slowly
+    assert writer.inline_paused_until > time.monotonic() + partition_module.INLINE_PAUSE_S / 2
+    monkeypatch.setattr(p.log, "append", real_append)
+    second = p.submit_append(encode_batch([(None, b"next")]))
+    assert hasattr(second, "__await__") and (await second).base_offset == 1  # through the writer
+    writer.inline_paused_until = 0.0  # the pause is over
+    assert not hasattr(p.submit_append(encode_batch([(None, b"again")])), "__await__")
     writer.close()
     p.close()
 

@@ -71,6 +71,9 @@ class LogWriter:
         self._busy = False
         self.writes = 0   # vectored writes issued (rounds x logs), for the benchmarks
         self.jobs = 0
+        # until then (monotonic s) even small appends come here: one written on the event loop was
+        # slow (kshim.partition.INLINE_SLOW_S)
+        self.inline_paused_until = 0.0
 
     def submit(self, job: WriteJob) -> None:
         with self._cond:

@@ -230,6 +230,8 @@ class Throttle:
             self.until = max(self.until, anyio.current_time() + ms / 1000)
 
     async def wait(self) -> None:
+        if not self.until:  # never muted: no clock to read
+            return
         delay = self.until - anyio.current_time()
         if delay > 0:
             await anyio.sleep(delay)

@@ -9,6 +9,9 @@ response and takes no place in the order.
 Sockets are non-blocking and driven with anyio.wait_readable / wait_writable: the reader
 recv_into()s the buffer the connection core hands out (a large produce frame is read straight
 into its own buffer), which saves the copy and the 256 KiB chunking of a stream transport.
+connections.max.idle.ms is a third task per connection (`_idle_watchdog`), so that the reader's
+wait for each request sets no timer; the hot path avoids anyio's per-call backend lookups where
+asyncio offers the same for less (issue 18, transactions: docs/benchmarks.md).
 
 Listeners (docs/security.md): one accept loop per listener. On SSL and SASL_SSL ones the socket
 is wrapped in TLS (the handshake bounded by request_stall_timeout_ms; a failed one, a plaintext
@@ -19,6 +22,7 @@ answered after connection.failed.authentication.delay.ms and then the connection
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import logging
@@ -32,7 +36,7 @@ from typing import Any, Awaitable, Callable, Mapping
 import anyio
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kshim.broker import Broker
 from kshim.configs.security import ANONYMOUS, Listener
@@ -50,6 +54,11 @@ from wire.errors import ErrorCode
 from wire.primitives import FileRecords
 
 log = logging.getLogger("kshim.server")
+
+# anyio.current_time() on asyncio is the loop's time(), which is time.monotonic(): called directly,
+# without anyio's backend lookup (each asking asyncio for the running loop, a getpid system call
+# on CPython 3.11: about 4 us a call on the benchmark machine, a few per request)
+_now = time.monotonic
 
 LISTEN_BACKLOG = 128
 ACCEPT_BACKOFF_S = 0.1
@@ -164,6 +173,24 @@ def close_regions(chunks: list[Any]) -> None:
             chunk.close()
 
 
+async def _put(send: MemoryObjectSendStream, item: Any) -> None:
+    """send.send(item) without its checkpoint when the stream has room (the reader yields when it
+    waits for the socket, and at least once per read otherwise)."""
+    try:
+        send.send_nowait(item)
+    except anyio.WouldBlock:
+        await send.send(item)
+
+
+async def _take(receive: MemoryObjectReceiveStream) -> Any:
+    """receive.receive() without its checkpoint when an item is queued (the writer yields when it
+    waits for a response, or for the socket)."""
+    try:
+        return receive.receive_nowait()
+    except anyio.WouldBlock:
+        return await receive.receive()
+
+
 def _drop_queued(receive: MemoryObjectReceiveStream) -> None:
     """Close the file regions of the responses still queued when a connection's writer ends.
     (One whose handler is still running when the connection goes is dropped unsent: its
@@ -228,7 +255,7 @@ class _Refusals:
 
     def note(self, peer: str, why: str) -> None:
         self.count += 1
-        now = anyio.current_time()
+        now = _now()
         if now - self.last_log >= REFUSAL_LOG_INTERVAL_S:
             log.warning("refusing connections: %s (from %s; %d refused since the last such line)",
                         why, peer, self.count)
@@ -238,14 +265,15 @@ class _Refusals:
 class _Connection:
     """What the server tracks of one connection."""
 
-    __slots__ = ("ip", "outstanding", "reserved", "last_sent", "throttle")
+    __slots__ = ("ip", "outstanding", "reserved", "last_sent", "throttle", "waiting_since")
 
     def __init__(self, ip: str) -> None:
         self.ip = ip
         self.outstanding = 0  # responses queued or in the making
-        self.last_sent = anyio.current_time()  # when the last response went out
+        self.last_sent = _now()  # when the last response went out
         self.reserved = 0  # bytes held in RequestMemory for the large frame being received
         self.throttle = Throttle()  # client quotas: no request is handled before its mute ends
+        self.waiting_since: float | None = None  # the reader waits for a request since then
 
 
 class _DropConnection(Exception):
@@ -262,7 +290,7 @@ class _Pending:
     __slots__ = ("done", "data", "failed")
 
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        self.done = asyncio.Event()  # anyio's Event would look the backend up at every response
         self.data: Any = None
         self.failed = False
 
@@ -426,6 +454,7 @@ class Server:
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._writer, conn, receive, tg, state, sender)
+                    tg.start_soon(self._idle_watchdog, tg, state, peer)
                     try:
                         async with send:
                             await self._reader(conn, core, send, tg, peer, state, security)
@@ -456,6 +485,7 @@ class Server:
     async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str,
                       state: _Connection, security: ConnectionSecurity) -> None:
         cfg = self.broker.config
+        waited = False  # the task waited (yielded) since its last read
         while True:
             with core.receive_buffer() as view:
                 try:
@@ -468,6 +498,7 @@ class Server:
                 await anyio.sleep(TLS_RETRY_S)
                 continue
             if n < 0:  # nothing to read now: wait, within the connection's time limits
+                waited = True
                 if core.in_frame:
                     timeout = cfg.request_stall_timeout_ms / 1000
                     with anyio.move_on_after(timeout):
@@ -477,23 +508,18 @@ class Server:
                              "for %.1f s", peer, timeout)
                     raise anyio.EndOfStream
                 core.release_idle()
-                last_read = anyio.current_time()
-                idle_s = cfg.connections_max_idle_ms / 1000
-                while True:  # idle: nothing read and nothing answered for idle_s (a long poll is not idle)
-                    quiet_since = max(last_read, state.last_sent)
-                    with anyio.move_on_after(quiet_since + idle_s - anyio.current_time()):
-                        await anyio.wait_readable(conn)
-                        break
-                    if not state.outstanding and anyio.current_time() >= max(last_read, state.last_sent) + idle_s:
-                        log.debug("closing connection from %s: idle for %.1f s", peer, idle_s)
-                        raise anyio.EndOfStream
-                    if state.outstanding:
-                        state.last_sent = anyio.current_time()  # waiting on its own answer: not idle yet
+                state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
+                try:
+                    await anyio.wait_readable(conn)
+                finally:
+                    state.waiting_since = None
                 continue
             if n == 0:
                 raise anyio.EndOfStream
             core.received(n)
-            await checkpoint()  # a peer that always has bytes ready must not starve the others
+            if not waited:  # a peer that always has bytes ready must not starve the others
+                await checkpoint()
+            waited = False
             while (request := core.next_request()) is not None:
                 await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
                 result = await self._dispatch(request, peer, security, state.throttle)
@@ -507,7 +533,7 @@ class Server:
                     await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
                     if result is not None and not request.raw and not inspect.isawaitable(result):
                         state.outstanding += 1
-                        await send.send(core.response_bytes(request, result))
+                        await _put(send, core.response_bytes(request, result))
                     return
                 if result is None:
                     continue
@@ -515,20 +541,42 @@ class Server:
                 if inspect.isawaitable(result):
                     pending = _Pending()
                     tg.start_soon(self._complete, request, result, pending, peer)
-                    await send.send(pending)
+                    await _put(send, pending)
                 else:
-                    await send.send(core.response_bytes(request, result))
+                    await _put(send, core.response_bytes(request, result))
             if core.frame_size and not state.reserved:
                 # a large frame has begun: hold its size in the shared budget before reading on
                 state.reserved = core.frame_size
                 await self.memory.reserve(state.reserved)
+
+    async def _idle_watchdog(self, tg: TaskGroup, state: _Connection, peer: str) -> None:
+        """connections.max.idle.ms: closes the connection once its reader has waited for a request
+        that long with nothing answered meanwhile (a long poll, a response still in the making, is
+        not idle). A task per connection, so the reader's wait for each request needs no timer of
+        its own (a cancel scope per request cost a few percent of a small request's CPU)."""
+        cfg = self.broker.config
+        while True:  # ends when it closes the connection, or with the connection's task group
+            idle_s = cfg.connections_max_idle_ms / 1000
+            now = _now()
+            if state.waiting_since is None:  # reading or handling a request: not idle
+                await anyio.sleep(idle_s)
+                continue
+            quiet_since = max(state.waiting_since, state.last_sent)
+            if now < quiet_since + idle_s:
+                await anyio.sleep(quiet_since + idle_s - now)
+            elif state.outstanding:
+                state.last_sent = now  # waiting on its own answer: not idle yet
+            else:
+                log.debug("closing connection from %s: idle for %.1f s", peer, idle_s)
+                tg.cancel_scope.cancel()
+                return
 
     async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity,
                         throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
         """The request's answer: its handler's, unless a fault rule (kshim.faults) says otherwise;
         timed for the metrics and recorded in the request log."""
         started = time.monotonic()
-        metric_started = anyio.current_time()
+        metric_started = _now()
         h = request.header
         rule = None
         if self.faults and not request.unsupported:
@@ -547,14 +595,14 @@ class Server:
         else:  # delay, timeout: handled, then answered late or never
             result = self._late(request, await self._handle(request, peer, security, throttle), rule, peer, started)
         if result is None:  # acks=0 produce: no answer
-            self.node.metrics.observe(h.api_key, request.body, None, anyio.current_time() - metric_started)
+            self.node.metrics.observe(h.api_key, request.body, None, _now() - metric_started)
             return None
         if inspect.isawaitable(result):
             request.started = metric_started  # the metric is taken when it completes (_complete)
             if self.requests.enabled and (rule is None or rule.action == "delay"):
                 return self._logged(request, peer, result, started, rule)
             return result
-        self.node.metrics.observe(h.api_key, request.body, result, anyio.current_time() - metric_started)
+        self.node.metrics.observe(h.api_key, request.body, result, _now() - metric_started)
         self._log(request, peer, result, started, rule)
         return result
 
@@ -619,7 +667,7 @@ class Server:
         pending.failed = True
         try:
             body = await awaitable
-            self.node.metrics.observe(request.header.api_key, request.body, body, anyio.current_time() - request.started)
+            self.node.metrics.observe(request.header.api_key, request.body, body, _now() - request.started)
             pending.data = ConnectionCore.response_bytes(request, body)
             pending.failed = False
         except _DropConnection as e:
@@ -634,7 +682,11 @@ class Server:
         try:
             async with receive:
                 try:
-                    async for item in receive:
+                    while True:  # ends with the stream (the reader is done) or the connection
+                        try:
+                            item = await _take(receive)
+                        except anyio.EndOfStream:
+                            break
                         if isinstance(item, _Pending):
                             await item.done.wait()
                             if item.failed:
@@ -645,7 +697,7 @@ class Server:
                         finally:
                             close_regions(item)
                         state.outstanding -= 1
-                        state.last_sent = anyio.current_time()
+                        state.last_sent = _now()
                 finally:
                     _drop_queued(receive)
         except (*_PEER_GONE, ssl.SSLError):
