@@ -118,6 +118,14 @@ class RawConnection:
                 return False
 
 
+def listed_brokers(bootstrap: str) -> set[int]:
+    """The node ids one broker's Metadata lists (its own image, not the controller's view)."""
+    with RawConnection(bootstrap) as conn:
+        resp = conn.request(METADATA, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+    return {b.node_id for b in resp.brokers}
+
+
 # ---------------------------------------------------------------- what a kafka-python user would see
 def list_offsets_latest(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> int:
     """ListOffsets latest under one isolation level: the offset that level reads up to (the last

@@ -187,15 +187,10 @@ def test_browser_shows_replication_as_a_follower_is_paused_and_resumed(tmp_path,
         follower = next(n for n in range(3) if n != leader)
         page.click(f'button[data-action="pause"][data-node="{follower}"]')
         page.wait_for_selector(f'tr[data-broker="{follower}"][data-process="paused"]')
-        # the paused follower does not answer a scrape; the leader does (a scrape gives each broker
-        # 2 s, which a loaded CI machine can miss once: asked again until the deadline)
-        def leader_up():
-            m = scrape(url)
-            return m if sample(m, "kshim_console_broker_scrape_up", broker=str(leader)) == 1 else None
-        metrics = wait_until(leader_up, 20, message=f"the leader {leader} answering the console's scrape")
-        assert sample(metrics, "kshim_console_broker_scrape_up", broker=str(follower)) == 0
 
-        # acks=1: the leader has the records, the paused follower (still in the ISR) has not
+        # acks=1: the leader has the records, the paused follower (still in the ISR) has not. At
+        # once: the ISR shrinks REPLICA_LAG_MS after the follower's last fetch, and this must be seen
+        # before that
         produce(f"127.0.0.1:{cluster.base_port + leader}", "clicks", 10, 1)
         shown = wait_page(page, lambda: (r := replica(page, "clicks", leader)).get("leo") == "30" and r,
                           "the leader's log end at 30")
@@ -205,6 +200,14 @@ def test_browser_shows_replication_as_a_follower_is_paused_and_resumed(tmp_path,
         if os.environ.get("KSHIM_CONSOLE_SCREENSHOT"):
             page.screenshot(path=os.environ["KSHIM_CONSOLE_SCREENSHOT"], full_page=True)
 
+        # the paused follower does not answer a scrape; the leader does (a scrape gives each broker
+        # 2 s, which a loaded CI machine can miss once: asked again until the deadline)
+        def leader_up():
+            m = scrape(url)
+            return m if sample(m, "kshim_console_broker_scrape_up", broker=str(leader)) == 1 else None
+        metrics = wait_until(leader_up, 20, message=f"the leader {leader} answering the console's scrape")
+        assert sample(metrics, "kshim_console_broker_scrape_up", broker=str(follower)) == 0
+
         # the follower leaves the ISR: the leader's high watermark reaches its log end
         wait_page(page, lambda: not replica(page, "clicks", follower).get("in_isr"), "the follower out of the ISR")
         wait_page(page, lambda: (r := replica(page, "clicks", leader)).get("hw") == "30" and not r["uncommitted"],
@@ -212,9 +215,13 @@ def test_browser_shows_replication_as_a_follower_is_paused_and_resumed(tmp_path,
         assert str(follower) not in partition(page, "clicks")["isr"].split(",")
 
         page.click(f'button[data-action="resume"][data-node="{follower}"]')
-        wait_page(page, lambda: (r := replica(page, "clicks", follower)).get("in_isr") and not r["stale"]
-                  and r["leo"] == "30" and r["hw"] == "30", "the resumed follower back in the ISR at offset 30",
-                  timeout=60)
+        try:
+            wait_page(page, lambda: (r := replica(page, "clicks", follower)).get("in_isr") and not r["stale"]
+                      and r["leo"] == "30" and r["hw"] == "30", "the resumed follower back in the ISR at offset 30",
+                      timeout=60)
+        except AssertionError as e:  # what the page and the cluster showed, for whoever reads a CI log
+            raise AssertionError(f"{e}: page {replica(page, 'clicks', follower)}, {partition(page, 'clicks')}; "
+                                 f"ctl {cluster.partition('clicks')}, {cluster.broker(follower)}") from None
         # all of it without a reload: the page is the one loaded at the start, redrawn by events
         assert int(page.evaluate("document.body.dataset.version")) > int(loaded_version)
         assert page.evaluate("performance.getEntriesByType('navigation').length") == 1

@@ -9,7 +9,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import KshimProcess, wait_until
-from compat_tests.raw_kafka import consume_all, produce_and_consume
+from compat_tests.raw_kafka import consume_all, listed_brokers, produce_and_consume
 from compat_tests.test_connection_limits import worst_latency_while
 
 PARTITIONS = 2000
@@ -56,7 +56,12 @@ def test_a_topic_deleted_while_a_broker_is_down_is_deleted_there_when_it_returns
             assert run_ctl(cluster.data_dir, "kill", "2").returncode == 0
             wait_until(lambda: not cluster.broker(2)["alive"], DEADLINE_S, message="broker 2 fenced")
             admin.close()  # it may have picked broker 2 as its controller: ask broker 0 from now on
-            admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{cluster.base_port}", request_timeout_ms=30_000)
+            # once broker 0's own image has the fence (the controller's comes first), else kafka-python
+            # may pick broker 2 from its Metadata and fail on the refused connection
+            bootstrap0 = f"127.0.0.1:{cluster.base_port}"
+            wait_until(lambda: 2 not in listed_brokers(bootstrap0), DEADLINE_S,
+                       message="broker 0's Metadata without broker 2")
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap0, request_timeout_ms=30_000)
             admin.delete_topics(["doomed"])
             for node in (0, 1):
                 here = tmp_path / "data" / f"broker-{node}"
