@@ -71,7 +71,7 @@ INLINE_SLOW_WINDOW_S = 1.0
 INLINE_PAUSE_S = 10.0
 
 
-def _producer_id(buf: bytearray) -> int:
+def _producer_id(buf: bytearray | memoryview) -> int:
     """The producer id of the first batch (-1 if none, or too short to tell)."""
     return _PRODUCER_ID(buf, _PRODUCER_ID_OFFSET)[0] if len(buf) >= records.HEADER_SIZE else -1
 
@@ -518,7 +518,10 @@ class Partition:
                                  "for %.0f s", self.topic, self.index, INLINE_SLOW_COUNT, INLINE_SLOW_S * 1000,
                                  INLINE_SLOW_WINDOW_S, took * 1000, INLINE_PAUSE_S)
                 return result
-        buf = bytearray(data)  # owned: the request's buffer is not ours once the handler returns
+        # patched and written in place when it is a request's records (a writable view of the frame,
+        # which the connection never reuses: the inline path above does the same); bytes are copied.
+        # The copy of every produced byte was a tenth of a produce benchmark's event-loop samples
+        buf = data if isinstance(data, memoryview) and not data.readonly else bytearray(data)
         pid = _producer_id(buf)
         prev = self._inflight.get(pid) if pid >= 0 else None
         if prev is not None or _BATCH_LENGTH(buf, 8)[0] + records.LOG_OVERHEAD != len(buf):
@@ -539,7 +542,7 @@ class Partition:
             self._inflight[pid] = job.future
         return asyncio.shield(job.future)
 
-    async def _append_in_turn(self, buf: bytearray, from_coordinator: bool,
+    async def _append_in_turn(self, buf: bytearray | memoryview, from_coordinator: bool,
                               prev: asyncio.Future | None) -> AppendResult:
         if prev is not None:
             await asyncio.wait({prev})
@@ -562,7 +565,7 @@ class Partition:
             pos += header.size
         return result
 
-    def _submit(self, data: bytearray, header: records.BatchHeader, result: AppendResult) -> WriteJob:
+    def _submit(self, data: bytearray | memoryview, header: records.BatchHeader, result: AppendResult) -> WriteJob:
         assert self.writer is not None
         epoch = self.leader_epoch
         self._jobs_out += 1

@@ -41,7 +41,7 @@ class WriteJob:
     """One append for the writer: whole batches (a leader's, base offsets patched by the log; or a
     follower's, offsets as the leader assigned them)."""
     log: WritableLog
-    data: bytearray | bytes
+    data: bytearray | bytes | memoryview  # a writable view of a request frame: patched in place
     leader: bool
     on_done: Callable[[WriteJob], Any]  # run on the event loop once written (or failed): the future's value
     future: asyncio.Future
