@@ -86,14 +86,14 @@ class Cluster:
                 out.append(f"broker {node} request log: {e!r}")
                 continue
             now = time.time()
-            shown = [e for e in log if e["errors"] and any(x != "NONE" for x in e["errors"])][-entries:]
-            shown += [e for e in log[-entries:] if e not in shown]
+            shown = [r for r in log if any(x != "NONE" for x in r["errors"])][-entries:]
+            shown += [r for r in log[-entries:] if r not in shown]
             out.append(f"broker {node}: {len(log)} requests from {client_id or 'any client'}; the last {entries} and "
                        f"the last {entries} with errors (age s, api v, correlation, latency ms, errors, partitions):")
-            for e in sorted(shown, key=lambda e: e["seq"]):
-                out.append(f"  {now - e['time']:7.1f} {e['api']} v{e['version']} #{e['correlation_id']} "
-                           f"{e['latency_ms']:.0f}ms {','.join(e['errors'])} {' '.join(e['partitions'][:6])} "
-                           f"{e['outcome'] if e['outcome'] != 'answered' else ''}")
+            for r in sorted(shown, key=lambda r: r["seq"]):
+                out.append(f"  {now - r['time']:7.1f} {r['api']} v{r['version']} #{r['correlation_id']} "
+                           f"{r['latency_ms']:.0f}ms {','.join(r['errors'])} {' '.join(r['partitions'][:6])} "
+                           f"{r['outcome'] if r['outcome'] != 'answered' else ''}")
         for log_path in sorted(self.data_dir.glob("broker-*/broker.log")):
             try:
                 lines = log_path.read_text(errors="replace").splitlines()

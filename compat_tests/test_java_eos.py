@@ -104,9 +104,11 @@ def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills
     except AssertionError as e:  # a wait above, or the copy stuck past its deadline: say where and why
         run.kill()  # with a thread dump first, if still running
         last = progress(run) if not run.stdout_file.closed else "(in the message above)"
-        raise AssertionError(f"{e}\n--- the copy's last progress: {last}\n--- the copy's threads:\n{run.dumped_threads()}\n--- the cluster (client "
-                             f"kshim-java-{run.proc.pid}, transactional id {tid}, killed {killed}):\n"
-                             + cluster.diagnose(f"kshim-java-{run.proc.pid}", (tid, group), (source, sink))) from None
+        client = f"kshim-java-{run.proc.pid}"
+        state = cluster.diagnose(client, (tid, group), (source, sink, "__transaction_state", "__consumer_offsets"))
+        raise AssertionError(f"{e}\n--- the copy's last progress: {last}\n--- the copy's threads:\n"
+                             f"{run.dumped_threads()}\n--- the cluster (client {client}, transactional id {tid}, "
+                             f"killed {killed}):\n{state}") from None
     finally:
         run.kill()  # only if still running (a failed wait above)
     done = result.one("done")
