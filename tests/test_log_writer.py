@@ -153,8 +153,8 @@ async def test_a_small_append_is_written_at_once_when_the_writer_holds_none_of_t
 
 @pytest.mark.anyio
 async def test_a_slow_inline_append_sends_the_data_dir_back_to_the_writer(tmp_path, monkeypatch):
-    """An append on the loop that took long (the kernel throttling writeback) sends every append of
-    that data directory through the writer thread for a while."""
+    """Appends on the loop that took long, several within a second (the kernel throttling
+    writeback), send every append of that data directory through the writer thread for a while."""
     import time
     from kshim import partition as partition_module
     writer = LogWriter()
@@ -166,12 +166,17 @@ async def test_a_slow_inline_append_sends_the_data_dir_back_to_the_writer(tmp_pa
         time.sleep(partition_module.INLINE_SLOW_S * 2)
         return real_append(*args, **kwargs)
     monkeypatch.setattr(p.log, "append", slow)
+    # one slow append is the scheduler, not the disk: the next one is still written on the loop
     first = p.submit_append(encode_batch([(None, b"slow")]))
     assert not hasattr(first, "__await__") and first.error == ErrorCode.NONE  # written, but slowly
+    assert writer.inline_paused_until == 0.0
+    for i in range(1, partition_module.INLINE_SLOW_COUNT):  # several within the window: the disk
+        assert not hasattr(p.submit_append(encode_batch([(None, b"slow %d" % i)])), "__await__")
     assert writer.inline_paused_until > time.monotonic() + partition_module.INLINE_PAUSE_S / 2
     monkeypatch.setattr(p.log, "append", real_append)
     second = p.submit_append(encode_batch([(None, b"next")]))
-    assert hasattr(second, "__await__") and (await second).base_offset == 1  # through the writer
+    count = partition_module.INLINE_SLOW_COUNT
+    assert hasattr(second, "__await__") and (await second).base_offset == count  # through the writer
     writer.inline_paused_until = 0.0  # the pause is over
     assert not hasattr(p.submit_append(encode_batch([(None, b"again")])), "__await__")
     writer.close()

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 log = logging.getLogger("kshim.log")
+# slow inline appends (kshim.partition) within a window that send a data directory's appends here
+INLINE_SLOW_COUNT = 3
 
 CLOSE_WAIT_S = 10.0  # close() waits this long for queued jobs to be written
 
@@ -39,7 +41,7 @@ class WriteJob:
     """One append for the writer: whole batches (a leader's, base offsets patched by the log; or a
     follower's, offsets as the leader assigned them)."""
     log: WritableLog
-    data: bytearray | bytes
+    data: bytearray | bytes | memoryview  # a writable view of a request frame: patched in place
     leader: bool
     on_done: Callable[[WriteJob], Any]  # run on the event loop once written (or failed): the future's value
     future: asyncio.Future
@@ -71,9 +73,10 @@ class LogWriter:
         self._busy = False
         self.writes = 0   # vectored writes issued (rounds x logs), for the benchmarks
         self.jobs = 0
-        # until then (monotonic s) even small appends come here: one written on the event loop was
-        # slow (kshim.partition.INLINE_SLOW_S)
+        # until then (monotonic s) even small appends come here: several written on the event loop
+        # were slow (kshim.partition.INLINE_SLOW_S), at the times in inline_slow
         self.inline_paused_until = 0.0
+        self.inline_slow: deque[float] = deque(maxlen=INLINE_SLOW_COUNT)
 
     def submit(self, job: WriteJob) -> None:
         with self._cond:
