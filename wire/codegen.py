@@ -68,8 +68,8 @@ def _uuid_fast(raw: bytes, _new: Any = object.__new__, _set: Any = object.__seta
 
 
 _raw = bytes(range(16))
-_fast_ok = {"int", "is_safe"} <= set(getattr(uuid.UUID, "__slots__", ())) and \
-    repr(_uuid_fast(_raw).__getstate__()) == repr(uuid.UUID(bytes=_raw).__getstate__()) and _uuid_fast(_raw) == uuid.UUID(bytes=_raw)
+_fast_ok = (set(getattr(uuid.UUID, "__slots__", ())) == {"int", "is_safe", "__weakref__"}
+            and _uuid_fast(_raw) == uuid.UUID(bytes=_raw) and _uuid_fast(_raw).is_safe == uuid.UUID(bytes=_raw).is_safe)
 _make_uuid = _uuid_fast if _fast_ok else _uuid_slow  # another Python's UUID may differ inside
 
 
