@@ -5,10 +5,12 @@ import os
 from contextlib import contextmanager
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from compat_tests.kshim_process import KshimProcess
-from kshim.ctl import status as ctl_status
+from kshim.ctl import brokers_admin, status as ctl_status
+from kshim.ctl.faults import RequestLogClient
 from kshim.ctl.common import CtlError
 from kshim.testing import free_port_block  # one port search for the tests and the pytest plugin
 
@@ -62,6 +64,47 @@ class Cluster:
         """The PIDs of the brokers and the controller the supervisor runs."""
         s = self.status()
         return [b["pid"] for b in s["brokers"] if b["pid"]] + ([s["controller"]["pid"]] if s["controller"]["pid"] else [])
+
+    def diagnose(self, client_id: str | None = None, needles: tuple[str, ...] = (), topics: tuple[str, ...] = (),
+                 entries: int = 30, log_lines: int = 40) -> str:
+        """What a failed test prints of the cluster: `kshim ctl status` (the partitions of `topics`,
+        default all), each broker's last `entries` requests from `client_id` and its requests that
+        got an error, and the broker log lines that mention one of `needles`. Never raises: a broker
+        that does not answer is said so."""
+        out: list[str] = []
+        try:
+            st = self.status()
+            if topics:
+                st = {**st, "partitions": [p for p in st["partitions"] if p["topic"] in topics]}
+            out.append(ctl_status.format_table(st))
+        except Exception as e:  # a diagnosis must not hide the failure it explains
+            out.append(f"status: {e!r}")
+        for node, path in sorted(brokers_admin.broker_sockets(self.data_dir).items()):
+            try:
+                log = RequestLogClient(self.data_dir, timeout_s=5).read(broker=node, client_id=client_id)
+            except Exception as e:
+                out.append(f"broker {node} request log: {e!r}")
+                continue
+            now = time.time()
+            shown = [r for r in log if any(x != "NONE" for x in r["errors"])][-entries:]
+            shown += [r for r in log[-entries:] if r not in shown]
+            out.append(f"broker {node}: {len(log)} requests from {client_id or 'any client'}; the last {entries} and "
+                       f"the last {entries} with errors (age s, api v, correlation, latency ms, errors, partitions):")
+            for r in sorted(shown, key=lambda r: r["seq"]):
+                out.append(f"  {now - r['time']:7.1f} {r['api']} v{r['version']} #{r['correlation_id']} "
+                           f"{r['latency_ms']:.0f}ms {','.join(r['errors'])} {' '.join(r['partitions'][:6])} "
+                           f"{r['outcome'] if r['outcome'] != 'answered' else ''}")
+        for log_path in sorted(self.data_dir.glob("broker-*/broker.log")):
+            try:
+                lines = log_path.read_text(errors="replace").splitlines()
+            except OSError as e:
+                out.append(f"{log_path}: {e}")
+                continue
+            hits = [ln for ln in lines if ln.startswith("---") or any(n in ln for n in needles)
+                    or " WARNING " in ln or " ERROR " in ln]
+            out.append(f"{log_path.parent.name}/broker.log ({len(hits)} lines of note, the last {log_lines}):")
+            out.extend("  " + ln[:300] for ln in hits[-log_lines:])
+        return "\n".join(out)
 
     def stop(self) -> None:
         """SIGTERM the serve process: it exits 0 and every process it started is gone."""

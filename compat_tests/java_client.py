@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -174,9 +175,11 @@ class JavaClient:
         try:
             proc.wait(max(running.started + running.timeout - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-            running.kill()
+            running.kill()  # with a thread dump first: where it was stuck
+            stdout = running.read_stdout()
             message = (f"Java client {' '.join(running.argv)} still running after {running.timeout}s\n"
-                       f"stdout: {_tail(running.read_stdout())}\nstderr: {_tail(running.read_stderr())}")
+                       f"stdout: {_tail(_before_dump(stdout))}\nstderr: {_tail(running.read_stderr())}\n"
+                       f"its threads (SIGQUIT):\n{running.dumped_threads()}")
             running.close()
             raise JavaClientError(message) from None
         elapsed = time.monotonic() - running.started
@@ -211,14 +214,54 @@ class Running:
         return self.stderr_file.read()
 
     def kill(self) -> None:
-        """SIGKILL this JVM (the process this client started, by its Popen handle) if still running."""
+        """SIGKILL this JVM (the process this client started, by its Popen handle) if still running,
+        after a SIGQUIT: the JVM prints every thread's stack to its stdout, which tells what call a
+        copy stuck in a test's wait was blocked in (the program's own watchdog only dumps at its deadline)."""
         if self.proc.poll() is None:
+            self.thread_dump()
             self.proc.kill()
             self.proc.wait(10)
+
+    def thread_dump(self, wait_s: float = 3.0) -> None:
+        """SIGQUIT the running JVM: HotSpot appends a "Full thread dump" to its stdout (and goes on).
+        Waits (bounded) until the dump is complete, i.e. its heap summary follows it."""
+        if self.proc.poll() is not None:
+            return
+        start = len(self.read_stdout())
+        self.proc.send_signal(signal.SIGQUIT)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if "Metaspace" in self.read_stdout()[start:]:
+                return
+            time.sleep(0.1)
+
+    def dumped_threads(self, keep: tuple[str, ...] = ("org.apache.kafka", "KshimClient")) -> str:
+        """The last SIGQUIT thread dump in stdout, cut to the threads that run client code (`keep`
+        names the frames that count) and, in those, the frames of `keep` (and the first frame)."""
+        if self.stdout_file.closed:
+            return "(the run is closed: JavaClient.finish's message has them)"
+        out = self.read_stdout()
+        at = out.rfind("Full thread dump")
+        if at < 0:
+            return ""
+        kept: list[str] = []
+        for block in out[at:].split("\n\n")[1:]:
+            lines = block.splitlines()
+            if not lines or not lines[0].startswith('"') or not any(k in block for k in keep):
+                continue
+            frames = [ln for ln in lines[2:] if ln.lstrip().startswith("at ")]
+            kept.append("\n".join([lines[0], *frames[:1], *[f for f in frames[1:] if any(k in f for k in keep)][:25]]))
+        return "\n".join(kept)
 
     def close(self) -> None:
         self.stdout_file.close()
         self.stderr_file.close()
+
+
+def _before_dump(stdout: str) -> str:
+    """The program's own output: what precedes the first SIGQUIT thread dump (and its time line)."""
+    at = stdout.find("Full thread dump")
+    return stdout if at < 0 else stdout[:stdout.rfind("\n", 0, max(at - 1, 0)) + 1]
 
 
 def _tail(text, lines: int = 40) -> str:

@@ -101,6 +101,14 @@ def test_java_exactly_once_copy_survives_group_and_transaction_coordinator_kills
         restart(cluster, node)
 
         result = java.finish(run)
+    except AssertionError as e:  # a wait above, or the copy stuck past its deadline: say where and why
+        run.kill()  # with a thread dump first, if still running
+        last = progress(run) if not run.stdout_file.closed else "(in the message above)"
+        client = f"kshim-java-{run.proc.pid}"
+        state = cluster.diagnose(client, (tid, group), (source, sink, "__transaction_state", "__consumer_offsets"))
+        raise AssertionError(f"{e}\n--- the copy's last progress: {last}\n--- the copy's threads:\n"
+                             f"{run.dumped_threads()}\n--- the cluster (client {client}, transactional id {tid}, "
+                             f"killed {killed}):\n{state}") from None
     finally:
         run.kill()  # only if still running (a failed wait above)
     done = result.one("done")

@@ -273,7 +273,9 @@ class Partition:
         self.min_insync_replicas = config["min.insync.replicas"]
         self._advance_hw()
 
-    def apply_partition_state(self, info: PartitionInfo, image: MetadataImage) -> None:
+    def apply_partition_state(self, info: PartitionInfo, image: MetadataImage) -> bool:
+        """Take the image's state of this partition; True if this broker became its leader (the
+        caller logs it: one line per partition, or one for many at a broker's start)."""
         became_leader = info.leader == self.node_id and (self.leader_id != self.node_id
                                                          or info.leader_epoch != self.leader_epoch)
         self.leader_id = info.leader
@@ -289,13 +291,12 @@ class Partition:
             self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
             now = SYSTEM.wall_ms()
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
-            log.info("%s-%d: leader at epoch %d, log end %d, isr %s", self.topic, self.index, self.leader_epoch,
-                     self.log_end_offset, list(self.isr))
         self.epochs.save()  # the cut of the open, if the assignment above did not restore it
         if self.is_leader:
             self._advance_hw()
         self._hw_changed.fire()  # acks=all waiters must re-check leadership
         self.wake_all()  # so must fetches waiting here
+        return became_leader
 
     @property
     def is_leader(self) -> bool:

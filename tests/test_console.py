@@ -235,6 +235,12 @@ async def test_broker_metrics_count_requests_bytes_and_offsets(standalone):
     metrics.observe(0, request, ok, 0.002)
     refused = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 87}]}]}
     metrics.observe(0, request, refused, 0.001)  # not appended: its bytes and records are not counted
+    # v13 names the topic by id (the Java client 4.x sends it): counted under its name all the same
+    topic_id = standalone.image.topics["t"].topic_id
+    by_id = Container(topic_data=[Container(topic_id=topic_id, partition_data=[Container(index=0, records=data)])])
+    out = standalone.replica_manager.append(1, 5, [("t", 0, data)])
+    metrics.observe(0, by_id, {"responses": [{"topic_id": topic_id, "partition_responses": [
+        {"index": 0, "error_code": 0}]}]}, 0.002)
     fetched = standalone.replica_manager.fetch(FetchParams(-1, 0, 0, 1 << 20, 0), [FetchPartition("t", 0, 0, 1 << 20)])
     assert isinstance(fetched, list)
     response = {"responses": [{"topic": None, "topic_id": standalone.image.topics["t"].topic_id,
@@ -242,22 +248,22 @@ async def test_broker_metrics_count_requests_bytes_and_offsets(standalone):
     metrics.observe(1, None, response, 0.001)
 
     m = parse(metrics)
-    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 2
-    assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 3
+    assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 3
+    assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 6
     assert m[("kafka_network_requestmetrics_totaltimems_count", (("request", "Fetch"),))] == 1
-    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "2.5"), ("request", "Produce")))] == 2
-    assert m[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == len(data)
-    assert m[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == len(data)  # by topic id
+    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "2.5"), ("request", "Produce")))] == 3
+    assert m[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 2 * len(data)
+    assert m[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == 2 * len(data)  # by topic id
     tp = (("partition", "0"), ("topic", "t"))
-    assert m[("kafka_log_log_logendoffset", tp)] == 3
-    assert m[("kshim_partition_high_watermark", tp)] == 3
+    assert m[("kafka_log_log_logendoffset", tp)] == 6
+    assert m[("kshim_partition_high_watermark", tp)] == 6
     assert m[("kafka_server_replicamanager_leadercount", ())] == 1
     assert m[("kafka_server_replicamanager_underreplicatedpartitions", ())] == 0
     assert m[("kafka_server_replicamanager_isrshrinks_total", ())] == 0
 
     # and through the admin socket's answer, as a cluster's console asks it
     states = json.loads(await admin.BrokerAdmin(standalone, metrics.exposition).replica_states())
-    assert [(s["topic"], s["high_watermark"], s["log_end_offset"], s["is_leader"]) for s in states] == [("t", 3, 3, True)]
+    assert [(s["topic"], s["high_watermark"], s["log_end_offset"], s["is_leader"]) for s in states] == [("t", 6, 6, True)]
     source = StandaloneSource(standalone, lambda: standalone.image, metrics.exposition)
     assert "kafka_log_log_logendoffset" in await source.metrics_text(0)
     with pytest.raises(BrokerError):

@@ -133,3 +133,36 @@ def test_an_active_segment_opens_its_index_files_at_its_first_index_entry(tmp_pa
         assert [r.value[:2] for r in decode_all(log.read(1, 1 << 20))] == [b"v%d" % i for i in range(10)]
     finally:
         log.close()
+
+
+def test_threads_opening_one_segment_at_once_share_one_descriptor(tmp_path, bound, monkeypatch):
+    """The open happens outside the bound's lock (replicas open in 8 threads at a start): two
+    threads that find the same segment without a descriptor end with one, the other closed."""
+    import threading
+    log = fill(tmp_path / "t-0", 3)
+    try:
+        seg = log._segments[0]
+        for held in list(bound._open):
+            bound.forget(held)
+            os.close(held._fd)
+            held._fd = -1
+        real_open = os.open
+        both_opening = threading.Barrier(2, timeout=10)
+
+        def slow_open(*args, **kwargs):  # each thread opens before the other stores its descriptor
+            fd = real_open(*args, **kwargs)
+            both_opening.wait()
+            return fd
+        monkeypatch.setattr(open_files.os, "open", slow_open)
+        before, got = open_fds(), []
+        threads = [threading.Thread(target=lambda: got.append(bound.descriptor(seg))) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        monkeypatch.setattr(open_files.os, "open", real_open)
+        assert len(got) == 2 and got[0] == got[1] == seg._fd >= 0
+        assert open_fds() == before + 1  # the second descriptor was closed
+        assert values(log)[0] == b"value-000"
+    finally:
+        log.close()

@@ -284,6 +284,33 @@ async def test_v1_writes_are_verified_so_a_late_retry_opens_no_transaction(tmp_p
 
 
 @pytest.mark.anyio
+async def test_a_sibling_batch_appended_during_verification_does_not_make_the_answer_stale(tmp_path):
+    """Two requests of one transaction verified at once (the Java producer keeps 5 in flight): the
+    first one's append changes the producer's entry while the second one's question is out. That
+    is no stale answer, the transaction is open at this epoch; a marker written meanwhile is."""
+    broker, p = await standalone_topic(tmp_path)
+    verifier = served(broker).transactions.verifier
+    try:
+        assert not p.append(data(5, 0, b"a")).error  # producer 5's previous transaction, epoch 0: committed
+        assert not p.append_marker(5, 0, True, 0).error
+
+        def answering_after(change):
+            async def verify_once(tid, producer_id, producer_epoch, partitions, add):
+                assert not change().error  # what happens on the partition while the question is out
+                return dict.fromkeys(partitions, ErrorCode.NONE)
+            return verify_once
+
+        # the next transaction (epoch 1, transactions v2): a sibling request's batch lands first
+        verifier._verify_once = answering_after(lambda: p.append(data(5, 0, b"b", epoch=1)))
+        assert await verifier.verify("tid", 5, 1, {("t", 0)}, add=True) == ({("t", 0): ErrorCode.NONE}, set())
+        # an abort marker for that transaction written while a later question is out: stale
+        verifier._verify_once = answering_after(lambda: p.append_marker(5, 1, False, 0))
+        assert await verifier.verify("tid", 5, 1, {("t", 0)}, add=True) == ({("t", 0): ErrorCode.NONE}, {("t", 0)})
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
 async def test_v2_adds_partitions_implicitly_and_bumps_the_epoch_at_every_end(tmp_path):
     broker, p = await standalone_topic(tmp_path)
     coordinator = served(broker).transactions

@@ -638,17 +638,17 @@ public final class KshimClient {
                     emit(progress("progress", done, stats));
                 } catch (ProducerFencedException | OutOfOrderSequenceException | AuthorizationException
                          | UnsupportedVersionException e) {
-                    emit(obj("type", "error", "kind", "fatal", "error", e.toString()));
+                    emit(obj("type", "error", "at_ms", System.currentTimeMillis(), "kind", "fatal", "error", e.toString()));
                     producer = restartProducer(producer, pconf, deadline, stats);
                     rewind(consumer, done, deadline);
                     emit(progress("progress", done, stats));
                 } catch (KafkaException e) {
-                    emit(obj("type", "error", "kind", "abortable", "error", e.toString()));
+                    emit(obj("type", "error", "at_ms", System.currentTimeMillis(), "kind", "abortable", "error", e.toString()));
                     try {
                         producer.abortTransaction();
                         stats[0]++;
                     } catch (KafkaException abortFailed) {
-                        emit(obj("type", "error", "kind", "abort failed", "error", abortFailed.toString()));
+                        emit(obj("type", "error", "at_ms", System.currentTimeMillis(), "kind", "abort failed", "error", abortFailed.toString()));
                         producer = restartProducer(producer, pconf, deadline, stats);
                     }
                     rewind(consumer, done, deadline);
@@ -671,7 +671,7 @@ public final class KshimClient {
     static Map<String, Object> progress(String type, Map<TopicPartition, Long> done, long[] stats) {
         Map<String, Object> parts = new TreeMap<>();
         for (Map.Entry<TopicPartition, Long> e : done.entrySet()) parts.put(Integer.toString(e.getKey().partition()), e.getValue());
-        return obj("type", type, "committed", sum(done), "aborts", stats[0], "restarts", stats[1], "transactions", stats[2],
+        return obj("type", type, "at_ms", System.currentTimeMillis(), "committed", sum(done), "aborts", stats[0], "restarts", stats[1], "transactions", stats[2],
                 "offsets", parts);
     }
 
@@ -693,7 +693,7 @@ public final class KshimClient {
                     producer.close(Duration.ZERO);
                     throw e;
                 }
-                emit(obj("type", "error", "kind", "init timeout", "error", e.toString()));
+                emit(obj("type", "error", "at_ms", System.currentTimeMillis(), "kind", "init timeout", "error", e.toString()));
             }
         }
     }
@@ -725,7 +725,7 @@ public final class KshimClient {
                 return;
             } catch (KafkaException e) {
                 if (System.currentTimeMillis() > deadline) throw e;
-                emit(obj("type", "error", "kind", "rewind", "error", e.toString()));
+                emit(obj("type", "error", "at_ms", System.currentTimeMillis(), "kind", "rewind", "error", e.toString()));
             }
         }
     }

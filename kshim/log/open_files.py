@@ -46,16 +46,34 @@ class OpenSegments:
         """`seg`'s `.log` descriptor, opened if it has none (it then counts as inactive)."""
         with self._lock:
             fd = seg._fd
-            if fd < 0:
-                if fd != -1:
-                    return -1  # closed for good: the caller's os call fails with EBADF
-                fd = seg._fd = os.open(seg.stem + ".log", _READ_FLAGS)
+            if fd >= 0:
+                return self._used(seg, fd)
+            if fd != -1:
+                return -1  # closed for good: the caller's os call fails with EBADF
+        # opened outside the lock: an open waits on the disk (milliseconds on a busy one), and the
+        # threads that open thousands of replicas at a start queued behind each other's here
+        opened = os.open(seg.stem + ".log", _READ_FLAGS)
+        with self._lock:
+            fd = seg._fd
+            if fd == -1:
+                fd = seg._fd = opened
                 self.opened += 1
-            if not seg.active:  # inactive: counts toward the bound, most recent last
-                self._open[seg] = None
-                self._open.move_to_end(seg)
-                self._evict()
-            return fd
+                opened = -1
+            elif fd < -1:
+                fd = -1  # closed for good meanwhile
+            if fd >= 0:
+                fd = self._used(seg, fd)
+        if opened >= 0:  # another thread opened it first, or it was closed for good meanwhile
+            os.close(opened)
+        return fd
+
+    def _used(self, seg: Segment, fd: int) -> int:
+        """(Under the lock.) An inactive segment counts toward the bound, most recent last."""
+        if not seg.active:
+            self._open[seg] = None
+            self._open.move_to_end(seg)
+            self._evict()
+        return fd
 
     def touch(self, seg: Segment) -> None:
         with self._lock:

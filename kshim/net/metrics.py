@@ -113,21 +113,24 @@ class BrokerMetrics:
         an acks=0 produce has no answer and counts as appended."""
         failed = set()
         if isinstance(response, Mapping):
-            failed = {(t["name"], p["index"]) for t in response.get("responses") or ()
+            failed = {(self._topic_name(t), p["index"]) for t in response.get("responses") or ()
                       for p in t["partition_responses"] if p["error_code"]}
         for t in request.topic_data:
+            name = self._topic_name(t)  # v13 names topics by id
             size = count = 0
             for pd in t.partition_data:
-                if pd.records is not None and (t.name, pd.index) not in failed:
+                if pd.records is not None and (name, pd.index) not in failed:
                     size += len(pd.records)
                     count += record_count(pd.records)
             if size:
-                self.bytes_in[t.name] = self.bytes_in.get(t.name, 0) + size
-                self.messages_in[t.name] = self.messages_in.get(t.name, 0) + count
+                self.bytes_in[name] = self.bytes_in.get(name, 0) + size
+                self.messages_in[name] = self.messages_in.get(name, 0) + count
 
     def _topic_name(self, t: Mapping[str, Any]) -> str:
-        if t.get("topic"):
-            return str(t["topic"])
+        """A request's or response's topic, by name (Produce's `name`, Fetch's `topic`) or id."""
+        name = t.get("name") or t.get("topic")
+        if name:
+            return str(name)
         topic_id = t.get("topic_id")
         info = self.host.image.topic_by_id(topic_id) if isinstance(topic_id, uuid.UUID) else None
         return info.name if info else str(topic_id)

@@ -87,29 +87,17 @@ def _wake(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-async def wait_readable(sock: socket.socket) -> None:
-    """anyio.wait_readable(sock) on asyncio without its backend lookup per call (several us on
-    CPython 3.11, where each asks asyncio for the running loop: once per request read)."""
+async def wait_ready(sock: socket.socket, writable: bool = False) -> None:
+    """anyio.wait_readable(sock) (or wait_writable) on asyncio without its backend lookup per call
+    (several us on CPython 3.11, where each asks asyncio for the running loop: once per request)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
     fd = sock.fileno()
-    loop.add_reader(fd, _wake, future)
+    (loop.add_writer if writable else loop.add_reader)(fd, _wake, future)
     try:
         await future
     finally:
-        loop.remove_reader(fd)
-
-
-async def wait_writable(sock: socket.socket) -> None:
-    """anyio.wait_writable(sock), as wait_readable."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    fd = sock.fileno()
-    loop.add_writer(fd, _wake, future)
-    try:
-        await future
-    finally:
-        loop.remove_writer(fd)
+        (loop.remove_writer if writable else loop.remove_reader)(fd)
 
 
 IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
@@ -142,7 +130,7 @@ async def send_buffers(sock: socket.socket, chunks: list[bytes | bytearray | mem
         try:
             sent = sock.sendmsg(views[i:i + IOV_MAX])
         except BlockingIOError:
-            await wait_writable(sock)
+            await wait_ready(sock, writable=True)
             continue
         while sent and i < len(views):
             n = len(views[i])
@@ -164,7 +152,7 @@ async def send_region(sock: socket.socket, fd: int, pos: int, length: int) -> No
         try:
             sent = os.sendfile(sock.fileno(), fd, pos, min(end - pos, SENDFILE_MAX))
         except BlockingIOError:
-            await wait_writable(sock)
+            await wait_ready(sock, writable=True)
             continue
         if sent == 0:
             raise ConnectionAbortedError(f"records file shrank while sending: {end - pos} bytes missing")
@@ -525,7 +513,7 @@ class Server:
                 if core.in_frame:
                     timeout = cfg.request_stall_timeout_ms / 1000
                     with anyio.move_on_after(timeout):
-                        await wait_readable(conn)
+                        await wait_ready(conn)
                         continue
                     log.info("closing connection from %s: it stopped sending halfway through a request "
                              "for %.1f s", peer, timeout)
@@ -533,7 +521,7 @@ class Server:
                 core.release_idle()
                 state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
                 try:
-                    await wait_readable(conn)
+                    await wait_ready(conn)
                 finally:
                     state.waiting_since = None
                 continue

@@ -43,6 +43,7 @@ HOUSEKEEPING_INTERVAL_S = 1.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
 # replicas opened per worker-thread call when an image adds many: the event loop runs in between
 OPEN_CHUNK = 32
+LEADERSHIPS_LOGGED = 10  # leaderships taken in one image logged a line each; more: one line
 OPEN_THREADS = 8  # replicas opened at once at a start (file opens and reads wait on the disk)
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # a replica move copies in rounds off the event loop until a round copies at most this much; the
@@ -257,6 +258,7 @@ class ReplicaManager:
         """Open, reconfigure or remove local replicas as the image assigns them; with
         defer_removal, removed replicas' files are left for finish_removals."""
         wanted = set()
+        leaders: list[Partition] = []
         self._prepare_now(image)
         for topic in image.topics.values():
             for info in topic.partitions:
@@ -283,7 +285,9 @@ class ReplicaManager:
                     if resume is not None:
                         self.alter_log_dir(key[0], key[1], resume)
                 self._configure(replica, topic)
-                replica.apply_partition_state(info, image)
+                if replica.apply_partition_state(info, image):
+                    leaders.append(replica)
+        _log_leaderships(leaders)
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
         if not defer_removal:
@@ -818,6 +822,21 @@ class ReplicaManager:
                 log.warning("%s: no clean-shutdown marker (%s); the next start recovers its logs", d, e)
         log.info("closed %d replicas in %.2f s (%d log dirs synced and marked in %.2f s)", len(replicas), closed_s,
                  len(self.log_dirs), time.monotonic() - synced)
+
+
+def _log_leaderships(leaders: list[Partition]) -> None:
+    """A line per partition this broker now leads, or one for all when many came at once (a
+    start, a failover): a line each was a tenth of the start of a broker with 2,000 partitions."""
+    if len(leaders) <= LEADERSHIPS_LOGGED:
+        for p in leaders:
+            log.info("%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
+                     p.log_end_offset, list(p.isr))
+        return
+    log.info("now leader of %d partitions (%s, ...)", len(leaders),
+             ", ".join(f"{p.topic}-{p.index} at epoch {p.leader_epoch}" for p in leaders[:LEADERSHIPS_LOGGED]))
+    for p in leaders if log.isEnabledFor(logging.DEBUG) else ():
+        log.debug("%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
+                  p.log_end_offset, list(p.isr))
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:

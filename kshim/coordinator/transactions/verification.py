@@ -25,7 +25,11 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
 - A marker for the producer appended while the question that got the answer was out makes the
   answer stale: the batch is refused with INVALID_TXN_STATE (Kafka's verification guard). The
   guard is taken before each question, so markers written during the CONCURRENT_TRANSACTIONS
-  retries above (the previous transaction's) do not count.
+  retries above (the previous transaction's) do not count; nor does a change that leaves the
+  producer's transaction open on the partition at this epoch: another request's batch of the same
+  transaction, verified alongside (a producer keeps up to 5 requests in flight), was appended
+  meanwhile, and this batch joins that transaction (Kafka skips the guard when the transaction is
+  ongoing). Counting that append as stale refused a sound batch and aborted the transaction.
 """
 from __future__ import annotations
 
@@ -105,7 +109,8 @@ class Verifier:
                      ) -> tuple[dict[TopicPartition, ErrorCode], set[TopicPartition]]:
         """The coordinator's answer for each partition (its own codes, before `for_client`), and
         the partitions whose answer went stale: a marker for the producer was appended there while
-        the question that got the answer was out. The guard is taken anew for each question, as
+        the question that got the answer was out (and no transaction of the producer at this epoch
+        is open there now). The guard is taken anew for each question, as
         Kafka's retries do: a marker of the previous transaction written while the coordinator
         answered CONCURRENT_TRANSACTIONS (common right after a v2 commit) is no reason to refuse."""
         deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
@@ -123,7 +128,8 @@ class Verifier:
                 continue
             if ErrorCode.CONCURRENT_TRANSACTIONS not in codes.values() or local or now + backoff > deadline:
                 stale = {tp for tp, code in codes.items() if code == ErrorCode.NONE
-                         and self.guard(*tp, producer_id) != guards.get(tp)}
+                         and self.guard(*tp, producer_id) != guards.get(tp)
+                         and self.needs(*tp, producer_id, producer_epoch)}
                 return codes, stale
             await anyio.sleep(backoff)
             backoff *= 2
