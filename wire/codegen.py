@@ -30,7 +30,7 @@ from typing import Any, Callable
 from construct import Container
 
 from wire.primitives import (
-    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, FileRecords, GatherStream, String, encode_uvarint,
+    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, FileRecords, GatherStream, String, encode_uvarint, uvarint_at,
 )
 from wire.schema.model import MISSING
 
@@ -39,19 +39,6 @@ BIG = GatherStream.BIG
 
 class _Unexpected(Exception):
     """The generated encoder met something only the tree handles (it is rerun)."""
-
-
-def _uvarint(mv: memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at pos (the inline fast path handles one byte): (value, next pos)."""
-    result = shift = 0
-    for _ in range(5):
-        b = mv[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-    raise DecodeError("unsigned varint longer than 5 bytes")
 
 
 def _uuid_slow(raw: bytes) -> uuid.UUID:
@@ -127,7 +114,7 @@ def _struct_of(con: Any) -> tuple[Any, bool] | None:
 class _Source:
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
-            "_C": Container, "_UUID": _make_uuid, "_uv": _uvarint, "_neg": _negative, "_long": _too_long,
+            "_C": Container, "_UUID": _make_uuid, "_uv": uvarint_at, "_neg": _negative, "_long": _too_long,
             "_DE": DecodeError, "_M": MISSING, "_FR": FileRecords, "_enc_uv": encode_uvarint,
             "_X": _Unexpected, "_BIG": BIG, "_unpack_from": struct.unpack_from, "_pack": struct.pack,
         }
@@ -159,16 +146,19 @@ class _Decoder:
     def __init__(self, src: _Source) -> None:
         self.src = src
 
-    def function(self, name: str, con: Any) -> None:
-        """def name(mv): the value of one construct read from all of mv (a tagged field's slice)."""
+    def _begin(self, name: str) -> list[str]:
         lines = [f"def {name}(mv):", "    pos = 0", "    end = len(mv)"]
         self.src.functions.append(lines)
+        return lines
+
+    def function(self, name: str, con: Any) -> None:
+        """def name(mv): the value of one construct read from all of mv (a tagged field's slice)."""
+        lines = self._begin(name)
         self.value(con, "x", lines, 1)
         lines.append("    return x")
 
     def top(self, name: str, ks: Any) -> None:
-        lines = [f"def {name}(mv):", "    pos = 0", "    end = len(mv)"]
-        self.src.functions.append(lines)
+        lines = self._begin(name)
         self.struct(ks, "x", lines, 1)
         lines.append("    return x, pos")
 
@@ -340,6 +330,15 @@ class _Encoder:
             s = self.src.const(struct.Struct(">i" if wide else ">h").pack, "_p")
             lines.append(f"{p}out += {s}({n})")
 
+    def sized(self, con: Any, v: str, wide: bool, measure: list[str], n: str, lines: list[str], p: str) -> None:
+        """A nullable string, bytes or array's null or length (`measure` sets n), then its body
+        follows under the else branch."""
+        compact = con.length.compact
+        lines.append(f"{p}if {v} is None:")
+        self.null(compact, wide, con.nullable, lines, p + "    ")
+        lines += [f"{p}else:", *measure]
+        self.length(compact, wide, n, lines, p + "    ")
+
     def null(self, compact: bool, wide: bool, nullable: bool, lines: list[str], p: str) -> None:
         if not nullable:
             lines.append(f"{p}raise _X")
@@ -360,32 +359,20 @@ class _Encoder:
             lines.append(f"{p}out += {s}({arg})")
             return
         if isinstance(con, String):
-            compact = con.length.compact
-            lines.append(f"{p}if {v} is None:")
-            self.null(compact, False, con.nullable, lines, p + "    ")
             b, n = self.src.name("b"), self.src.name("n")
-            lines += [f"{p}else:", f"{p}    {b} = {v}.encode('utf-8')", f"{p}    {n} = len({b})"]
-            self.length(compact, False, n, lines, p + "    ")
+            self.sized(con, v, False, [f"{p}    {b} = {v}.encode('utf-8')", f"{p}    {n} = len({b})"], n, lines, p)
             lines.append(f"{p}    out += {b}")
             return
         if isinstance(con, Bytes):
-            compact = con.length.compact
-            lines.append(f"{p}if {v} is None:")
-            self.null(compact, True, con.nullable, lines, p + "    ")
             n = self.src.name("n")
-            lines += [f"{p}else:", f"{p}    {n} = len({v})"]
-            self.length(compact, True, n, lines, p + "    ")
+            self.sized(con, v, True, [f"{p}    {n} = len({v})"], n, lines, p)
             lines += [f"{p}    if {n} >= _BIG or isinstance({v}, _FR):",
                       f"{p}        parts.append(out)", f"{p}        parts.append({v})", f"{p}        out = bytearray()",
                       f"{p}    else:", f"{p}        out += {v}"]
             return
         if isinstance(con, Array):
-            compact = con.length.compact
-            lines.append(f"{p}if {v} is None:")
-            self.null(compact, True, con.nullable, lines, p + "    ")
             n = self.src.name("n")
-            lines += [f"{p}else:", f"{p}    {n} = len({v})"]
-            self.length(compact, True, n, lines, p + "    ")
+            self.sized(con, v, True, [f"{p}    {n} = len({v})"], n, lines, p)
             e = self.src.name("e")
             lines.append(f"{p}    for {e} in {v}:")
             sub = _struct_of(con.element)

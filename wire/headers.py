@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass, field
 
 from wire.codec import is_flexible
-from wire.primitives import DecodeError, encode_uvarint
+from wire.primitives import DecodeError, encode_uvarint, uvarint_at
 from wire.schema.messages import MESSAGES
 
 API_VERSIONS_KEY = 18
@@ -43,20 +43,6 @@ def _flexible_or_false(api_key: int, version: int) -> bool:
     return (api_key, "request") in MESSAGES and is_flexible(api_key, version)
 
 
-def _uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    for _ in range(5):
-        if pos >= len(buf):
-            raise DecodeError("truncated varint in header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-    raise DecodeError("varint longer than 5 bytes in header")
-
-
 def decode_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
     """Parse the header at the start of a request frame (without its size prefix).
 
@@ -81,10 +67,10 @@ def decode_request_header(frame: bytes | bytearray | memoryview) -> RequestHeade
         raise DecodeError(f"invalid client id length {n}")
     tagged: dict[int, bytes] = {}
     if request_header_version(api_key, api_version) >= 2:
-        count, pos = _uvarint(frame, pos)
+        count, pos = uvarint_at(frame, pos)
         for _ in range(count):
-            tag, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
+            tag, pos = uvarint_at(frame, pos)
+            size, pos = uvarint_at(frame, pos)
             if pos + size > len(frame):
                 raise DecodeError("tagged field longer than the frame")
             tagged[tag] = bytes(frame[pos:pos + size])
@@ -116,10 +102,10 @@ def decode_response_header(api_key: int, api_version: int, frame: bytes | memory
     (correlation_id,) = _SIZE.unpack_from(frame, 0)
     pos = 4
     if response_header_version(api_key, api_version) >= 1:
-        count, pos = _uvarint(frame, pos)
+        count, pos = uvarint_at(frame, pos)
         for _ in range(count):
-            _, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
+            _, pos = uvarint_at(frame, pos)
+            size, pos = uvarint_at(frame, pos)
             pos += size
             if pos > len(frame):
                 raise DecodeError("tagged field longer than the frame")

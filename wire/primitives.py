@@ -202,6 +202,22 @@ def read_uvarint(stream: Any, path: str = "") -> int:
     raise DecodeError("unsigned varint longer than 5 bytes", path=path)
 
 
+def uvarint_at(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 5) -> tuple[int, int]:
+    """An unsigned varint (LEB128) of at most max_bytes at pos in a buffer: (value, the position
+    after it). 5 bytes: Kafka's 32-bit ones; 10: protobuf's 64-bit ones."""
+    result = shift = 0
+    for _ in range(max_bytes):
+        if pos >= len(buf):
+            raise DecodeError("truncated unsigned varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    raise DecodeError(f"unsigned varint longer than {max_bytes} bytes")
+
+
 def encode_uvarint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:

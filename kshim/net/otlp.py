@@ -11,6 +11,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from wire.primitives import DecodeError, uvarint_at
+
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 MAX_POINTS_PER_METRIC = 16  # kept per metric: the newest pushes are what a person looks at
 
@@ -38,17 +40,10 @@ class MetricsData:
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    for _ in range(10):
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-    raise ValueError("varint longer than 10 bytes")
+    try:
+        return uvarint_at(buf, pos, 10)
+    except DecodeError as e:  # this module's callers expect ValueError
+        raise ValueError(str(e)) from None
 
 
 def _fields(buf: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from kshim.coordinator.share_partitions.state import StateBatch
+from wire.primitives import DecodeError, encode_uvarint, uvarint_at
 
 SNAPSHOT, UPDATE = 0, 1
 VALUE_VERSION = 0
@@ -31,28 +32,6 @@ class StoredState:
     start_offset: int
     batches: list[StateBatch] = field(default_factory=list)
     snapshot_epoch: int = 0
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    n = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return n, pos
-        shift += 7
-        if shift > 28:
-            raise ValueError("varint too long")
 
 
 def encode_key(kind: int, group: str, topic_id: uuid.UUID, partition: int) -> bytes:
@@ -77,7 +56,7 @@ def encode_value(kind: int, state: StoredState) -> bytes:
     if kind == SNAPSHOT:
         out += struct.pack(">i", state.state_epoch)
     out += struct.pack(">iq", state.leader_epoch, state.start_offset)
-    out += _uvarint(len(state.batches) + 1)
+    out += encode_uvarint(len(state.batches) + 1)
     for b in state.batches:
         out += _BATCH.pack(b.first_offset, b.last_offset, b.state, b.delivery_count, 0)
     out += b"\x00"
@@ -96,7 +75,7 @@ def decode_value(kind: int, data: bytes) -> StoredState | None:
             pos += 4
         leader_epoch, start = struct.unpack_from(">iq", data, pos)
         pos += 12
-        n, pos = _read_uvarint(data, pos)
+        n, pos = uvarint_at(data, pos)
         batches = []
         for _ in range(max(n - 1, 0)):
             first, last, st, count, tags = _BATCH.unpack_from(data, pos)
@@ -105,7 +84,7 @@ def decode_value(kind: int, data: bytes) -> StoredState | None:
                 raise ValueError("tagged fields in a state batch")
             batches.append(StateBatch(first, last, st, count))
         return StoredState(state_epoch, leader_epoch, start, batches, snapshot_epoch)
-    except (struct.error, ValueError, IndexError):
+    except (struct.error, ValueError, IndexError, DecodeError):
         return None
 
 
