@@ -40,8 +40,8 @@ from construct import Container, stream_read, stream_write
 
 from wire import codegen
 from wire.primitives import (
-    ZERO_UUID, Array, Bool, Bytes, DecodeError, EncodeError, FileRecords, Float64, GatherStream, Int8, Int16, Int32, Int64, String, UInt16,
-    Uuid, ViewStream, encode_uvarint, read_uvarint,
+    ZERO_UUID, Array, Bool, Bytes, DecodeError, EncodeError, FileRecords, Float64, GatherStream, Int8, Int16, Int32,
+    Int64, String, UInt16, Uuid, ViewStream, encode_uvarint, read_uvarint,
 )
 from wire.schema.messages import MESSAGES
 from wire.schema.model import MISSING, Field, Message, in_range
@@ -327,13 +327,9 @@ def decode(api_key: int, version: int, kind: str, data: bytes | memoryview, *, e
 
 
 def encode(api_key: int, version: int, kind: str, obj: Mapping[str, Any]) -> bytes:
-    try:
-        parts = _encoder(api_key, version, kind)(obj)
-        return b"".join([p.read() if isinstance(p, FileRecords) else p for p in parts])
-    except Exception:  # the tree raises the strict error (or, should the two disagree, encodes)
-        stream = io.BytesIO()
-        encode_into_reference(api_key, version, kind, obj, stream)
-        return stream.getvalue()
+    stream = io.BytesIO()
+    encode_into(api_key, version, kind, obj, stream)
+    return stream.getvalue()
 
 
 def encode_into(api_key: int, version: int, kind: str, obj: Mapping[str, Any], stream: Any) -> None:

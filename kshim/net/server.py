@@ -176,7 +176,7 @@ async def send_all_tls(sock: ssl.SSLSocket, chunks: list[Any]) -> None:
             try:
                 view = view[sock.send(view):]
             except ssl.SSLWantWriteError:
-                await anyio.wait_writable(sock)
+                await wait_ready(sock, writable=True)
             except ssl.SSLWantReadError:
                 await anyio.sleep(TLS_RETRY_S)  # the reader task waits for readability, not this one
         view.release()
@@ -465,7 +465,7 @@ class Server:
                     tg.start_soon(self._idle_watchdog, tg, state, peer)
                     try:
                         async with send:
-                            await self._reader(conn, core, send, tg, peer, state, security)
+                            await self._reader(conn, core, send, peer, state, security)
                     except ProtocolError as e:
                         log.warning("closing connection from %s: %s", peer, e)
                         tg.cancel_scope.cancel()
@@ -492,7 +492,7 @@ class Server:
             if not self.per_ip[ip]:
                 del self.per_ip[ip]
 
-    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, tg: TaskGroup, peer: str,
+    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, peer: str,
                       state: _Connection, security: ConnectionSecurity) -> None:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()

@@ -827,16 +827,14 @@ class ReplicaManager:
 def _log_leaderships(leaders: list[Partition]) -> None:
     """A line per partition this broker now leads, or one for all when many came at once (a
     start, a failover): a line each was a tenth of the start of a broker with 2,000 partitions."""
-    if len(leaders) <= LEADERSHIPS_LOGGED:
-        for p in leaders:
-            log.info("%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
-                     p.log_end_offset, list(p.isr))
-        return
-    log.info("now leader of %d partitions (%s, ...)", len(leaders),
-             ", ".join(f"{p.topic}-{p.index} at epoch {p.leader_epoch}" for p in leaders[:LEADERSHIPS_LOGGED]))
-    for p in leaders if log.isEnabledFor(logging.DEBUG) else ():
-        log.debug("%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
-                  p.log_end_offset, list(p.isr))
+    many = len(leaders) > LEADERSHIPS_LOGGED
+    if many:
+        log.info("now leader of %d partitions (%s, ...)", len(leaders),
+                 ", ".join(f"{p.topic}-{p.index} at epoch {p.leader_epoch}" for p in leaders[:LEADERSHIPS_LOGGED]))
+    level = logging.DEBUG if many else logging.INFO
+    for p in leaders if log.isEnabledFor(level) else ():
+        log.log(level, "%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
+                p.log_end_offset, list(p.isr))
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
