@@ -17,12 +17,17 @@ append path, and the high watermark that separates COMMITTED from UNCOMMITTED re
   (`append_marker`) and replicated like any batch; producer state and the aborted index are
   derived from the log, so a restarted or newly elected replica rebuilds them by replay.
 - Followers learn the high watermark from the leader's fetch responses.
+- A partition a clean stop summarised (kshim.log.summary) starts dormant: its offsets, size and
+  leader epoch come from the summary and no file of it is opened; its log, leader epochs and
+  producer state are opened on first use (`wake`), from whichever thread uses them first. A
+  broker with thousands of partitions is ready without opening any (Kafka opens segments lazily).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import struct
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +40,8 @@ from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
 from kshim.log import Log, LogConfig, OffsetOutOfRange
-from kshim.log.log import ActiveEnd, LogClosed
+from kshim.log.log import LogClosed
+from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.writer import INLINE_SLOW_COUNT, Fenced, LogWriter, WriteJob
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint, write_atomic
@@ -51,6 +57,7 @@ log = logging.getLogger("kshim.partition")
 
 SNAPSHOT_NAME = "producer-state.snapshot"
 HW_CHECKPOINT = "high-watermark"
+_LAZY = frozenset({"log", "producers", "epochs"})  # what a dormant partition opens on first use
 _DUPLICATE = records.BatchHeader(*([0] * len(records.BatchHeader._fields)))  # _prepare's "already stored"
 _BATCH_LENGTH = struct.Struct(">i").unpack_from
 _PRODUCER_ID = struct.Struct(">q").unpack_from
@@ -148,18 +155,62 @@ class Partition:
     _inflight: dict[int, asyncio.Future] = field(init=False, default_factory=dict)
     _jobs_out: int = field(init=False, default=0)  # appends handed to the writer, not yet answered
     inline_append_max: int = INLINE_APPEND_MAX  # see INLINE_APPEND_MAX (tests of the writer set 0)
+    # the last clean stop's summary of this replica while it is dormant (nothing opened yet: see
+    # the module's notes); None once woken. Given with saved_hw and clean_start (its active end)
+    dormant: LogSummary | None = None
 
     def __post_init__(self) -> None:
-        self.log = Log(self.directory, self.log_config, clean=self.clean_start)
-        self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
-        saved_hw = self.saved_hw
-        if saved_hw is None:
-            saved_hw = self._load_hw_checkpoint() if HW_CHECKPOINT in self.log.files_at_open else 0
-        self._high_watermark = min(saved_hw, self.log.log_end_offset)
+        self._wake_lock = threading.Lock()
         self._snapshot_saved: bytes | None = None  # the snapshot file's content when known: unchanged is not rewritten
-        self.producers = self._load_producer_state()
+        self._stopped = False  # closed: a dormant replica woken after it closes its files again
+        saved_hw = self.saved_hw
+        if self.dormant is not None:
+            assert saved_hw is not None
+            self._high_watermark = min(saved_hw, self.dormant.log_end_offset)
+        else:
+            self._open_files()
+            if saved_hw is None:
+                saved_hw = self._load_hw_checkpoint() if HW_CHECKPOINT in self.log.files_at_open else 0
+            self._high_watermark = min(saved_hw, self.log.log_end_offset)
+            self.producers = self._load_producer_state()
         # the checkpoint on disk already says so: a stop that changed nothing rewrites nothing
         self._hw_checkpointed = saved_hw if saved_hw == self._high_watermark else -1
+
+    def _open_files(self) -> None:
+        self.log = Log(self.directory, self.log_config, clean=self.clean_start)
+        self.epochs = LeaderEpochCache.open(self.directory, self.log, defer_write=True)  # saved by apply_partition_state
+
+    def __getattr__(self, name: str):
+        # reached only for an attribute that is not set: a dormant partition's log, epochs, producers
+        if name in _LAZY and self.__dict__.get("dormant") is not None:
+            self.wake()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def wake(self) -> None:
+        """Open a dormant partition's log (without recovery when it is as its summary says),
+        leader epochs and producer state. A log that is not as summarised (changed while the
+        broker was stopped) is recovered and its own offsets taken."""
+        with self._wake_lock:
+            summary = self.dormant
+            if summary is None:
+                return
+            self._open_files()
+            self.producers = self._load_producer_state()
+            if (self.log.log_start_offset, self.log.log_end_offset) != (summary.log_start_offset,
+                                                                         summary.log_end_offset):
+                log.warning("%s-%d: the log holds offsets [%d, %d), not [%d, %d) as its clean stop recorded: "
+                            "it was changed while the broker was stopped", self.topic, self.index,
+                            self.log.log_start_offset, self.log.log_end_offset, summary.log_start_offset,
+                            summary.log_end_offset)
+                self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
+            if self._stopped:  # used after the broker closed it: as a closed log, it takes nothing
+                self.log.discard()
+            else:
+                if self.is_leader and self.leader_epoch != summary.leader_epoch:
+                    self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
+                self.epochs.save()
+            self.dormant = None
 
     # ------------------------------------------------------------------ state from disk
     def _load_producer_state(self) -> ProducerStateManager:
@@ -260,7 +311,8 @@ class Partition:
             return
         self.config = config
         self.log_config = config.log_config()
-        self.log.update_config(self.log_config)
+        if self.dormant is None:  # a dormant log is opened with them
+            self.log.update_config(self.log_config)
         self.max_message_bytes = config["max.message.bytes"]
         self.log_append_time = config["message.timestamp.type"] == "LogAppendTime"
         self.compression_codec = COMPRESSION_CODECS[config["compression.type"]]
@@ -288,15 +340,22 @@ class Partition:
         if became_leader:
             # a new term starts at our log end (Kafka's makeLeader); what followers had is unknown
             # until they fetch again
-            self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
+            self.assign_leader_epoch(self.leader_epoch)
             now = SYSTEM.wall_ms()
             self.followers = {r: FollowerState(last_caught_up_ms=now) for r in info.replicas if r != self.node_id}
-        self.epochs.save()  # the cut of the open, if the assignment above did not restore it
+        if self.dormant is None:
+            self.epochs.save()  # the cut of the open, if the assignment above did not restore it
         if self.is_leader:
             self._advance_hw()
         self._hw_changed.fire()  # acks=all waiters must re-check leadership
         self.wake_all()  # so must fetches waiting here
         return became_leader
+
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """A term of this broker as leader starts at our log end (the leader-epoch cache records
+        it); a dormant partition whose latest epoch it already is stays dormant."""
+        if self.dormant is None or self.dormant.leader_epoch != epoch:
+            self.epochs.assign(epoch, self.log.log_end_offset)
 
     @property
     def is_leader(self) -> bool:
@@ -314,11 +373,18 @@ class Partition:
     # ------------------------------------------------------------------ offsets
     @property
     def log_start_offset(self) -> int:
-        return self.log.log_start_offset
+        d = self.dormant
+        return self.log.log_start_offset if d is None else d.log_start_offset
 
     @property
     def log_end_offset(self) -> int:
-        return self.log.log_end_offset
+        d = self.dormant
+        return self.log.log_end_offset if d is None else d.log_end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        d = self.dormant
+        return self.log.size_bytes if d is None else d.size_bytes
 
     @property
     def high_watermark(self) -> int:
@@ -329,6 +395,8 @@ class Partition:
         """No read_committed consumer reads at or past it: the first offset of the earliest open
         transaction, or of an ended one whose marker is not COMMITTED yet; else the high watermark."""
         lso = self._high_watermark
+        if self.dormant is not None:
+            return lso  # summarised only with no transaction open or unreplicated (kshim.log.summary)
         if self.producers.ongoing:
             lso = min(lso, min(self.producers.ongoing.values()))
         for first, marker in self._unreplicated:
@@ -346,7 +414,7 @@ class Partition:
         """Recompute the leader's high watermark; it never moves backwards."""
         if not self.is_leader:
             return
-        leo = self.log.log_end_offset
+        leo = self.log_end_offset
         if self.majority_quorum:
             ends = sorted([leo] + [max(self.followers[r].log_end_offset, 0) if r in self.followers else 0
                                    for r in self.replicas if r != self.node_id], reverse=True)
@@ -392,7 +460,7 @@ class Partition:
         state = self.followers.get(replica_id)
         if state is None:
             state = self.followers[replica_id] = FollowerState()
-        leo = self.log.log_end_offset
+        leo = self.log_end_offset
         if fetch_offset >= leo:
             state.last_caught_up_ms = now
         elif fetch_offset >= state.leader_end_at_last_fetch:
@@ -726,7 +794,7 @@ class Partition:
 
     def update_follower_hw(self, leader_high_watermark: int) -> None:
         # forward only: a truncation lowers it explicitly; a leader's answer never does
-        hw = min(leader_high_watermark, self.log.log_end_offset)
+        hw = min(leader_high_watermark, self.log_end_offset)
         if hw > self._high_watermark and not self.is_leader:
             self._high_watermark = hw
             self._prune_unreplicated()
@@ -773,11 +841,24 @@ class Partition:
         """Whole batches from `offset` within the isolation level's bound; raises OffsetOutOfRange.
         `min_one`: the first batch even if larger than max_bytes (KIP-74's first partition).
         `regions`: as file regions for the sender to transfer (Log.read)."""
-        return self.log.read(offset, max_bytes, self.read_bound(isolation_level), min_one, regions)
+        bound = self.read_bound(isolation_level)
+        if self.dormant is not None and self._nothing_to_read(offset, bound):
+            return b""
+        return self.log.read(offset, max_bytes, bound, min_one, regions)
 
     def read_for_follower(self, offset: int, max_bytes: int, min_one: bool = True,
                           regions: bool = False) -> bytes | FileRecords:
+        if self.dormant is not None and self._nothing_to_read(offset, self.log_end_offset):
+            return b""
         return self.log.read(offset, max_bytes, self.log.log_end_offset, min_one, regions)
+
+    def _nothing_to_read(self, offset: int, bound: int) -> bool:
+        """A dormant partition's read at or past the bound (a consumer polling an idle partition at
+        its end) returns nothing, as Log.read would, without opening the log; out of range raises."""
+        start, end = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(offset, start, end)
+        return offset >= bound
 
     # ------------------------------------------------------------------ waiting for data
     def add_waiter(self, event: anyio.Event) -> None:
@@ -792,6 +873,10 @@ class Partition:
 
     # ------------------------------------------------------------------ maintenance
     def housekeeping(self, now: int) -> None:
+        """Retention and the flush.ms policy; nothing for a dormant partition (the replica manager
+        wakes one when its summary says retention would delete something)."""
+        if self.dormant is not None:
+            return
         if self.log.apply_retention(now, max_offset=self._high_watermark if self.is_leader else None):
             self.producers.forget_before(self.log_start_offset)
             self.epochs.truncate_from_start(self.log_start_offset)
@@ -815,15 +900,40 @@ class Partition:
         self.log = Log(directory, self.log_config)
         self.epochs = LeaderEpochCache.open(directory, self.log)
 
-    def close(self, durable: bool = True) -> ActiveEnd | None:
+    def dormant_retention_due(self, now: int) -> bool:
+        """A dormant partition whose log retention would cut now (woken for it off the event loop)."""
+        d, cfg = self.dormant, self.log_config
+        return (d is not None and cfg.delete and
+                d.retention_due(now, cfg.retention_ms, cfg.retention_bytes,
+                                self._high_watermark if self.is_leader else d.log_end_offset))
+
+    def discard(self) -> None:
+        """Close the files of a replica being deleted (a dormant one has none open)."""
+        if self.dormant is None:
+            self.log.discard()
+
+    def close(self, durable: bool = True) -> LogSummary | ActiveEnd | None:
         """Checkpoint the high watermark, close the log and snapshot the producer state. With
         durable False nothing is fsynced, the log is not marked clean and the high watermark is
         left to the caller, which writes its log dir's replication-offset-checkpoint, syncs the
-        whole file system once and marks the log dir (ReplicaManager.close). Returns the active
-        segment's (base offset, size) for that marker when the log may be marked clean."""
+        whole file system once and marks the log dir (ReplicaManager.close). Returns, for that
+        marker, the replica's summary (kshim.log.summary) when the log may be marked clean, or its
+        active segment alone when it cannot be summarised (a transaction open or unreplicated);
+        None when it may not be marked. A dormant replica returns its summary, touching nothing."""
+        with self._wake_lock:
+            self._stopped = True
+            if self.dormant is not None:
+                if durable:
+                    self._write_hw_checkpoint()
+                return self.dormant
         if durable:
             self._write_hw_checkpoint()
-        clean = self.log.close(durable=durable)
+        closed = self.log.close(durable=durable)
+        clean: LogSummary | ActiveEnd | None = closed
+        if closed is not None:
+            latest = self.epochs.latest_entry or (-1, -1)
+            clean = (closed.active if self.producers.ongoing or self._unreplicated else
+                     closed._replace(topic_id=self.topic_id, leader_epoch=latest[0], leader_epoch_start=latest[1]))
         path = self.directory / SNAPSHOT_NAME
         try:
             snapshot = self.producers.snapshot()

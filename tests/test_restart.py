@@ -53,15 +53,20 @@ def ends(broker: Broker) -> list[int]:
 async def test_a_clean_restart_skips_recovery_and_keeps_every_record(tmp_path):
     broker = await filled(tmp_path)
     broker.close()
-    named = (tmp_path / CLEAN_MARKER).read_text().splitlines()
     size = len(batch(b"one")) + len(batch(b"two"))
-    assert sorted(named[1:]) == sorted(f"t-{i} 0 {size}" for i in range(PARTITIONS))
+    summaries = take_clean_marker(tmp_path)
+    assert sorted(summaries) == sorted(f"t-{i}" for i in range(PARTITIONS))
+    s = summaries["t-3"]
+    assert (s.active, s.log_start_offset, s.log_end_offset, s.size_bytes, s.leader_epoch) == ((0, size), 0, 2, size, 0)
+    write_clean_marker(tmp_path, summaries)
     assert not any((tmp_path / f"t-{i}" / ".kshim-clean-shutdown").exists() for i in range(PARTITIONS))
     broker = open_standalone(BrokerConfig(data_dir=tmp_path))
     try:
         assert not (tmp_path / CLEAN_MARKER).exists()  # removed at start: a crash from here on is seen
         assert ends(broker) == [2] * PARTITIONS
-        assert [r for r in broker.replica_manager.replicas() if r.log.recovered] == []
+        replicas = broker.replica_manager.replicas()
+        assert all(r.dormant is not None and r.is_leader for r in replicas)  # nothing opened yet
+        assert [r for r in replicas if r.log.recovered] == []  # opened on first use, without recovery
         assert bytes(broker.partition("t", 7).log.read(0, 1 << 20)).count(b"two") == 1
     finally:
         broker.close()

@@ -137,7 +137,7 @@ class BrokerAdmin:
         if topic not in self.broker.topics:
             raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
         out = []
-        for p, result in await rm.cleaner.clean_now(r for r in replicas if r.log.config.compact):
+        for p, result in await rm.cleaner.clean_now(r for r in replicas if r.log_config.compact):
             entry: dict = {"topic": p.topic, "partition": p.index, "node": self.broker.node_id,
                            "leader": p.is_leader}
             if isinstance(result, CleanResult):
@@ -149,7 +149,7 @@ class BrokerAdmin:
                 entry["error"] = result
             out.append(entry)
         for p in replicas:
-            if not p.log.config.compact:
+            if not p.log_config.compact:
                 out.append({"topic": p.topic, "partition": p.index, "node": self.broker.node_id,
                             "error": "cleanup.policy has no compact"})
         return json.dumps(out)

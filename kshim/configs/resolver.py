@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -72,6 +72,10 @@ class BrokerLevel:
         return cls(static, dynamic.get("", {}), dynamic.get(str(node_id), {}) if node_id is not None else {})
 
     def key(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        return self._key
+
+    @cached_property  # resolve() asks per partition of every image: sorted once per level
+    def _key(self) -> tuple[tuple[tuple[str, str], ...], ...]:
         return tuple(tuple(sorted(m.items())) for m in (self.static, self.cluster, self.node))
 
 

@@ -299,7 +299,8 @@ class Console:
     async def serve(self, host: str, port: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """The console on host:port (0: a free one) until cancelled; task_status gets the port."""
         async with anyio.create_task_group() as tg:
-            await self.refresh()
+            # no refresh first: every request refreshes a state older than POLL_S, and building
+            # one for 10,000 partitions took a second of the broker's start
             bound = await tg.start(HttpServer(self.handle).serve, host, port)
             tg.start_soon(self.run)
             task_status.started(bound)

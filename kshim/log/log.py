@@ -47,6 +47,7 @@ from .segment import (
 )
 from kshim.clock import SYSTEM, Clock
 from kshim.log.files import fsync_dir, save_checkpoint
+from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn
 
 from kshim.log.writer import Fenced
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kshim.log")
 
 CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
-ActiveEnd = tuple[int, int]  # a log's active segment: (base offset, size in bytes), as a clean stop left it
 START_OFFSET_FILE = "log-start-offset"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 _INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
@@ -874,18 +874,24 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = now
 
-    def close(self, durable: bool = True) -> ActiveEnd | None:
+    def close(self, durable: bool = True) -> LogSummary | None:
         """Write the final time index entry, fsync everything, then write the clean-shutdown
         marker (after the data is durable, so the marker never vouches for lost bytes). With
         ``durable`` False neither: the caller syncs the file system and writes the log dir's
-        marker (kshim.replica.manager). Returns the active segment's (base offset, size) for the
-        marker when the log may be marked clean, else None."""
+        marker (kshim.replica.manager). Returns the log's summary for that marker when the log
+        may be marked clean (kshim.log.summary), else None."""
         with self._write_lock, self._lock:
             if self._closed:
                 return None
             self._segments[-1].finish()
             if durable:
                 self._flush(self._clock())
+            active, first = self._segments[-1], self._segments[0]
+            with active.reading() as fd:
+                mtime_ns = os.fstat(fd).st_mtime_ns
+            summary = LogSummary(active.base_offset, active.size, mtime_ns, self.log_start_offset, self.log_end_offset,
+                                 self.size_bytes, first.next_offset, first.size,
+                                 first.largest_timestamp() if first.size else -1)
             for seg in self._segments:
                 seg.close()
             self._close_retired()
@@ -894,10 +900,8 @@ class Log:
                 self._write_start_offset()
                 if self._start_offset_unsaved:
                     return None  # no clean-shutdown marker: the next start recovers instead
-            active = self._segments[-1]
-            end = (active.base_offset, active.size)
             if not durable:
-                return end
+                return summary
             try:
                 with open(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE), "w"):
                     pass
@@ -906,7 +910,7 @@ class Log:
                 return None
             self._dir_dirty = True
             self._flush(self._clock())
-            return end
+            return summary
 
     def discard(self) -> None:
         """Close the files of a log that is being deleted: nothing is flushed or marked clean."""

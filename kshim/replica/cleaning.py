@@ -114,7 +114,7 @@ class LogCleaner:
         try:
             while True:
                 await anyio.sleep(self.settings.backoff_ms / 1000)
-                candidates = [_candidate(p) for p in replicas.replicas() if p.log.config.compact]
+                candidates = [_candidate(p) for p in replicas.replicas() if p.log_config.compact]
                 if candidates:
                     async with self._lane:
                         await anyio.to_thread.run_sync(self._clean_due, candidates)

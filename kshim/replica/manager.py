@@ -16,10 +16,12 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
-from kshim.configs import BrokerLevel, resolve
+from kshim.configs import BrokerLevel, TopicConfig, resolve
+from kshim.log import LogConfig
 from kshim.log.files import fsync_dir, sync_filesystem
-from kshim.log.log_dirs import MOVE_COMPLETE, DirCopier, future_name, scan, take_clean_marker, write_clean_marker
-from kshim.log.log import ActiveEnd
+from kshim.log.log_dirs import (MOVE_COMPLETE, DirCopier, future_name, scan, subdirs, take_clean_marker,
+                                write_clean_marker)
+from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets, write_offsets
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
@@ -143,15 +145,16 @@ class ReplicaManager:
         found = scan(self.log_dirs, self.deleter)  # raises DuplicateReplica
         self._located: dict[str, Path] = found.located  # replica directory name -> its log dir
         # replica directories the last clean stop closed cleanly (the log dirs' markers, removed
-        # here so a crash from now on is seen): opened without recovery, once each
-        self._clean: dict[Path, ActiveEnd] = {}
+        # here so a crash from now on is seen): opened without recovery, once each, and with a
+        # summary of the log started dormant (opened on first use: kshim.partition)
+        self._clean: dict[tuple[Path, str], LogSummary | ActiveEnd] = {}  # by (log dir, replica dir name)
         for d in self.log_dirs:
-            self._clean.update((d / name, end) for name, end in take_clean_marker(d).items())
+            self._clean.update(((d, name), end) for name, end in take_clean_marker(d).items())
         # high watermarks from each log dir's replication-offset-checkpoint, taken once per replica
         # at its open (a replica not in it reads its own `high-watermark` file, an older kshim's)
-        self._saved_hw: dict[Path, int] = {}
+        self._saved_hw: dict[tuple[Path, str], int] = {}
         for d in self.log_dirs:
-            self._saved_hw.update((d / name, hw) for name, hw in read_offsets(d / REPLICATION_OFFSET_CHECKPOINT).items())
+            self._saved_hw.update(((d, name), hw) for name, hw in read_offsets(d / REPLICATION_OFFSET_CHECKPOINT).items())
         self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
         # preferred log dir)
@@ -212,12 +215,16 @@ class ReplicaManager:
     def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
                     placed: Mapping[TopicPartition, Path]) -> list[Partition]:
         opened = []
+        configs: dict[str, LogConfig] = {}  # resolved once per topic
         for topic, info in chunk:
-            replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)])
+            log_config = configs.get(topic.name)
+            if log_config is None:
+                log_config = configs[topic.name] = resolve(topic.configs, level).log_config()
+            replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)], log_config)
             if info.leader == self.node_id:
                 # the epoch checkpoint write a new leader makes (apply_partition_state then
                 # finds the epoch recorded and writes nothing)
-                replica.epochs.assign(info.leader_epoch, replica.log.log_end_offset)
+                replica.assign_leader_epoch(info.leader_epoch)
             opened.append(replica)
         return opened
 
@@ -230,16 +237,29 @@ class ReplicaManager:
             return  # one by one in apply_image
         level = self.broker_level()
         placed = self._place([(topic.name, info.index) for topic, info in todo])
+        # a replica its clean stop summarised starts dormant, which touches no file: made here,
+        # since threads would only contend for the GIL
+        summarised = [(t, i) for t, i in todo
+                      if isinstance(self._clean.get((placed[(t.name, i.index)], f"{t.name}-{i.index}")), LogSummary)]
+        if summarised:
+            done = {(t.name, i.index) for t, i in summarised}
+            todo = [(t, i) for t, i in todo if (t.name, i.index) not in done]
         chunks = [todo[i:i + OPEN_CHUNK] for i in range(0, len(todo), OPEN_CHUNK)]
         started = time.monotonic()
-        recovered = 0
+        recovered = dormant = 0
         with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-open") as pool:
-            for opened in pool.map(lambda chunk: self._open_chunk(chunk, level, placed), chunks):
+            for opened in [self._open_chunk(summarised, level, placed),
+                           *pool.map(lambda chunk: self._open_chunk(chunk, level, placed), chunks)]:
                 for replica in opened:
                     self._prepared[(replica.topic, replica.index)] = replica
-                    recovered += replica.log.recovered
-        log.info("opened %d replicas in %.1f s: %d recovered (no clean shutdown), %d clean", len(todo),
-                 time.monotonic() - started, recovered, len(todo) - recovered)
+                    if replica.dormant is not None:
+                        dormant += 1
+                    else:
+                        recovered += replica.log.recovered
+        total = len(todo) + len(summarised)
+        log.info("opened %d replicas in %.1f s: %d recovered (no clean shutdown), %d clean (%d of them "
+                 "dormant: opened on first use)", total, time.monotonic() - started, recovered,
+                 total - recovered, dormant)
 
     async def finish_removals(self) -> None:
         """Close and rename, in worker threads, the replicas the last apply_image(defer_removal=True)
@@ -260,7 +280,9 @@ class ReplicaManager:
         wanted = set()
         leaders: list[Partition] = []
         self._prepare_now(image)
+        level = self.broker_level()
         for topic in image.topics.values():
+            config: TopicConfig | None = None  # resolved once per topic, not per partition
             for info in topic.partitions:
                 if self.node_id not in info.replicas:
                     continue
@@ -277,14 +299,16 @@ class ReplicaManager:
                         replica.close()  # prepared for an image this one replaced
                         replica = None
                     if replica is None:
-                        replica = self._open_replica(topic, info, self.broker_level(), self._place([key])[key])
+                        replica = self._open_replica(topic, info, level, self._place([key])[key])
                     self._replicas[key] = replica
                     self._located[replica.directory.name] = replica.directory.parent
                     self._preferred.pop(key, None)
                     resume = self._resume_moves.pop(replica.directory.name, None)
                     if resume is not None:
                         self.alter_log_dir(key[0], key[1], resume)
-                self._configure(replica, topic)
+                if config is None:
+                    config = resolve(topic.configs, level)
+                replica.configure(config)
                 if replica.apply_partition_state(info, image):
                     leaders.append(replica)
         _log_leaderships(leaders)
@@ -328,20 +352,34 @@ class ReplicaManager:
             placed[(topic, index)] = located
         return placed
 
-    def _open_replica(self, topic: TopicInfo, info: PartitionInfo, level: BrokerLevel, log_dir: Path) -> Partition:
-        """The replica's partition, its directory made or loaded. Runs in worker threads too: it
-        touches nothing but its own directory (and the thread-safe deleter)."""
+    def _open_replica(self, topic: TopicInfo, info: PartitionInfo, level: BrokerLevel, log_dir: Path,
+                      log_config: LogConfig | None = None) -> Partition:
+        """The replica's partition, its directory made or loaded (`log_config`: the topic's, when
+        the caller resolved it). Runs in worker threads too: it touches nothing but its own
+        directory (and the thread-safe deleter)."""
         directory = log_dir / f"{topic.name}-{info.index}"
+        vouched = self._clean.pop((log_dir, directory.name), None)  # once: a reopened replica was written since
+        saved_hw = self._saved_hw.pop((log_dir, directory.name), None)
+        if log_config is None:
+            log_config = resolve(topic.configs, level).log_config()
+        if isinstance(vouched, LogSummary):
+            if (vouched.topic_id == topic.topic_id and saved_hw is not None and not log_config.compact
+                    and vouched.unchanged(f"{log_dir}/{directory.name}")):
+                # dormant: no file touched (the log cleaner's partitions are opened, it reads them)
+                replica = Partition(topic.name, info.index, directory, log_config, node_id=self.node_id,
+                                    topic_id=topic.topic_id, clean_start=vouched.active, saved_hw=saved_hw,
+                                    dormant=vouched)
+                replica.writer = self._writer_for(directory.parent)
+                return replica
+            vouched = vouched.active
         recorded = read_topic_id(directory)
         if recorded is not None and recorded != topic.topic_id:
             # the topic was deleted and created again while this broker was away: the old data goes
             log.warning("%s holds topic id %s, not %s: the topic was deleted and created again; "
                         "deleting the old data", directory.name, recorded, topic.topic_id)
             self.deleter.remove(directory)
-        vouched = self._clean.pop(directory, None)  # once: a reopened replica was written since
         clean = vouched if recorded == topic.topic_id else None
-        saved_hw = self._saved_hw.pop(directory, None)
-        replica = Partition(topic.name, info.index, directory, resolve(topic.configs, level).log_config(),
+        replica = Partition(topic.name, info.index, directory, log_config,
                             node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean,
                             saved_hw=saved_hw if recorded == topic.topic_id else None)
         replica.writer = self._writer_for(directory.parent)
@@ -357,13 +395,14 @@ class ReplicaManager:
         found = []
         for d in self.log_dirs:
             try:
-                found += sorted((p.name, p) for p in d.iterdir() if p.is_dir())
+                found += [(name, d) for name in subdirs(d)]
             except FileNotFoundError:
                 continue
-        for name, directory in found:
+        for name, d in found:
             m = _PARTITION_DIR.match(name)
             if m is None or (m.group(1), int(m.group(2))) in self._replicas:
                 continue
+            directory = d / name
             recorded = read_topic_id(directory)
             if recorded is None:
                 continue
@@ -373,9 +412,6 @@ class ReplicaManager:
             log.info("deleting stray replica %s: %s while this broker was away", name, why)
             self.deleter.remove(directory)
             self._located.pop(name, None)
-
-    def _configure(self, replica: Partition, topic: TopicInfo) -> None:
-        replica.configure(resolve(topic.configs, self.broker_level()))
 
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
@@ -388,7 +424,7 @@ class ReplicaManager:
         log.info("removed replica %s-%d", *key)
 
     def _finish_removal(self, replica: Partition) -> None:
-        replica.log.discard()  # no flush, no clean-shutdown marker: the files are going
+        replica.discard()  # no flush, no clean-shutdown marker: the files are going
         self.deleter.remove(replica.directory)  # renamed now, its files deleted in the background
 
     def partition(self, topic: str, index: int) -> Partition | None:
@@ -751,11 +787,21 @@ class ReplicaManager:
         while True:
             await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
             now = SYSTEM.wall_ms()
+            due = []  # dormant replicas whose retention would cut: opened in a worker thread, cut next round
             for replica in list(self._replicas.values()):
                 try:
+                    if replica.dormant is not None:
+                        if replica.dormant_retention_due(now):
+                            due.append(replica)
+                        continue
                     replica.housekeeping(now)
                 except OSError:
                     log.exception("housekeeping failed for %s-%d", replica.topic, replica.index)
+            if due:
+                try:
+                    await anyio.to_thread.run_sync(_wake_all, due)
+                except OSError:
+                    log.exception("cannot open %d replicas for retention", len(due))
             if SYSTEM.monotonic() - checkpointed >= HW_CHECKPOINT_INTERVAL_S:
                 checkpointed = SYSTEM.monotonic()
                 await self.checkpoint_high_watermarks()
@@ -802,8 +848,10 @@ class ReplicaManager:
         replicas = [*self._replicas.values(), *self._prepared.values()]
         self._prepared.clear()
         started = time.monotonic()
+        # a dormant replica's close touches no file: not worth a thread's hand-off
+        closed = [(r, r.close(durable=False)) for r in replicas if r.dormant is not None]
         with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-close") as pool:
-            closed = list(pool.map(lambda r: (r, r.close(durable=False)), replicas))
+            closed += pool.map(lambda r: (r, r.close(durable=False)), [r for r in replicas if r.dormant is None])
         closed_s = time.monotonic() - started
         # the high watermarks, one file per log dir, made durable by the sync below
         hw_files = self._hw_checkpoints(list(self._replicas.values()), moved_only=True)
@@ -835,6 +883,11 @@ def _log_leaderships(leaders: list[Partition]) -> None:
     for p in leaders if log.isEnabledFor(level) else ():
         log.log(level, "%s-%d: leader at epoch %d, log end %d, isr %s", p.topic, p.index, p.leader_epoch,
                 p.log_end_offset, list(p.isr))
+
+
+def _wake_all(replicas: list[Partition]) -> None:
+    for replica in replicas:
+        replica.wake()
 
 
 def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:

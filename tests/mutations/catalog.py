@@ -68,8 +68,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the topic's flush.messages never reaches the log"),
     # ------------------------------------------------------------------ consumers
     Mutation("`read_committed` sees only COMMITTED records", PARTITION, (
-        ("        lso = self._high_watermark\n        if self.producers.ongoing:",
-         "        lso = self.log.log_end_offset\n        if self.producers.ongoing:"),),
+        ("        lso = self._high_watermark\n        if self.dormant is not None:",
+         "        lso = self.log.log_end_offset\n        if self.dormant is not None:"),),
         "read_committed reads up to the log end, past the high watermark"),
     Mutation("an open transaction holds it at the transaction's first offset", PARTITION, (
         ("        if self.producers.ongoing:\n", "        if False:\n"),),

@@ -43,7 +43,7 @@ async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
         if asked is not None and (replica.topic, replica.index) not in asked:
             continue
         per_dir.setdefault(str(manager.log_dir_of(replica)), {}).setdefault(replica.topic, []).append({
-            "partition_index": replica.index, "partition_size": replica.log.size_bytes,
+            "partition_index": replica.index, "partition_size": replica.size_bytes,
             "offset_lag": max(replica.high_watermark - replica.log_end_offset, 0), "is_future_key": False})
         move = manager.moves.get((replica.topic, replica.index))
         if move is not None:
