@@ -134,9 +134,10 @@ class Partition:
     majority_quorum: bool = False
     uncommitted_reads_to_hw: bool = False
     min_insync_replicas: int = 1
-    log: Log = field(init=False)
-    producers: ProducerStateManager = field(init=False)
-    epochs: LeaderEpochCache = field(init=False)
+    # not in repr: a dormant partition's repr (a log line, a failed assertion) must not open it
+    log: Log = field(init=False, repr=False)
+    producers: ProducerStateManager = field(init=False, repr=False)
+    epochs: LeaderEpochCache = field(init=False, repr=False)
     _high_watermark: int = field(init=False, default=0)
     _waiters: set[anyio.Event] = field(init=False, default_factory=set)
     _hw_changed: Signal = field(init=False, default_factory=Signal)

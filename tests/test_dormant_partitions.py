@@ -58,6 +58,7 @@ async def test_a_dormant_partition_answers_offsets_and_idle_reads_without_openin
     try:
         p = broker.partition("t", 1)
         assert all(is_dormant(broker, i) for i in range(PARTITIONS))
+        assert "t" in repr(p) and is_dormant(broker, 1)  # a log line naming it does not open it
         assert (p.log_start_offset, p.log_end_offset, p.high_watermark, p.last_stable_offset) == (0, 2, 2, 2)
         assert p.size_bytes == len(batch(b"v0")) + len(batch(b"v1"))
         assert p.read(2, 1 << 20, 0) == b"" and p.read(2, 1 << 20, 1) == b"" and p.read_for_follower(2, 1 << 20) == b""
