@@ -208,9 +208,7 @@ class Partition:
             if self._stopped:  # used after the broker closed it: as a closed log, it takes nothing
                 self.log.discard()
             else:
-                if self.is_leader and self.leader_epoch != summary.leader_epoch:
-                    self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
-                self.epochs.save()
+                self.epochs.save()  # a new leader epoch is assigned by whoever woke it for that
             self.dormant = None
 
     # ------------------------------------------------------------------ state from disk

@@ -198,7 +198,7 @@ class ReplicaManager:
         limiter = anyio.CapacityLimiter(OPEN_THREADS)  # several at once: each mostly waits on the disk
 
         async def open_chunk(chunk: list[tuple[TopicInfo, PartitionInfo]]) -> None:
-            opened = await anyio.to_thread.run_sync(self._open_chunk, chunk, level, placed, limiter=limiter)
+            opened, _ = await anyio.to_thread.run_sync(self._open_chunk, chunk, level, placed, limiter=limiter)
             for replica in opened:
                 self._prepared[(replica.topic, replica.index)] = replica
 
@@ -213,20 +213,32 @@ class ReplicaManager:
                 and (topic.name, info.index) not in self._prepared]
 
     def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
-                    placed: Mapping[TopicPartition, Path]) -> list[Partition]:
-        opened = []
+                    placed: Mapping[TopicPartition, Path], dormant_only: bool = False
+                    ) -> tuple[list[Partition], list[tuple[TopicInfo, PartitionInfo]]]:
+        """The replicas of `chunk` opened; with dormant_only, only those that start dormant, the
+        others returned to be opened."""
+        opened: list[Partition] = []
+        rest: list[tuple[TopicInfo, PartitionInfo]] = []
         configs: dict[str, LogConfig] = {}  # resolved once per topic
         for topic, info in chunk:
             log_config = configs.get(topic.name)
             if log_config is None:
                 log_config = configs[topic.name] = resolve(topic.configs, level).log_config()
-            replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)], log_config)
+            log_dir = placed[(topic.name, info.index)]
+            if dormant_only:
+                dormant = self._open_dormant(topic, info, log_dir, log_config)
+                if dormant is None:
+                    rest.append((topic, info))
+                    continue
+                replica = dormant
+            else:
+                replica = self._open_replica(topic, info, level, log_dir, log_config)
             if info.leader == self.node_id:
                 # the epoch checkpoint write a new leader makes (apply_partition_state then
                 # finds the epoch recorded and writes nothing)
                 replica.assign_leader_epoch(info.leader_epoch)
             opened.append(replica)
-        return opened
+        return opened, rest
 
     def _prepare_now(self, image: MetadataImage) -> None:
         """apply_image without a prepare_image before it (a broker's start): open many replicas
@@ -237,26 +249,21 @@ class ReplicaManager:
             return  # one by one in apply_image
         level = self.broker_level()
         placed = self._place([(topic.name, info.index) for topic, info in todo])
-        # a replica its clean stop summarised starts dormant, which touches no file: made here,
-        # since threads would only contend for the GIL
-        summarised = [(t, i) for t, i in todo
-                      if isinstance(self._clean.get((placed[(t.name, i.index)], f"{t.name}-{i.index}")), LogSummary)]
-        if summarised:
-            done = {(t.name, i.index) for t, i in summarised}
-            todo = [(t, i) for t, i in todo if (t.name, i.index) not in done]
-        chunks = [todo[i:i + OPEN_CHUNK] for i in range(0, len(todo), OPEN_CHUNK)]
+        total = len(todo)
         started = time.monotonic()
+        # the replicas that start dormant touch no file (a stat): made here, since threads would
+        # only contend for the GIL; the rest opened in the threads
+        dormant_ones, todo = self._open_chunk(todo, level, placed, dormant_only=True)
+        chunks = [todo[i:i + OPEN_CHUNK] for i in range(0, len(todo), OPEN_CHUNK)]
         recovered = dormant = 0
         with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-open") as pool:
-            for opened in [self._open_chunk(summarised, level, placed),
-                           *pool.map(lambda chunk: self._open_chunk(chunk, level, placed), chunks)]:
+            for opened in [dormant_ones, *(o for o, _ in pool.map(lambda c: self._open_chunk(c, level, placed), chunks))]:
                 for replica in opened:
                     self._prepared[(replica.topic, replica.index)] = replica
                     if replica.dormant is not None:
                         dormant += 1
                     else:
                         recovered += replica.log.recovered
-        total = len(todo) + len(summarised)
         log.info("opened %d replicas in %.1f s: %d recovered (no clean shutdown), %d clean (%d of them "
                  "dormant: opened on first use)", total, time.monotonic() - started, recovered,
                  total - recovered, dormant)
@@ -357,21 +364,15 @@ class ReplicaManager:
         """The replica's partition, its directory made or loaded (`log_config`: the topic's, when
         the caller resolved it). Runs in worker threads too: it touches nothing but its own
         directory (and the thread-safe deleter)."""
-        directory = log_dir / f"{topic.name}-{info.index}"
-        vouched = self._clean.pop((log_dir, directory.name), None)  # once: a reopened replica was written since
-        saved_hw = self._saved_hw.pop((log_dir, directory.name), None)
         if log_config is None:
             log_config = resolve(topic.configs, level).log_config()
-        if isinstance(vouched, LogSummary):
-            if (vouched.topic_id == topic.topic_id and saved_hw is not None and not log_config.compact
-                    and vouched.unchanged(f"{log_dir}/{directory.name}")):
-                # dormant: no file touched (the log cleaner's partitions are opened, it reads them)
-                replica = Partition(topic.name, info.index, directory, log_config, node_id=self.node_id,
-                                    topic_id=topic.topic_id, clean_start=vouched.active, saved_hw=saved_hw,
-                                    dormant=vouched)
-                replica.writer = self._writer_for(directory.parent)
-                return replica
-            vouched = vouched.active
+        dormant = self._open_dormant(topic, info, log_dir, log_config)
+        if dormant is not None:
+            return dormant
+        directory = log_dir / f"{topic.name}-{info.index}"
+        vouched = self._clean.pop((log_dir, directory.name), None)  # once: a reopened replica was written since
+        assert not isinstance(vouched, LogSummary)  # _open_dormant narrowed one it could not start from
+        saved_hw = self._saved_hw.pop((log_dir, directory.name), None)
         recorded = read_topic_id(directory)
         if recorded is not None and recorded != topic.topic_id:
             # the topic was deleted and created again while this broker was away: the old data goes
@@ -385,6 +386,27 @@ class ReplicaManager:
         replica.writer = self._writer_for(directory.parent)
         if recorded != topic.topic_id:
             write_topic_id(directory, topic.topic_id, replace=recorded is not None)
+        return replica
+
+    def _open_dormant(self, topic: TopicInfo, info: PartitionInfo, log_dir: Path,
+                      log_config: LogConfig) -> Partition | None:
+        """The replica started dormant from its clean stop's summary, touching no file but a stat
+        of its active segment; None when it has no summary it can start from (the log cleaner's
+        partitions are opened: it reads them), which is then narrowed to its active segment for
+        the open that follows."""
+        key = (log_dir, f"{topic.name}-{info.index}")
+        summary = self._clean.get(key)
+        if not isinstance(summary, LogSummary):
+            return None
+        saved_hw = self._saved_hw.get(key)
+        if not (summary.topic_id == topic.topic_id and saved_hw is not None and not log_config.compact
+                and summary.unchanged(f"{log_dir}/{key[1]}")):
+            self._clean[key] = summary.active
+            return None
+        del self._clean[key], self._saved_hw[key]  # once: a reopened replica was written since
+        replica = Partition(topic.name, info.index, log_dir / key[1], log_config, node_id=self.node_id,
+                            topic_id=topic.topic_id, clean_start=summary.active, saved_hw=saved_hw, dormant=summary)
+        replica.writer = self._writer_for(log_dir)
         return replica
 
     def _remove_strays(self, image: MetadataImage) -> None:
