@@ -126,6 +126,18 @@ def listed_brokers(bootstrap: str) -> set[int]:
     return {b.node_id for b in resp.brokers}
 
 
+def listed_isr(bootstrap: str, topic: str, partition: int = 0) -> list[int]:
+    """The ISR of one partition as one broker's Metadata lists it. Its leader answers produce
+    requests from this view, which can trail the controller's (`kshim ctl status`) for as long as
+    the image holding a change takes to reach it."""
+    with RawConnection(bootstrap) as conn:
+        resp = conn.request(METADATA, 12, {"topics": [{"topic_id": None, "name": topic}],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False})
+    parts = [p for t in resp.topics for p in t.partitions if p.partition_index == partition]
+    return sorted(parts[0].isr_nodes) if parts else []
+
+
 # ---------------------------------------------------------------- what a kafka-python user would see
 def list_offsets_latest(bootstrap: str, topic: str, isolation_level: int, partition: int = 0) -> int:
     """ListOffsets latest under one isolation level: the offset that level reads up to (the last

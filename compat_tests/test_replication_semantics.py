@@ -28,6 +28,7 @@ from kafka.errors import NotEnoughReplicasError
 
 from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import wait_until
+from compat_tests.raw_kafka import listed_isr
 from kshim.ctl.status import command as ctl_command
 
 TIMEOUT = 15.0  # seconds, for one client operation or one state change of the cluster
@@ -335,8 +336,9 @@ def test_acks_all_gets_not_enough_replicas_once_the_isr_shrank(quick, topic_name
     uncommitted = clients.consumer(up, "read_uncommitted")
     try:
         run(quick, "pause", *followers)
-        wait_until(lambda: quick.partition(topic_name)["isr"] == [leader], TIMEOUT,
-                   message=f"the ISR of {topic_name} shrunk to the leader {leader}")
+        # the leader's own view, which answers the produce below, not only the controller's
+        wait_until(lambda: quick.partition(topic_name)["isr"] == [leader] and listed_isr(up, topic_name) == [leader],
+                   TIMEOUT, message=f"the ISR of {topic_name} shrunk to the leader {leader}")
 
         started = time.monotonic()
         with pytest.raises(NotEnoughReplicasError):
@@ -348,7 +350,8 @@ def test_acks_all_gets_not_enough_replicas_once_the_isr_shrank(quick, topic_name
         assert read(uncommitted, topic_name, 0, 2) == [b"c0", b"a1"]
 
         run(quick, "resume", *followers)
-        wait_until(lambda: sorted(quick.partition(topic_name)["isr"]) == [0, 1, 2], WHOLE_S,
+        wait_until(lambda: sorted(quick.partition(topic_name)["isr"]) == [0, 1, 2]
+                   and listed_isr(up, topic_name) == [0, 1, 2], WHOLE_S,
                    message=f"the resumed followers {followers} back in the ISR of {topic_name}")
         assert acks_all.send(topic_name, b"a2", partition=0).get(timeout=TIMEOUT).offset == 2
     finally:
