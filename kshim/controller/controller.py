@@ -101,6 +101,7 @@ class Controller:
         self.clock = clock
         self.store = store
         self.config = config
+        self._elected: list[str] = []  # leaders elected since the last publish, logged with it
         self.cluster_id = store.cluster_value("cluster_id", _new_cluster_id())
         # versions must keep increasing across controller restarts (brokers ignore older images):
         # each controller reserves a range of versions on disk, and starts past the last range
@@ -172,6 +173,8 @@ class Controller:
                              {group: dict(configs) for group, configs in self._group_configs.items()})
 
     def _publish(self) -> None:
+        _log_elections(self._elected)
+        self._elected = []
         self.version += 1
         if self.version >= self._version_limit:
             self.version = self.store.reserve("image_version", VERSION_RANGE, at_least=self.version)
@@ -436,7 +439,7 @@ class Controller:
         if leader != p.leader:
             p.leader = leader
             p.leader_epoch += 1
-            log.info("%s-%d: leader %d, epoch %d, isr %s", topic.name, p.index, leader, p.leader_epoch, p.isr)
+            self._elected.append(f"{topic.name}-{p.index}: leader {leader}, epoch {p.leader_epoch}, isr {p.isr}")
 
     # ------------------------------------------------------------------ elections asked by admins
     def elect_leaders(self, election: Election,
@@ -1002,3 +1005,17 @@ def _new_cluster_id() -> str:
     # Kafka cluster ids are 22-character URL-safe base64 of a UUID
     import base64
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+ELECTIONS_LOGGED = 10  # elections published at once logged a line each; more: one line, the rest at debug
+
+
+def _log_elections(elected: list[str]) -> None:
+    """A line per election, or one for many at once (a broker of 10,000 partitions fenced and
+    back: 20,000 lines were a second of its restart)."""
+    many = len(elected) > ELECTIONS_LOGGED
+    if many:
+        log.info("%d leaders elected (%s, ...)", len(elected), "; ".join(elected[:ELECTIONS_LOGGED]))
+    level = logging.DEBUG if many else logging.INFO
+    for line in elected if log.isEnabledFor(level) else ():
+        log.log(level, "%s", line)
