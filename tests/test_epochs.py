@@ -213,6 +213,19 @@ def test_write_leaves_no_temporary_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]
 
 
+def test_an_overwrite_torn_before_its_truncation_needs_rebuild(tmp_path):
+    """The checkpoint is overwritten in place (no fsync asked); a crash between the write and the
+    truncation leaves the old tail after a shorter new text, which its count line exposes."""
+    path = tmp_path / CHECKPOINT_NAME
+    cache = cache_with(tmp_path, (0, 0), (2, 10), (5, 30))
+    old, inode = path.read_text(), path.stat().st_ino
+    cache.truncate_from_end(10)
+    new = path.read_text()
+    assert path.stat().st_ino == inode and new == "0\n1\n0 0\n"
+    path.write_text(new + old[len(new):])
+    assert LeaderEpochCache(tmp_path).needs_rebuild
+
+
 def test_fsync_option(tmp_path):
     cache = LeaderEpochCache(tmp_path, fsync=True)
     cache.assign(1, 0)

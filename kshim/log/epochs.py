@@ -13,10 +13,12 @@ LeaderEpochCheckpointFile:
     3 0          epoch start_offset
     5 1200
 
-Every change rewrites the file through a temporary file and os.replace, so a crash leaves the old
-or the new version. As for the other checkpoints, nothing is fsynced unless asked (`fsync=True`):
-a file lost or torn by a machine crash reads as corrupt, and a missing or corrupt file is rebuilt
-from the batch headers of the log (`LeaderEpochCache.open`).
+Every change overwrites the file in place (kshim.log.files.write_in_place: a temporary file
+renamed over it cost ~1.5 ms on ext4, seconds for thousands of partitions taking a new epoch at
+once), or, when fsync is asked (`fsync=True`), replaces it through a temporary file, fsynced. A
+file torn by a crash during the overwrite (the old tail after a shorter new content) or lost by a
+machine crash reads as corrupt (the count line, the order of entries), and a missing or corrupt
+file is rebuilt from the batch headers of the log (`LeaderEpochCache.open`).
 
 Semantics follow Kafka's, with these choices:
 - `assign(epoch, start)` means "the log is being written at `start` by `epoch`". Entries starting
@@ -297,7 +299,10 @@ class LeaderEpochCache:
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts)]
         # on a full disk the cache stays in memory: the next change writes it whole, and a start
         # after a crash recovers the epochs of the batches in the log
-        if save_checkpoint(self.path, "\n".join(lines) + "\n", "leader-epoch checkpoint", fsync=self.fsync):
+        # in place unless fsync is asked: read_checkpoint's count line and order checks catch a
+        # torn file, which is then rebuilt from the log (a rename over the old file cost ~1.5 ms)
+        if save_checkpoint(self.path, "\n".join(lines) + "\n", "leader-epoch checkpoint", fsync=self.fsync,
+                           in_place=True):
             self._saved = self.entries()
 
 

@@ -61,14 +61,39 @@ def write_atomic(path: str | os.PathLike, text: str | bytes, *, fsync: bool = Fa
         fsync_dir(os.path.dirname(os.fspath(path)) or ".")
 
 
-def save_checkpoint(path: str | os.PathLike, text: str, what: str, *, fsync: bool = False) -> bool:
+def write_in_place(path: str | os.PathLike, data: bytes) -> None:
+    """Overwrite `path` with `data` where it is (created if missing), for a file whose reader
+    detects a torn one and rebuilds it from the log (index files, the leader-epoch checkpoint).
+
+    Why: on ext4 (auto_da_alloc, the default) a temporary file renamed over an existing one is
+    written back at the rename, so write_atomic costs 0.6-1.7 ms per file on this project's
+    disks against 70-90 us here; a start after kill -9 rewrites two or three such files for each
+    of thousands of partitions. The price: a crash between the write and the truncation leaves
+    the old file's tail after the new content, and a machine crash can leave any mix, which is
+    why only files read with a check (and never with fsync asked) go this way."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        n = 0
+        while n < len(data):  # short writes only happen on odd filesystems / signals
+            n += os.pwrite(fd, data[n:], n)
+        os.ftruncate(fd, len(data))  # never to 0 first: ext4 would write back at the close then
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(path: str | os.PathLike, text: str, what: str, *, fsync: bool = False,
+                    in_place: bool = False) -> bool:
     """write_atomic for state the log can rebuild or that a later write repeats (high watermark,
     log start offset, leader epochs): on a full disk it is kept in memory and saved again later,
     instead of failing the request or the housekeeping that wrote it. Logged once per file while
-    it fails, and once when it works again. Returns whether it was written."""
+    it fails, and once when it works again. Returns whether it was written. ``in_place``: with
+    write_in_place unless fsync is asked (a reader that checks the file and rebuilds a torn one)."""
     key = os.fspath(path)
     try:
-        write_atomic(path, text, fsync=fsync)
+        if in_place and not fsync:
+            write_in_place(path, text.encode("ascii"))
+        else:
+            write_atomic(path, text, fsync=fsync)
     except OSError as e:
         try:
             os.unlink(f"{key}{TMP_SUFFIX}")

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 from wire.crc import crc32c
 
-from kshim.log.files import TMP_SUFFIX  # one suffix for every temporary file: Log._open removes leftovers
+from kshim.log.files import TMP_SUFFIX, write_in_place  # one suffix for every temporary file: Log._open removes leftovers
 from kshim.log.open_files import OPEN_SEGMENTS
 from kshim.log.txnindex import TXNINDEX_SUFFIX, TxnIndex
 from wire.records import (
@@ -561,9 +561,10 @@ class Segment:
 
     def _write_index_files(self, extra_suffix: str = "", if_changed: bool = False) -> None:
         """Replace both index files atomically with the in-memory entries (``extra_suffix``: write
-        ``<stem>.index<extra_suffix>`` instead, the cleaner's ``.cleaned`` files). ``if_changed``:
-        a file already holding exactly those entries is left alone (recovery after a kill -9 of
-        thousands of small logs: two reads instead of two replacements each)."""
+        ``<stem>.index<extra_suffix>`` instead, the cleaner's ``.cleaned`` files). ``if_changed``
+        (a rebuild): a file already holding exactly those entries is left alone and a differing
+        one is overwritten in place (recovery after a kill -9 of thousands of small logs: two reads
+        and at most two small writes each, no replacement)."""
         both = array("i", bytes(8 * len(self.idx_off)))
         both[0::2] = self.idx_off
         both[1::2] = self.idx_pos
@@ -571,7 +572,11 @@ class Segment:
             both.byteswap()
         for suffix, data in ((INDEX_SUFFIX, both.tobytes()),
                              (TIMEINDEX_SUFFIX, b"".join(map(_TIDX.pack, self.ts_ts, self.ts_off)))):
-            if if_changed and _read_file(self.stem + suffix + extra_suffix) == data:
+            if if_changed:  # a rebuild: only a differing file is written, and in place (~80 us,
+                # not a replacement's ~1.5 ms: kshim.log.files.write_in_place); a file torn by a
+                # crash meanwhile fails its sanity checks at the next open and is rebuilt again
+                if _read_file(self.stem + suffix + extra_suffix) != data:
+                    write_in_place(self.stem + suffix + extra_suffix, data)
                 continue
             tmp = self.stem + suffix + extra_suffix + TMP_SUFFIX
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -595,6 +600,7 @@ class Segment:
             if end < self.size:
                 os.ftruncate(self.fd, end)
                 self.size = end
+            self._keep_final_time_entry()
         else:
             self.next_offset = max(keep_next, self.next_offset)  # older segment: next base is authoritative
             if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
@@ -602,6 +608,20 @@ class Segment:
         self._write_index_files(if_changed=True)
         if was_active:
             self.open_index_files()
+
+    def _keep_final_time_entry(self) -> None:
+        """An active segment rebuilt after a crash keeps the final time-index entry a clean close
+        (or an earlier one) wrote, when the file holds the rebuilt entries and then exactly that
+        one: the state a clean open would load. Otherwise rewriting the file would drop it, and
+        the rewrite of a file shrunk to nothing (a log of one batch) costs ~0.7 ms on ext4, which
+        frees its block, where the whole recovery of such a log is about a millisecond."""
+        if self.max_ts <= (self.ts_ts[-1] if self.ts_ts else -1):
+            return
+        held = _read_file(self.stem + TIMEINDEX_SUFFIX)
+        if held is not None and len(held) == TIDX_ENTRY * (len(self.ts_ts) + 1) and \
+                _TIDX.unpack_from(held, len(held) - TIDX_ENTRY) == (self.max_ts, self.max_ts_offset - self.base_offset) \
+                and held[:-TIDX_ENTRY] == b"".join(map(_TIDX.pack, self.ts_ts, self.ts_off)):
+            self._add_time_entry(write=False)
 
     def open_active(self, clean: bool) -> bool:
         """Open the last segment. After a clean shutdown load its indexes and replay only the tail
