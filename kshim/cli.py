@@ -286,14 +286,36 @@ def version() -> str:
         return match.group(1) if match else "unknown"
 
 
+SERVER_COMMANDS = ("serve", "broker", "controller")
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        return _main(argv)
+        code = _main(argv)
     except BrokenPipeError:
         # the reader went away (`kshim ctl ... | head`): not an error of ours; stdout is closed
         # quietly (pointing it at /dev/null keeps the interpreter's final flush from failing too)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    if argv is None and next((a for a in sys.argv[1:] if not a.startswith("-")), None) in SERVER_COMMANDS:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End a server process that has stopped cleanly without the interpreter's teardown: the
+    exit handlers run, logs and standard streams are flushed, then os._exit. Freeing every object
+    of a broker with 10,000 open partitions one by one took 1.3 s of its SIGTERM (a clean stop's
+    files are closed and synced by then; nothing else is left to finish)."""
+    import atexit
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _main(argv: list[str] | None = None) -> int:
