@@ -7,7 +7,6 @@ import os
 import re
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping, Protocol, Sequence
@@ -46,10 +45,11 @@ HW_CHECKPOINT_INTERVAL_S = 5.0
 # replicas opened per worker-thread call when an image adds many: the event loop runs in between
 OPEN_CHUNK = 32
 LEADERSHIPS_LOGGED = 10  # leaderships taken in one image logged a line each; more: one line
-# Replicas opened at once, off the event loop (a start, a large CreateTopics). One: opening is
-# many cheap system calls and a little Python, and threads only handed the GIL to each other. A
-# start after kill -9 of 10,000 small logs opened them in 67 s with 1 thread against 82 s with 8
-# (cold page cache) and 36 s against 68 s (warm); a clean start of all of them 22 s against 44 s.
+# Replicas opened at once beside the event loop (a large CreateTopics; a start opens them all on
+# its own thread). One: opening is many cheap system calls and a little Python, and threads only
+# handed the GIL to each other. A start after kill -9 of 10,000 small logs opened them in 67 s
+# with 1 thread against 82 s with 8 (cold page cache) and 36 s against 68 s (warm); a clean start
+# of all of them 22 s against 44 s.
 OPEN_THREADS = 1
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # a replica move copies in rounds off the event loop until a round copies at most this much; the
@@ -202,7 +202,7 @@ class ReplicaManager:
         limiter = anyio.CapacityLimiter(OPEN_THREADS)
 
         async def open_chunk(chunk: list[tuple[TopicInfo, PartitionInfo]]) -> None:
-            opened, _ = await anyio.to_thread.run_sync(self._open_chunk, chunk, level, placed, limiter=limiter)
+            opened = await anyio.to_thread.run_sync(self._open_chunk, chunk, level, placed, limiter=limiter)
             for replica in opened:
                 self._prepared[(replica.topic, replica.index)] = replica
 
@@ -217,59 +217,40 @@ class ReplicaManager:
                 and (topic.name, info.index) not in self._prepared]
 
     def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
-                    placed: Mapping[TopicPartition, Path], dormant_only: bool = False
-                    ) -> tuple[list[Partition], list[tuple[TopicInfo, PartitionInfo]]]:
-        """The replicas of `chunk` opened; with dormant_only, only those that start dormant, the
-        others returned to be opened."""
-        opened: list[Partition] = []
-        rest: list[tuple[TopicInfo, PartitionInfo]] = []
+                    placed: Mapping[TopicPartition, Path]) -> list[Partition]:
+        opened = []
         configs: dict[str, LogConfig] = {}  # resolved once per topic
         for topic, info in chunk:
             log_config = configs.get(topic.name)
             if log_config is None:
                 log_config = configs[topic.name] = resolve(topic.configs, level).log_config()
-            log_dir = placed[(topic.name, info.index)]
-            if dormant_only:
-                dormant = self._open_dormant(topic, info, log_dir, log_config)
-                if dormant is None:
-                    rest.append((topic, info))
-                    continue
-                replica = dormant
-            else:
-                replica = self._open_replica(topic, info, level, log_dir, log_config)
+            replica = self._open_replica(topic, info, level, placed[(topic.name, info.index)], log_config)
             if info.leader == self.node_id:
                 # the epoch checkpoint write a new leader makes (apply_partition_state then
                 # finds the epoch recorded and writes nothing)
                 replica.assign_leader_epoch(info.leader_epoch)
             opened.append(replica)
-        return opened, rest
+        return opened
 
     def _prepare_now(self, image: MetadataImage) -> None:
-        """apply_image without a prepare_image before it (a broker's start): open many replicas
-        in chunks, in OPEN_THREADS threads."""
+        """apply_image without a prepare_image before it (a broker's start): every replica opened
+        here, on the caller's thread, which has nothing else to do until they are (threads only
+        handed the GIL to each other: OPEN_THREADS)."""
         todo = self._unopened(image)
         if len(todo) < OPEN_CHUNK:
             return  # one by one in apply_image
-        level = self.broker_level()
-        placed = self._place([(topic.name, info.index) for topic, info in todo])
-        total = len(todo)
         started = time.monotonic()
-        # the replicas that start dormant touch no file (a stat): made here, since threads would
-        # only contend for the GIL; the rest opened in the threads
-        dormant_ones, todo = self._open_chunk(todo, level, placed, dormant_only=True)
-        chunks = [todo[i:i + OPEN_CHUNK] for i in range(0, len(todo), OPEN_CHUNK)]
         recovered = dormant = 0
-        with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="kshim-open") as pool:
-            for opened in [dormant_ones, *(o for o, _ in pool.map(lambda c: self._open_chunk(c, level, placed), chunks))]:
-                for replica in opened:
-                    self._prepared[(replica.topic, replica.index)] = replica
-                    if replica.dormant is not None:
-                        dormant += 1
-                    else:
-                        recovered += replica.log.recovered
+        for replica in self._open_chunk(todo, self.broker_level(),
+                                        self._place([(topic.name, info.index) for topic, info in todo])):
+            self._prepared[(replica.topic, replica.index)] = replica
+            if replica.dormant is not None:
+                dormant += 1
+            else:
+                recovered += replica.log.recovered
         log.info("opened %d replicas in %.1f s: %d recovered (no clean shutdown), %d clean (%d of them "
-                 "dormant: opened on first use)", total, time.monotonic() - started, recovered,
-                 total - recovered, dormant)
+                 "dormant: opened on first use)", len(todo), time.monotonic() - started, recovered,
+                 len(todo) - recovered, dormant)
 
     async def finish_removals(self) -> None:
         """Close and rename, in worker threads, the replicas the last apply_image(defer_removal=True)
