@@ -317,3 +317,35 @@ async def test_acks_all_waiter_ends_when_the_topic_is_deleted(tmp_path):
                            message="appended")
             c.controller.delete_topic("t")
         assert result["seconds"] < 1.0 and result["answer"][0] != ErrorCode.NONE
+
+
+def test_a_parked_partition_is_retried_soon_and_bounds_the_long_poll():
+    """A follower that learns of a partition before its leader does (a new topic) parks it on
+    NOT_LEADER_OR_FOLLOWER: it is tried again after 5 ms, then twice as late each time up to
+    100 ms, and the long-poll on its other partitions ends by then (it waited 500 ms: the first
+    acks=all records to a new RF 3 topic took that long)."""
+    from types import SimpleNamespace
+
+    from kshim.replication import fetcher as fetcher_module
+    from kshim.replication.fetcher import FETCH_MAX_WAIT_MS, PARK_RETRY_FIRST_S, PARK_RETRY_S, Fetcher
+
+    now = [100.0]
+    broker = SimpleNamespace(image=SimpleNamespace(version=7))
+    f = Fetcher(broker, leader_id=1)  # type: ignore[arg-type]
+    p = SimpleNamespace(topic="t", index=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fetcher_module.SYSTEM, "monotonic", lambda: now[0])
+        assert f._max_wait_ms() == FETCH_MAX_WAIT_MS
+        delays = []
+        for _ in range(7):
+            f._park(p)  # type: ignore[arg-type]
+            delays.append(round(f._parked[("t", 0)][1] - now[0], 6))
+        assert delays == [0.005, 0.01, 0.02, 0.04, 0.08, PARK_RETRY_S, PARK_RETRY_S]
+        assert f._max_wait_ms() <= PARK_RETRY_S * 1000 + 1
+        f._parked.clear()
+        f._park(p)  # type: ignore[arg-type]
+        assert f._max_wait_ms() <= PARK_RETRY_FIRST_S * 1000 + 1
+        assert f._is_parked(("t", 0), 7, now[0])
+        assert not f._is_parked(("t", 0), 8, now[0])  # a newer image: tried at once
+        broker.image.version = 8
+        assert f._max_wait_ms() == FETCH_MAX_WAIT_MS  # ... and bounds nothing
