@@ -70,7 +70,7 @@ class Broker:
                                                   config.log_cleaner_dedupe_buffer_size,
                                                   config.log_cleaner_backoff_ms),
                                               config.max_incremental_fetch_session_cache_slots,
-                                              config.log_dirs)
+                                              config.log_dirs, config.recover_in_background)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         self._image_applied = Signal()
         self._install_lock: anyio.Lock | None = None  # made on first use, inside the event loop
@@ -109,6 +109,16 @@ class Broker:
         self.topics = dict(image.topics)
         self.topics_by_id = {t.topic_id: t for t in image.topics.values()}
         self.replica_manager.apply_image(image, defer_removal=defer_removal)
+        for listener in self.image_listeners:
+            listener()
+        self._image_applied.fire()
+
+    async def recover_deferred(self) -> None:
+        """Recover the logs a crash left unclean (ReplicaManager.recover_deferred); as each batch
+        is hosted, the image listeners and image waiters (fetchers) look again, as after an image."""
+        await self.replica_manager.recover_deferred(self._replicas_added)
+
+    def _replicas_added(self) -> None:
         for listener in self.image_listeners:
             listener()
         self._image_applied.fire()

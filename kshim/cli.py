@@ -379,7 +379,7 @@ def _run(args: argparse.Namespace) -> int:
             auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
-            transaction_version=args.transaction_version,
+            transaction_version=args.transaction_version, recover_in_background=True,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

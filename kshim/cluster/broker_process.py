@@ -90,6 +90,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
                         "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
         **connection_settings(args), authorizer=authorizer_config(args), security=security_config(args),
+        recover_in_background=True,
     )
 
 

@@ -68,6 +68,7 @@ class BrokerServer:
         self.broker.replica_manager.start_writers()  # appends leave the event loop (kshim.log.writer)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.broker.replica_manager.housekeeping)
+            tg.start_soon(self.broker.recover_deferred)
             tg.start_soon(self.broker.replica_manager.run_moves)
             tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)
             tg.start_soon(self.groups.run)

@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Mapping, Protocol, Sequence
+from typing import Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
 import anyio
 
@@ -51,6 +51,10 @@ LEADERSHIPS_LOGGED = 10  # leaderships taken in one image logged a line each; mo
 # with 1 thread against 82 s with 8 (cold page cache) and 36 s against 68 s (warm); a clean start
 # of all of them 22 s against 44 s.
 OPEN_THREADS = 1
+# Logs a crash left unclean are recovered in the background (recover_in_background) in batches of
+# at most this many replicas or this long: a request waiting for one is served within a batch
+RECOVERY_BATCH = 32
+RECOVERY_BATCH_S = 0.05
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # a replica move copies in rounds off the event loop until a round copies at most this much; the
 # last round runs on the event loop with the source closed (appends wait that long)
@@ -121,7 +125,7 @@ class ReplicaManager:
     def __init__(self, node_id: int, data_dir: Path, topic_defaults: Mapping[str, str], metadata: Metadata,
                  max_decompressed_bytes: int = 100 * 1024 * 1024,
                  cleaner: CleanerSettings = CleanerSettings(), fetch_session_slots: int = DEFAULT_SLOTS,
-                 log_dirs: Sequence[Path] = ()) -> None:
+                 log_dirs: Sequence[Path] = (), recover_in_background: bool = False) -> None:
         self.node_id = node_id
         # incremental fetch sessions (KIP-227): the Fetch handler's, kept beside the replicas as
         # Kafka keeps its FetchManager beside the ReplicaManager
@@ -160,6 +164,20 @@ class ReplicaManager:
         for d in self.log_dirs:
             self._saved_hw.update(((d, name), hw) for name, hw in read_offsets(d / REPLICATION_OFFSET_CHECKPOINT).items())
         self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
+        # Replica directories no clean stop vouched for (kill -9, a crash): with recover_in_background
+        # (a serving broker, which runs recover_deferred) they are not opened with the image that
+        # assigns them but recovered after, off the event loop, while the others already serve
+        # (Kafka's log recovery runs before its broker serves at all). Keys in `recovering` are
+        # hosted but not open yet: partition() has none; requests that name them wait for them
+        # (wait_recovered), and are recovered first. Coordinator topics ("__...") are opened at once.
+        self._unclean: set[tuple[Path, str]] = set()
+        if recover_in_background:
+            self._unclean = {(d, name) for name, d in found.located.items() if (d, name) not in self._clean}
+        self.recovering: dict[TopicPartition, Path] = {}  # key -> its log dir
+        self._recover_first: dict[TopicPartition, None] = {}  # asked for by a request (ordered)
+        self._recovered = Signal()  # a batch of recovering replicas was installed
+        self._recovery_due = Signal()  # replicas were deferred
+        self._recovery_batch: list[tuple[TopicPartition, Partition | None]] = []  # opened, not installed yet
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
         # preferred log dir)
         self._preferred: dict[TopicPartition, Path] = {}
@@ -214,7 +232,22 @@ class ReplicaManager:
         """The replicas `image` gives this broker that are neither open nor prepared."""
         return [(topic, info) for topic in image.topics.values() for info in topic.partitions
                 if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
-                and (topic.name, info.index) not in self._prepared]
+                and (topic.name, info.index) not in self._prepared
+                and (topic.name, info.index) not in self.recovering and not self._defer(topic, info)]
+
+    def _defer(self, topic: TopicInfo, info: PartitionInfo) -> bool:
+        """Whether this replica's opening is left to recover_deferred: a log a crash left
+        unclean, at a start with recover_in_background (see __init__)."""
+        if not self._unclean or topic.name.startswith("__"):
+            return False
+        name = f"{topic.name}-{info.index}"
+        log_dir = self._located.get(name)
+        if log_dir is None or (log_dir, name) not in self._unclean:
+            return False
+        self._unclean.discard((log_dir, name))
+        self.recovering[(topic.name, info.index)] = log_dir
+        self._recovery_due.fire()
+        return True
 
     def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
                     placed: Mapping[TopicPartition, Path]) -> list[Partition]:
@@ -236,7 +269,12 @@ class ReplicaManager:
         """apply_image without a prepare_image before it (a broker's start): every replica opened
         here, on the caller's thread, which has nothing else to do until they are (threads only
         handed the GIL to each other: OPEN_THREADS)."""
+        deferred = len(self.recovering)
         todo = self._unopened(image)
+        deferred = len(self.recovering) - deferred
+        if deferred:
+            log.info("%d replicas a crash left unclean are recovered in the background, while the others "
+                     "serve", deferred)
         if len(todo) < OPEN_CHUNK:
             return  # one by one in apply_image
         started = time.monotonic()
@@ -265,6 +303,122 @@ class ReplicaManager:
         for start in range(0, len(removed), OPEN_CHUNK):
             await anyio.to_thread.run_sync(finish, removed[start:start + OPEN_CHUNK])
 
+    # ------------------------------------------------------------------ recovery after a crash
+    async def recover_deferred(self, on_installed: Callable[[], None] | None = None) -> None:
+        """For as long as the broker serves: open, in a worker thread, the replicas a crash left
+        unclean (see __init__) once an image assigns them, those a request waits for first, in
+        batches installed on the event loop with the image of then; `on_installed` is called after
+        each (the broker tells its fetchers and coordinators). A cluster's broker gets its first
+        image after it serves, a standalone one before."""
+        while True:
+            while not self.recovering:
+                await self._recovery_due.wait()
+            await self._recover_all(on_installed)
+
+    async def _recover_all(self, on_installed: Callable[[], None] | None) -> None:
+        started, total = time.monotonic(), len(self.recovering)
+        log.info("recovering %d replicas in the background", total)
+        try:
+            while self.recovering:  # bounded: each round takes at least one key out
+                batch = self._next_recovery_batch()
+                await anyio.to_thread.run_sync(self._open_recovering, batch)
+                opened, self._recovery_batch = self._recovery_batch, []
+                self._install_recovered(opened)
+                if on_installed is not None:
+                    on_installed()
+        except BaseException:
+            for _, replica in self._recovery_batch:  # stopping: opened but never served
+                if replica is not None:
+                    replica.discard()
+            self._recovery_batch = []
+            raise
+        log.info("recovered %d replicas in the background in %.1f s", total, time.monotonic() - started)
+
+    def _next_recovery_batch(self) -> list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]:
+        """The next replicas to recover, those requests wait for first, with the image's state."""
+        image = self.metadata.image
+        out: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]] = []
+        first = [k for k in self._recover_first if k in self.recovering]
+        self._recover_first.clear()
+        for key in [*first, *self.recovering]:
+            if len(out) >= RECOVERY_BATCH:
+                break
+            topic = image.topics.get(key[0])
+            if topic is None or key[1] >= len(topic.partitions) or any(key == k for k, *_ in out):
+                continue
+            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))
+        if not out:  # not in the image (a removal that apply_image will finish): nothing to open
+            key = next(iter(self.recovering))
+            self._cancel_recovery(key)
+        return out
+
+    def _open_recovering(self, batch: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]) -> None:
+        """In a worker thread: open (recover) the batch, one after the other, for at most
+        RECOVERY_BATCH_S; each goes to _recovery_batch as it is (None: it failed). Touches no
+        dict the event loop iterates."""
+        level, deadline = self.broker_level(), time.monotonic() + RECOVERY_BATCH_S
+        for key, topic, info, log_dir in batch:
+            try:
+                replica = self._open_replica(topic, info, level, log_dir)
+                if info.leader == self.node_id:
+                    replica.assign_leader_epoch(info.leader_epoch)
+            except OSError:
+                log.exception("cannot recover %s-%d; tried again with the next metadata image", *key)
+                replica = None
+            self._recovery_batch.append((key, replica))
+            if time.monotonic() >= deadline:
+                break
+
+    def _install_recovered(self, opened: list[tuple[TopicPartition, Partition | None]]) -> None:
+        """Host the replicas recover_deferred opened, as apply_image would have, with the image of
+        now; one no longer assigned here, or of a topic since created again, is not kept. One
+        that failed to open is left to the next image's apply_image."""
+        image, level, leaders = self.metadata.image, self.broker_level(), []
+        for key, replica in opened:
+            topic = image.topics.get(key[0])
+            log_dir = self.recovering.pop(key, None)
+            if replica is None:
+                continue
+            if log_dir is None or topic is None or topic.topic_id != replica.topic_id:
+                if log_dir is not None:  # the topic was created again: its directory is opened anew
+                    self.recovering[key] = log_dir
+                    replica.discard()
+                else:
+                    self._finish_removal(replica)  # no longer hosted here (_cancel_recovery)
+                continue
+            info = topic.partitions[key[1]]
+            self._replicas[key] = replica
+            self._preferred.pop(key, None)
+            resume = self._resume_moves.pop(replica.directory.name, None)
+            if resume is not None:
+                self.alter_log_dir(key[0], key[1], resume)
+            replica.configure(resolve(topic.configs, level))
+            if replica.apply_partition_state(info, image):
+                leaders.append(replica)
+        _log_leaderships(leaders)
+        self._recovered.fire()
+
+    def _cancel_recovery(self, key: TopicPartition) -> None:
+        """A recovering replica the image no longer assigns here: deleted like any removed one
+        (by _install_recovered if its batch is being opened)."""
+        log_dir = self.recovering.pop(key)
+        self._located.pop(f"{key[0]}-{key[1]}", None)
+        if not any(k == key for k, _ in self._recovery_batch):
+            self.deleter.remove(log_dir / f"{key[0]}-{key[1]}")
+        log.info("removed replica %s-%d (not yet recovered)", *key)
+        self._recovered.fire()
+
+    async def wait_recovered(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        """Returns once none of `keys` (a request's partitions) is still being recovered; those
+        that are are recovered next."""
+        waiting = [(t, i) for t, i in keys if i is not None and (t, i) in self.recovering]
+        if not waiting:
+            return
+        for key in waiting:
+            self._recover_first[key] = None
+        while any(k in self.recovering for k in waiting):  # bounded: every batch takes keys out
+            await self._recovered.wait()
+
     def apply_image(self, image: MetadataImage, *, defer_removal: bool = False) -> None:
         """Open, reconfigure or remove local replicas as the image assigns them; with
         defer_removal, removed replicas' files are left for finish_removals."""
@@ -285,6 +439,8 @@ class ReplicaManager:
                     self._finish_removal(self._removed.pop())  # its directory is needed now
                     replica = None
                 if replica is None:
+                    if key in self.recovering or self._defer(topic, info):
+                        continue  # installed by recover_deferred, with the image of then
                     replica = self._prepared.pop(key, None)
                     if replica is not None and replica.topic_id != topic.topic_id:
                         replica.close()  # prepared for an image this one replaced
@@ -305,6 +461,8 @@ class ReplicaManager:
         _log_leaderships(leaders)
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
+        for key in [k for k in self.recovering if k not in wanted]:
+            self._cancel_recovery(key)
         if not defer_removal:
             for replica in self._removed:
                 self._finish_removal(replica)
@@ -406,7 +564,8 @@ class ReplicaManager:
                 continue
         for name, d in found:
             m = _PARTITION_DIR.match(name)
-            if m is None or (m.group(1), int(m.group(2))) in self._replicas:
+            if m is None or (m.group(1), int(m.group(2))) in self._replicas or (
+                    (m.group(1), int(m.group(2))) in self.recovering):
                 continue
             directory = d / name
             recorded = read_topic_id(directory)
@@ -744,6 +903,9 @@ class ReplicaManager:
         """`append_and_wait` of one marker on several partitions: all appended first, then each
         waited for in turn (together they last as long as the slowest, with no task per partition)."""
         deadline = anyio.current_time() + timeout_s
+        if self.recovering:
+            with anyio.move_on_after(timeout_s):
+                await self.wait_recovered(tps)
         appended = [(tp, *self._coordinator_append(*tp, marker)) for tp in tps]
         codes: dict[tuple[str, int], ErrorCode] = {}
         for tp, result, partition in appended:
@@ -838,7 +1000,13 @@ class ReplicaManager:
         by_dir: dict[Path, list[tuple[Partition, int]]] = {}
         for replica in self._replicas.values() if replicas is None else replicas:
             by_dir.setdefault(replica.directory.parent, []).append((replica, replica.high_watermark))
-        return {d: (format_offsets((r.topic, r.index, hw) for r, hw in entries), entries)
+        # replicas still being recovered keep the high watermark the file had for them
+        pending: dict[Path, list[tuple[str, int, int]]] = {}
+        for (topic, index), d in self.recovering.items():
+            hw = self._saved_hw.get((d, f"{topic}-{index}"))
+            if hw is not None:
+                pending.setdefault(d, []).append((topic, index, hw))
+        return {d: (format_offsets([*((r.topic, r.index, hw) for r, hw in entries), *pending.get(d, ())]), entries)
                 for d, entries in by_dir.items()
                 if d in self.log_dirs and (not moved_only or any(r.hw_moved for r, _ in entries))}
 
