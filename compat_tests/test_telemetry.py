@@ -50,13 +50,21 @@ def instances(kshim: KshimProcess, client_id: str) -> list[dict]:
     return [i for i in map(json.loads, out.stdout.splitlines()) if i["client_id"] == client_id]
 
 
-def test_java_and_librdkafka_clients_push_their_metrics(kshim, java):
+def test_java_and_librdkafka_clients_push_their_metrics(kshim, java, tmp_path):
     subscribe(kshim.bootstrap, "producers", metrics="org.apache.kafka.producer.", interval_ms="200",
               match="client_id=tele-.*")
-    java.run("produce", kshim.bootstrap, "tele-topic", 2000, "--value-size", 100,
-             props={"client.id": "tele-java", "enable.metrics.push": "true"})
-    [java_instance] = wait_until(lambda: [i for i in instances(kshim, "tele-java") if i["pushes"]], 20,
-                                 message="the Java producer's pushed metrics")
+    # the producer stays open until its pushes are seen: its 2,000 records may take less than one
+    # push interval, and a push still in flight at close is not repeated
+    release = tmp_path / "release"
+    running = java.start("produce", kshim.bootstrap, "tele-topic", 2000, "--value-size", 100,
+                         "--hold-until-file", str(release),
+                         props={"client.id": "tele-java", "enable.metrics.push": "true"})
+    try:
+        [java_instance] = wait_until(lambda: [i for i in instances(kshim, "tele-java") if i["pushes"]], 20,
+                                     message="the Java producer's pushed metrics")
+    finally:
+        release.touch()
+    java.finish(running)
     assert java_instance["client_software_name"] == "apache-kafka-java"
     assert java_instance["requested_metrics"] == ["org.apache.kafka.producer."]
     names = [m["name"] for m in java_instance["metrics"]]

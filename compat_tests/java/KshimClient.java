@@ -64,6 +64,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * client calls take explicit timeouts and a watchdog ends the JVM at --deadline-ms (default 60 s).
  *
  *   produce  BOOTSTRAP TOPIC N [--acks A] [--compression C[,C...]] [--key-prefix P] [--value-size B]
+ *            [--hold-until-file PATH]   (the producer stays open after its records until PATH exists)
  *   consume  BOOTSTRAP TOPIC GROUP N [--isolation read_committed|read_uncommitted] [--until-end]
  *                                   [--extra-ms MS] [--timeout-ms MS] [--hold-until-file PATH] [--assign]
  *            subscribes as a member of GROUP and commits what it printed; with --assign it assigns
@@ -170,6 +171,12 @@ public final class KshimClient {
                     RecordMetadata md = sent.get(i).get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
                     emit(obj("type", "sent", "topic", md.topic(), "partition", md.partition(), "offset", md.offset(),
                             "key", keys.get(i), "value", values.get(i), "seq", i));
+                }
+                // stay open (its background work going on: metadata, telemetry pushes) until the test says so
+                if (o.has("hold-until-file")) {
+                    emit(obj("type", "holding"));
+                    java.nio.file.Path file = java.nio.file.Paths.get(o.get("hold-until-file", ""));
+                    while (!java.nio.file.Files.exists(file)) Thread.sleep(50);  // bounded by the --deadline-ms watchdog
                 }
                 producer.close(CALL_TIMEOUT);
             }
