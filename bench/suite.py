@@ -161,6 +161,10 @@ def main(argv=None) -> int:
         add(f"ready after a clean stop, {restart['partitions']} partitions, s", restart["clean_ready_s"], None, None,
             "< 5 s", ".2f")
         add(f"SIGTERM to exit, {restart['partitions']} partitions, s", restart["sigterm_s"], None, None, "< 2 s", ".2f")
+        add(f"ready after kill -9, {restart['partitions']} partitions, s", restart["dirty_ready_s"], None, None,
+            "serves while the tails recover", ".2f")
+        add(f"first ack after kill -9 (its partition recovered first), {restart['partitions']} partitions, s",
+            restart.get("dirty_serve_s"), None, None, "serves while the tails recover", ".2f")
         add("records intact after clean and kill -9 restarts", 1.0 if restart["records_ok"] else 0.0, None, None,
             "1 = yes", ".0f")
 

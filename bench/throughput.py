@@ -874,7 +874,8 @@ def main(argv=None) -> int:
             failed = True
         print()
         print("restart (kshim alone; seconds; durable log): SIGTERM to exit, start to ready after it, "
-              "start to a first acknowledged produce, start to ready after kill -9")
+              "start to a first acknowledged produce, start to ready after kill -9, start to a first "
+              "acknowledged produce after kill -9")
         if "error" in restart:
             print("restart FAILED: %s" % restart["error"])
         else:
