@@ -569,23 +569,11 @@ class Partition:
         request holding several batches (each is checked after the one before is written)."""
         if self.writer is None or not data or len(data) < records.HEADER_SIZE:
             return self.append(data, from_coordinator)  # nothing to write, or refused at once
-        if not self._jobs_out and len(data) <= self.inline_append_max and self.log.config.flush_messages is None \
-                and self.log.config.flush_ms is None:
+        if self._inline_ok(len(data)):  # small, and the writer holds nothing of ours
             started = SYSTEM.monotonic()
-            if started >= self.writer.inline_paused_until:  # small, and the writer holds nothing of ours
-                result = self.append(data, from_coordinator)
-                took = SYSTEM.monotonic() - started
-                if took > INLINE_SLOW_S:
-                    slow = self.writer.inline_slow
-                    slow.append(started)
-                    if len(slow) == INLINE_SLOW_COUNT and started - slow[0] <= INLINE_SLOW_WINDOW_S:
-                        slow.clear()
-                        self.writer.inline_paused_until = started + took + INLINE_PAUSE_S
-                        log.info("%s-%d: %d appends on the event loop took over %.0f ms within %.0f s (the "
-                                 "last %.0f ms); appends of its data directory go through the writer thread "
-                                 "for %.0f s", self.topic, self.index, INLINE_SLOW_COUNT, INLINE_SLOW_S * 1000,
-                                 INLINE_SLOW_WINDOW_S, took * 1000, INLINE_PAUSE_S)
-                return result
+            result = self.append(data, from_coordinator)
+            self._inline_took(started)
+            return result
         # patched and written in place when it is a request's records (a writable view of the frame,
         # which the connection never reuses: the inline path above does the same); bytes are copied.
         # The copy of every produced byte was a tenth of a produce benchmark's event-loop samples
@@ -751,6 +739,7 @@ class Partition:
         raised for the fetcher to try again later; it is logged once, as a leader's is."""
         if data:
             before = self.log.log_end_offset
+            started = SYSTEM.monotonic()
             try:
                 self.log.append_with_offsets(data)
             except OSError as e:
@@ -758,6 +747,7 @@ class Partition:
                 if self.log.log_end_offset > before:
                     self.log.truncate_to(before)
                 raise
+            self._inline_took(started)
             self._took_from_leader(data)
         self.update_follower_hw(leader_high_watermark)
 
@@ -769,11 +759,35 @@ class Partition:
             if header.producer_id >= 0:
                 self._track(self.producers, header, memoryview(data)[pos:pos + header.size])
 
+    def _inline_ok(self, size: int) -> bool:
+        """Whether a write of `size` bytes is made on the event loop (INLINE_APPEND_MAX): small,
+        the writer holds nothing of this partition's, no flush policy fsyncs, and its data dir's
+        inline writes are not paused for being slow."""
+        writer, cfg = self.writer, self.log.config
+        return (writer is not None and not self._jobs_out and size <= self.inline_append_max
+                and cfg.flush_messages is None and cfg.flush_ms is None
+                and SYSTEM.monotonic() >= writer.inline_paused_until)
+
+    def _inline_took(self, started: float) -> None:
+        """An inline write begun at `started` is done: the slow ones counted (INLINE_SLOW_S)."""
+        took = SYSTEM.monotonic() - started
+        if took > INLINE_SLOW_S and self.writer is not None:
+            slow = self.writer.inline_slow
+            slow.append(started)
+            if len(slow) == INLINE_SLOW_COUNT and started - slow[0] <= INLINE_SLOW_WINDOW_S:
+                slow.clear()
+                self.writer.inline_paused_until = started + took + INLINE_PAUSE_S
+                log.info("%s-%d: %d appends on the event loop took over %.0f ms within %.0f s (the "
+                         "last %.0f ms); appends of its data directory go through the writer thread "
+                         "for %.0f s", self.topic, self.index, INLINE_SLOW_COUNT, INLINE_SLOW_S * 1000,
+                         INLINE_SLOW_WINDOW_S, took * 1000, INLINE_PAUSE_S)
+
     def submit_follower_append(self, data: bytes | memoryview) -> asyncio.Future | None:
-        """append_as_follower's write handed to the log writer (None: there is none, so the
-        caller appends directly). The future's value is None, or the OSError of a failed write
-        (logged here; the log is as it was). Call :meth:`follower_appended` after it."""
-        if self.writer is None:
+        """append_as_follower's write handed to the log writer (None: there is none, or the
+        write is small enough for the event loop (_inline_ok, as a leader's), so the caller
+        appends directly). The future's value is None, or the OSError of a failed write (logged
+        here; the log is as it was). Call :meth:`follower_appended` after it."""
+        if self.writer is None or self._inline_ok(len(data)):
             return None
         epoch = self.leader_epoch
         job = WriteJob(self.log, bytes(data), False, self._follower_written,

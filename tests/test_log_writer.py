@@ -191,6 +191,7 @@ async def test_follower_appends_through_the_writer(tmp_path):
     writer = LogWriter()
     follower = Partition("t", 0, tmp_path / "f-0", LogConfig(segment_bytes=1024))
     follower.leader_id, follower.node_id, follower.writer = 0, 1, writer
+    follower.inline_append_max = 0  # every append through the writer (the inline path: the next test)
     offset = 0
     while offset < source.log.log_end_offset:  # bounded: each round appends at least one batch
         data = source.read_for_follower(offset, 700)
@@ -201,6 +202,29 @@ async def test_follower_appends_through_the_writer(tmp_path):
     assert follower.high_watermark == 60
     bad = bytearray(source.read_for_follower(0, 100))  # does not follow on
     assert isinstance(await follower.submit_follower_append(bad), ValueError)
+    writer.close()
+    source.close()
+    follower.close()
+
+
+@pytest.mark.anyio
+async def test_a_small_follower_append_is_made_by_the_caller_on_the_event_loop(tmp_path):
+    """As a leader's: no hand-off to the writer thread for a few KiB (submit_follower_append
+    answers None, the fetcher appends at once), unless a flush policy or slow writes say otherwise."""
+    source = leader(tmp_path, None, name="src")
+    for i in range(3):
+        source.append(encode_batch([(None, b"v%d" % i)] * 3))
+    writer = LogWriter()
+    follower = Partition("t", 0, tmp_path / "f-0", LogConfig())
+    follower.leader_id, follower.node_id, follower.writer = 0, 1, writer
+    data = source.read_for_follower(0, 1 << 20)
+    assert follower.submit_follower_append(data) is None
+    follower.append_as_follower(data, source.high_watermark)
+    assert follower.log.read(0, 1 << 20) == source.log.read(0, 1 << 20) and follower.high_watermark == 9
+    assert writer.jobs == 0
+    writer.inline_paused_until = float("inf")  # slow inline writes seen: the writer takes them
+    future = follower.submit_follower_append(data)
+    assert future is not None and isinstance(await future, ValueError)  # the writer's check: it does not follow on
     writer.close()
     source.close()
     follower.close()
