@@ -453,6 +453,10 @@ def consume_phase(bootstrap: str, topic: str, nparts: int, produced: int, args, 
         "fetch.max.bytes": 50 * MIB,
         "max.partition.fetch.bytes": 10 * MIB,
         "queued.max.messages.kbytes": 256 * 1024,
+        # librdkafka stops prefetching at queued.min.messages (100,000 by default) and looks again
+        # only after fetch.queue.backoff.ms (1 s): 200,000 small records then took ~1 s more in
+        # some runs on either broker (100-byte consume: 13-18 MB/s or 120-167 MB/s at random)
+        "queued.min.messages": 10_000_000,
         "receive.message.max.bytes": 50 * MIB + 1 * MIB,
         "error_cb": errors,
     })
