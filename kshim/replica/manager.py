@@ -316,14 +316,14 @@ class ReplicaManager:
             await self._recover_all(on_installed)
 
     async def _recover_all(self, on_installed: Callable[[], None] | None) -> None:
-        started, total = time.monotonic(), len(self.recovering)
-        log.info("recovering %d replicas in the background", total)
+        started, installed = time.monotonic(), 0
+        log.info("recovering %d replicas in the background", len(self.recovering))
         try:
             while self.recovering:  # bounded: each round takes at least one key out
                 batch = self._next_recovery_batch()
                 await anyio.to_thread.run_sync(self._open_recovering, batch)
                 opened, self._recovery_batch = self._recovery_batch, []
-                self._install_recovered(opened)
+                installed += self._install_recovered(opened)
                 if on_installed is not None:
                     on_installed()
         except BaseException:
@@ -332,7 +332,7 @@ class ReplicaManager:
                     replica.discard()
             self._recovery_batch = []
             raise
-        log.info("recovered %d replicas in the background in %.1f s", total, time.monotonic() - started)
+        log.info("recovered %d replicas in the background in %.1f s", installed, time.monotonic() - started)
 
     def _next_recovery_batch(self) -> list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]:
         """The next replicas to recover, those requests wait for first, with the image's state."""
@@ -369,11 +369,11 @@ class ReplicaManager:
             if time.monotonic() >= deadline:
                 break
 
-    def _install_recovered(self, opened: list[tuple[TopicPartition, Partition | None]]) -> None:
+    def _install_recovered(self, opened: list[tuple[TopicPartition, Partition | None]]) -> int:
         """Host the replicas recover_deferred opened, as apply_image would have, with the image of
         now; one no longer assigned here, or of a topic since created again, is not kept. One
-        that failed to open is left to the next image's apply_image."""
-        image, level, leaders = self.metadata.image, self.broker_level(), []
+        that failed to open is left to the next image's apply_image. Returns how many are hosted."""
+        image, level, leaders, hosted = self.metadata.image, self.broker_level(), [], 0
         for key, replica in opened:
             topic = image.topics.get(key[0])
             log_dir = self.recovering.pop(key, None)
@@ -388,6 +388,7 @@ class ReplicaManager:
                 continue
             info = topic.partitions[key[1]]
             self._replicas[key] = replica
+            hosted += 1
             self._preferred.pop(key, None)
             resume = self._resume_moves.pop(replica.directory.name, None)
             if resume is not None:
@@ -397,6 +398,7 @@ class ReplicaManager:
                 leaders.append(replica)
         _log_leaderships(leaders)
         self._recovered.fire()
+        return hosted
 
     def _cancel_recovery(self, key: TopicPartition) -> None:
         """A recovering replica the image no longer assigns here: deleted like any removed one
