@@ -117,9 +117,8 @@ def java_run(kshim, java, tmp_path_factory) -> dict:
     """The Java steps, one group and topic each: a holder JVM SIGKILLed once it holds the records
     of `kill`, then ONE JVM running side by side the `implicit` step, the `explicit` step and the
     `read` step on the killed holder's group."""
-    # the implicit step's group keeps Kafka's 30 s lock: with 3 s, a consumer JVM slowed by a loaded
-    # machine between two polls (its acknowledgements go with the next one) lost a batch's lock and
-    # those 10 records came again to another (delivery count 2), as the semantics say they must
+    # the implicit step's group keeps Kafka's 30 s lock: its consumers poll every 100 ms, and a JVM
+    # slowed past 3 s between two polls on a loaded machine would lose a batch's lock
     implicit = setup(kshim.bootstrap, 0, lock_ms=30_000)
     explicit, killed = setup(kshim.bootstrap, 6), setup(kshim.bootstrap, 5)
     holder, held = started_holder(java_command(java, "hold", kshim.bootstrap, killed[1], killed[0], 5),
