@@ -136,15 +136,18 @@ def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed
     group = f"g-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     members: list[Polling] = []
+    consumers: list[KafkaConsumer] = []
     try:
-        makers = [threading.Thread(target=lambda: members.append(Polling(kp_consumer(kshim.bootstrap, topic_name,
-                                                                                      group))))
+        # made first (bootstrap, metadata: seconds apart on a loaded machine), then all polled at
+        # once: the first poll sends the JoinGroup, and "at once" is what the delay is for
+        makers = [threading.Thread(target=lambda: consumers.append(kp_consumer(kshim.bootstrap, topic_name, group)))
                   for _ in range(4)]
         for t in makers:
             t.start()
         for t in makers:
             t.join(30)
-        assert len(members) == 4
+        assert len(consumers) == 4
+        members.extend(Polling(c) for c in consumers)
         wait_until(lambda: shares([m.parts() for m in members], 2, 8), 15,
                    message="2 partitions each for 4 members joining at once")
         formed_s = time.monotonic() - started
@@ -154,6 +157,8 @@ def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed
     finally:
         for m in members:
             m.close()
+        for c in consumers[len(members):]:
+            c.close()
 
 
 def test_kafka_python_commit_survives_restart(fresh_kshim, topic_name):
