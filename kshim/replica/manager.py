@@ -2,6 +2,7 @@
 removed as metadata images say, and the one way handlers and coordinators reach them."""
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -229,7 +230,8 @@ class ReplicaManager:
                 tg.start_soon(open_chunk, todo[start:start + OPEN_CHUNK])
 
     def _unopened(self, image: MetadataImage) -> list[tuple[TopicInfo, PartitionInfo]]:
-        """The replicas `image` gives this broker that are neither open nor prepared."""
+        """The replicas `image` gives this broker that are neither open, prepared nor being
+        recovered; those it finds a crash left unclean are deferred to recover_deferred (_defer)."""
         return [(topic, info) for topic in image.topics.values() for info in topic.partitions
                 if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
                 and (topic.name, info.index) not in self._prepared
@@ -340,12 +342,14 @@ class ReplicaManager:
         out: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]] = []
         first = [k for k in self._recover_first if k in self.recovering]
         self._recover_first.clear()
-        for key in [*first, *self.recovering]:
+        taken: set[TopicPartition] = set()
+        for key in itertools.chain(first, self.recovering):  # the asked ones, then in order
             if len(out) >= RECOVERY_BATCH:
                 break
             topic = image.topics.get(key[0])
-            if topic is None or key[1] >= len(topic.partitions) or any(key == k for k, *_ in out):
+            if topic is None or key[1] >= len(topic.partitions) or key in taken:
                 continue
+            taken.add(key)
             out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))
         if not out:  # not in the image (a removal that apply_image will finish): nothing to open
             key = next(iter(self.recovering))
@@ -387,18 +391,24 @@ class ReplicaManager:
                     self._finish_removal(replica)  # no longer hosted here (_cancel_recovery)
                 continue
             info = topic.partitions[key[1]]
-            self._replicas[key] = replica
+            self._host(key, replica)
             hosted += 1
-            self._preferred.pop(key, None)
-            resume = self._resume_moves.pop(replica.directory.name, None)
-            if resume is not None:
-                self.alter_log_dir(key[0], key[1], resume)
             replica.configure(resolve(topic.configs, level))
             if replica.apply_partition_state(info, image):
                 leaders.append(replica)
         _log_leaderships(leaders)
         self._recovered.fire()
         return hosted
+
+    def _host(self, key: TopicPartition, replica: Partition) -> None:
+        """`replica`, just opened, is the one hosted here for `key` (apply_image, a recovery in
+        the background); an interrupted move of it starts again."""
+        self._replicas[key] = replica
+        self._located[replica.directory.name] = replica.directory.parent
+        self._preferred.pop(key, None)
+        resume = self._resume_moves.pop(replica.directory.name, None)
+        if resume is not None:
+            self.alter_log_dir(key[0], key[1], resume)
 
     def _cancel_recovery(self, key: TopicPartition) -> None:
         """A recovering replica the image no longer assigns here: deleted like any removed one
@@ -449,12 +459,7 @@ class ReplicaManager:
                         replica = None
                     if replica is None:
                         replica = self._open_replica(topic, info, level, self._place([key])[key])
-                    self._replicas[key] = replica
-                    self._located[replica.directory.name] = replica.directory.parent
-                    self._preferred.pop(key, None)
-                    resume = self._resume_moves.pop(replica.directory.name, None)
-                    if resume is not None:
-                        self.alter_log_dir(key[0], key[1], resume)
+                    self._host(key, replica)
                 if config is None:
                     config = resolve(topic.configs, level)
                 replica.configure(config)
@@ -566,8 +571,7 @@ class ReplicaManager:
                 continue
         for name, d in found:
             m = _PARTITION_DIR.match(name)
-            if m is None or (m.group(1), int(m.group(2))) in self._replicas or (
-                    (m.group(1), int(m.group(2))) in self.recovering):
+            if m is None or (key := (m.group(1), int(m.group(2)))) in self._replicas or key in self.recovering:
                 continue
             directory = d / name
             recorded = read_topic_id(directory)
