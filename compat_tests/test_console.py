@@ -30,6 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from compat_tests.cluster import Cluster, running
 from compat_tests.kshim_process import KshimProcess, wait_until
+from compat_tests.raw_kafka import RawConnection
+from wire.records import encode_batch
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -190,8 +192,11 @@ def test_browser_shows_replication_as_a_follower_is_paused_and_resumed(tmp_path,
 
         # acks=1: the leader has the records, the paused follower (still in the ISR) has not. At
         # once: the ISR shrinks REPLICA_LAG_MS after the follower's last fetch, and this must be seen
-        # before that
-        produce(f"127.0.0.1:{cluster.base_port + leader}", "clicks", 10, 1)
+        # before that. One Produce request to the leader itself: a client's metadata requests may go
+        # to the paused broker (a CI run saw kafka-python wait 2 x 10 s on it, past the lag time)
+        with RawConnection(f"127.0.0.1:{cluster.base_port + leader}") as conn:
+            [answer] = conn.produce({("clicks", 0): encode_batch([(None, b"v" * 100)] * 10)}, acks=1).values()
+        assert (answer.error_code, answer.base_offset) == (0, 20), answer
         shown = wait_page(page, lambda: (r := replica(page, "clicks", leader)).get("leo") == "30" and r,
                           "the leader's log end at 30")
         assert shown["hw"] == "20" and shown["uncommitted"], f"records 20-29 are not UNCOMMITTED on the page: {shown}"
