@@ -140,6 +140,9 @@ class Partition:
     epochs: LeaderEpochCache = field(init=False, repr=False)
     _high_watermark: int = field(init=False, default=0)
     _waiters: set[anyio.Event] = field(init=False, default_factory=set)
+    # wake_all calls so far: a long-poll compares it with the count at its read, so an append made
+    # between that read and the start of its wait (a loop turn later) is not missed
+    wakes: int = field(init=False, default=0)
     _hw_changed: Signal = field(init=False, default_factory=Signal)
     # (first offset, marker offset) of ended transactions whose marker is not yet below the high
     # watermark: they hold the last stable offset until it is (Kafka's unreplicated transactions)
@@ -881,6 +884,7 @@ class Partition:
         self._waiters.discard(event)
 
     def wake_all(self) -> None:
+        self.wakes += 1
         for event in self._waiters:
             event.set()
 

@@ -85,7 +85,9 @@ def fetch(manager: ReplicaManager, params: FetchParams, asked: list[FetchPartiti
             or _high_watermark_news(params, asked, results):
         return results
     release(results)  # read again after the wait
-    return _wait_and_read(manager, params, asked, leaders, record_progress)
+    # the wait begins a loop turn from now, in the server's task: what woke these partitions
+    # meanwhile (an append on another request) must end it at once, as it would have ended a wait
+    return _wait_and_read(manager, params, asked, leaders, record_progress, [p.wakes for p in leaders])
 
 
 def release(results: FetchResult) -> None:
@@ -164,18 +166,22 @@ def _cut_off(manager: ReplicaManager, replica_id: int) -> bool:
 
 
 async def _wait_and_read(manager: ReplicaManager, params: FetchParams, asked: list[FetchPartition],
-                         partitions: list[Partition], record_progress: bool) -> FetchResult:
+                         partitions: list[Partition], record_progress: bool, wakes: list[int]) -> FetchResult:
+    """Wait until one of `partitions` is woken (an append, a high watermark move) after the read
+    that counted `wakes` (Partition.wakes), read again, and so on until min_bytes or max_wait_ms."""
     follower = params.replica_id >= 0
     with anyio.move_on_after(params.max_wait_ms / 1000):
         while True:
-            event = anyio.Event()
-            for partition in partitions:
-                partition.add_waiter(event)
-            try:
-                await event.wait()
-            finally:
+            if all(p.wakes == seen for p, seen in zip(partitions, wakes)):  # nothing since the read
+                event = anyio.Event()
                 for partition in partitions:
-                    partition.remove_waiter(event)
+                    partition.add_waiter(event)
+                try:
+                    await event.wait()
+                finally:
+                    for partition in partitions:
+                        partition.remove_waiter(event)
+            wakes = [p.wakes for p in partitions]  # the read below is synchronous: no wake during it
             if not record_progress or (follower and _cut_off(manager, params.replica_id)):
                 record_progress = False
                 continue  # cut off (now or since): sit out the wait, as a lost request would
