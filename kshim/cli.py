@@ -224,6 +224,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listeners
 
+    tuning.freeze_loaded_objects()  # the code is loaded, no data yet
     # bind before opening any log: a serve whose port is taken leaves the data directory as it was
     listeners = open_listeners(config.security.listeners or [Listener("PLAINTEXT", config.host, config.port)])
     try:

@@ -100,6 +100,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listeners
 
+    tuning.freeze_loaded_objects()  # the code is loaded, no data yet
     # bind before opening any log: a broker whose port is taken leaves its data directory as it was
     listeners = open_listeners(config.security.listeners or [Listener("PLAINTEXT", config.host, config.port)])
     client = RemoteControllerClient(controller_socket, config.node_id)
