@@ -4,9 +4,9 @@
     python bench/replication.py [--messages 100000] [--value-size 1024] [--repeat 3]
 
 Starts `python -m kshim serve --brokers 3` itself (consecutive free ports on 127.0.0.1, a
-temporary data dir), creates one topic per run with replication factor 3, and produces with
-confluent-kafka using large batches (linger.ms 10, batch.size 1 MiB), first acks=1 then acks=all,
-alternating over the repeats, in two phases:
+temporary data dir), creates one topic per run with replication factor 3 (deleted once measured),
+and produces with confluent-kafka using large batches (linger.ms 10, batch.size 1 MiB), first
+acks=1 then acks=all, alternating over the repeats, in two phases:
 - throughput: as fast as the client can send (saturation); MB/s, msgs/s and p50/p99 delivery
   latency, which at saturation is mostly time queued in the client;
 - latency: at a fixed rate well below capacity (`--latency-rate`, as kafka-producer-perf-test's
@@ -64,6 +64,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float) -
     future.result(timeout=max(1.0, deadline - time.monotonic()))
 
 
+def delete_topic(bootstrap: str, topic: str, deadline: float) -> None:
+    """Delete a run's topic once measured, as bench/throughput.py does: its data would otherwise
+    stay for every later run, and what the throughput phases left for the kernel to write back
+    (gigabytes over the repeats: every byte three times) slowed the later runs of both modes."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.delete_topics([topic], request_timeout=30)[topic]
+    future.result(timeout=max(1.0, deadline - time.monotonic()))
+
+
 def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     topic = f"bench-acks{acks}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, args.partitions, time.monotonic() + 60)
@@ -76,6 +85,7 @@ def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     result = produce_phase(producer, topic, args, values, state)
     log("acks=%s: %.1f MB/s, %.0f msg/s, p50 %.2f ms, p99 %.2f ms"
         % (acks, result["mb_s"], result["msgs_s"], result["p50_ms"], result["p99_ms"]))
+    delete_topic(bootstrap, topic, time.monotonic() + 60)
     return result
 
 
@@ -110,6 +120,7 @@ def latency_mode(bootstrap: str, acks: str, args, values) -> dict:
     latencies.sort()
     result = {"p50_ms": latencies[n // 2] * 1e3, "p99_ms": latencies[int(n * 0.99)] * 1e3}
     log("acks=%s at %d msg/s: p50 %.2f ms, p99 %.2f ms" % (acks, rate, result["p50_ms"], result["p99_ms"]))
+    delete_topic(bootstrap, topic, time.monotonic() + 60)
     return result
 
 

@@ -15,8 +15,9 @@ class _Node:
 def test_freezing_the_loaded_objects_keeps_later_garbage_collected():
     loaded = _Node()  # alive at the freeze: out of every later collection's walk
     try:
-        frozen = tuning.freeze_loaded_objects()
-        assert frozen == gc.get_freeze_count() > 1000  # the test process's modules, at least
+        # the test process's modules at least (the count moves after: a frozen object whose last
+        # reference goes is freed as ever, by a thread of another test too)
+        assert tuning.freeze_loaded_objects() > 1000
         assert gc.isenabled()  # automatic collections go on, over what came later
         a, b = _Node(), _Node()  # a cycle made after the freeze: only the collector frees it
         a.other, b.other = b, a
