@@ -52,8 +52,8 @@ class RequestLog:
         # a tuple now, the JSON-ready dict when read: the log costs each request little
         # at most MAX_PARTITIONS_LISTED kept: a ring of fetches of thousands of partitions stays small
         # tuples of strings and numbers only: the garbage collector stops tracking them after its
-        # first look, so a full ring (10,000 entries; with a list inside each, ~25,000 objects) does
-        # not lengthen every full collection, a pause of the whole broker (10-18 ms measured)
+        # first look, so a full ring (10,000 entries; with a list inside each, ~20,000 objects) does
+        # not lengthen every full collection, a pause of the whole broker
         named = partitions if isinstance(partitions, list) else list(partitions)
         self._entries.append((self.seq, time.time(), api_key, version, client_id, correlation_id, peer,
                               tuple(named[:MAX_PARTITIONS_LISTED]), len(named), tuple(errors)[:MAX_ERRORS_LISTED],

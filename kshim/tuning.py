@@ -5,7 +5,8 @@ heap tops to the kernel. A broker allocates a megabyte-sized buffer per produce 
 socket read, so by default nearly every such buffer comes back zero-filled from the kernel: on a
 200 MB produce run that was ~160k minor page faults and more system time than all the Python code.
 Raising both thresholds keeps freed buffers in the heap for reuse. Elsewhere than glibc this does
-nothing.
+nothing. The garbage collector is told to leave the loaded code alone (freeze_loaded_objects), and
+the open-file limit sizes the partition budget and the open segments (below).
 """
 from __future__ import annotations
 
