@@ -846,7 +846,12 @@ class ReplicaManager:
                 result.error, result.message = bad.error, bad.message
             replica = replicas[i]
             if acks == -1 and result.appended and replica is not None:
-                waits.append((result, replica))
+                if replica.high_watermark > result.last_offset:
+                    # COMMITTED as it was appended (an ISR of this replica alone): answered now, so
+                    # the Produce needs no task and no loop turn, as acks=1
+                    _committed(result, replica)
+                else:
+                    waits.append((result, replica))
         return self._await_commit(results, waits, timeout_s) if waits else results
 
     async def _when_written(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
@@ -882,12 +887,9 @@ class ReplicaManager:
                             timeout_s: float) -> list[PartitionAppend]:
         deadline = anyio.current_time() + max(timeout_s, 0)
         for result, partition in waits:
-            committed = await partition.wait_committed(result.last_offset, max(deadline - anyio.current_time(), 0))
-            if committed and len(partition.isr) < partition.min_insync_replicas:
-                result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
-                    f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="
-                    f"{partition.min_insync_replicas}")
-            elif not committed:
+            if await partition.wait_committed(result.last_offset, max(deadline - anyio.current_time(), 0)):
+                _committed(result, partition)
+            else:
                 _not_committed(result, partition)
         return results
 
@@ -1081,6 +1083,14 @@ def _outcome(result: AppendResult, partition: Partition) -> PartitionAppend:
     return PartitionAppend(result.error, result.message, result.base_offset, result.last_offset,
                            result.log_append_time, partition.log_start_offset,
                            appended=result.error == ErrorCode.NONE and result.last_offset >= 0)
+
+
+def _committed(result: PartitionAppend, partition: Partition) -> None:
+    """An acks=all append is COMMITTED: its answer, unless the ISR fell below min.insync.replicas."""
+    if len(partition.isr) < partition.min_insync_replicas:
+        result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
+            f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="
+            f"{partition.min_insync_replicas}")
 
 
 def _not_committed(result: PartitionAppend, partition: Partition) -> None:

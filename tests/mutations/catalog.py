@@ -99,8 +99,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        if acks == -1 and len(partition.isr) < partition.min_insync_replicas and partition.append(data):"),),
         "NOT_ENOUGH_REPLICAS after appending the records"),
     Mutation("NOT_ENOUGH_REPLICAS_AFTER_APPEND", REPLICAS, (
-        ("            if committed and len(partition.isr) < partition.min_insync_replicas:",
-         "            if False:"),),
+        ("    if len(partition.isr) < partition.min_insync_replicas:\n        result.error, result.message = "
+         "ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+         "    if False:\n        result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND"),),
         "acks=all answers success though the ISR fell below min.insync.replicas while it waited"),
     Mutation("`kshim.commit.quorum=majority` commits", PARTITION, (
         ("        if self.majority_quorum:\n            ends", "        if False:\n            ends"),),

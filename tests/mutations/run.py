@@ -68,7 +68,9 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str]:
     """pytest in `tree` (so `python -m kshim` subprocesses import the copy's kshim)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+    # -n 0: with the project's xdist workers (pyproject's addopts) a first failure under -x ends
+    # the run as "interrupted" (exit 2), which read as an error, not as a killed mutant
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests],
                           cwd=tree, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S)
     return proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
 
