@@ -2,6 +2,7 @@
 Fetch names, and the long-poll that repeats it when an append wakes the request."""
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Protocol
@@ -181,6 +182,10 @@ async def _wait_and_read(manager: ReplicaManager, params: FetchParams, asked: li
                 finally:
                     for partition in partitions:
                         partition.remove_waiter(event)
+                # one loop turn before reading: the requests already received behind the append
+                # that woke us (librdkafka sends a Produce per partition, together) are appended
+                # first, and one answer carries them all instead of one answer each
+                await asyncio.sleep(0)
             wakes = [p.wakes for p in partitions]  # the read below is synchronous: no wake during it
             if not record_progress or (follower and _cut_off(manager, params.replica_id)):
                 record_progress = False
