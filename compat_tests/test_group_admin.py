@@ -67,6 +67,11 @@ def test_delete_group_only_when_empty(kshim, admin, topic_name):
     member = KafkaConsumer(topic_name, bootstrap_servers=kshim.bootstrap, group_id=group,
                            enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
     try:
+        # the topic's partitions in the member's metadata before it joins: kafka-python, as the
+        # group's leader, assigns from what its metadata holds, and a join that raced its first
+        # metadata answer under CI load assigned nothing ("No partition metadata for topic") and
+        # was never redone within the deadline
+        assert member.partitions_for_topic(topic_name) == {0, 1}
         deadline = time.monotonic() + DEADLINE_S
         while not member.assignment():  # joined: the group has a member now
             assert time.monotonic() < deadline, "the consumer never got an assignment"
