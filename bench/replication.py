@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from throughput import (  # noqa: E402  (the sibling script's building blocks)
-    ClientErrors, ManagedProcess, PhaseError, deliveries, log, make_values, produce_phase, producer_conf,
+    ClientErrors, ManagedProcess, PhaseError, deliveries, drop_topic, log, make_values, produce_phase, producer_conf,
 )
 
 READY = re.compile(r"ready: bootstrap (\S+)")
@@ -64,15 +64,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int, deadline: float) -
     future.result(timeout=max(1.0, deadline - time.monotonic()))
 
 
-def delete_topic(bootstrap: str, topic: str, deadline: float) -> None:
-    """Delete a run's topic once measured, as bench/throughput.py does: its data would otherwise
-    stay for every later run, and what the throughput phases left for the kernel to write back
-    (gigabytes over the repeats: every byte three times) slowed the later runs of both modes."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    future = admin.delete_topics([topic], request_timeout=30)[topic]
-    future.result(timeout=max(1.0, deadline - time.monotonic()))
-
-
 def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     topic = f"bench-acks{acks}-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, args.partitions, time.monotonic() + 60)
@@ -85,7 +76,7 @@ def run_mode(bootstrap: str, acks: str, args, values) -> dict:
     result = produce_phase(producer, topic, args, values, state)
     log("acks=%s: %.1f MB/s, %.0f msg/s, p50 %.2f ms, p99 %.2f ms"
         % (acks, result["mb_s"], result["msgs_s"], result["p50_ms"], result["p99_ms"]))
-    delete_topic(bootstrap, topic, time.monotonic() + 60)
+    drop_topic(bootstrap, topic)  # what the throughput phases left to write back slowed later runs
     return result
 
 
@@ -120,7 +111,7 @@ def latency_mode(bootstrap: str, acks: str, args, values) -> dict:
     latencies.sort()
     result = {"p50_ms": latencies[n // 2] * 1e3, "p99_ms": latencies[int(n * 0.99)] * 1e3}
     log("acks=%s at %d msg/s: p50 %.2f ms, p99 %.2f ms" % (acks, rate, result["p50_ms"], result["p99_ms"]))
-    delete_topic(bootstrap, topic, time.monotonic() + 60)
+    drop_topic(bootstrap, topic)  # what the throughput phases left to write back slowed later runs
     return result
 
 

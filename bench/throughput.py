@@ -607,7 +607,9 @@ def run_once(target: dict, topic: str, args, values) -> dict:
 def drop_topic(bootstrap: str, topic: str) -> None:
     """Delete a run's topic on the kshim started here, after its phases: with --partitions 1000
     and --repeat 5 the topics outgrew the broker's partition budget (sized from the open-file
-    limit: 2,500 with 20,000 descriptors), and the third run's was refused (POLICY_VIOLATION)."""
+    limit: 2,500 with 20,000 descriptors), and the third run's was refused (POLICY_VIOLATION).
+    bench/replication.py too: its throughput phases left gigabytes for the kernel to write back
+    (every byte three times) while the later runs of both modes went on."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
         admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(timeout=40)

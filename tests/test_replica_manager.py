@@ -221,7 +221,6 @@ async def test_fetch_long_poll_returns_as_soon_as_data_is_appended(standalone):
             assert [values(a) for a in answers] == [[b"x"]]
 
 
-
 async def test_fetch_long_poll_sees_an_append_made_before_its_wait_began(standalone):
     """The server starts a long-poll's wait in a task of its own, a loop turn after the read that
     found nothing; an append in between (the next request on any connection) must still end the
@@ -235,6 +234,7 @@ async def test_fetch_long_poll_sees_an_append_made_before_its_wait_began(standal
     with anyio.fail_after(WAIT_S):  # a guard: the answer comes without any clock time passing
         answers = await pending
     assert [values(a) for a in answers] == [[b"x"]]
+
 
 async def test_high_watermark_checkpoints_are_written_in_one_batch_for_the_partitions_that_moved(standalone):
     """ReplicaManager.checkpoint_high_watermarks (every 5 s from housekeeping, off the event loop):
