@@ -3,6 +3,7 @@ or answered with the right error) and that the broker goes on serving everyone e
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -283,6 +284,30 @@ def test_pipelined_requests_answer_in_order(kshim, topic_name):
     got = [(r.offset, r.value) for r in consume_all(kshim.bootstrap, topic_name, 0)]
     assert got == [(i, f"record-{i}".encode()) for i in range(produced)]
     assert_broker_serves(kshim, topic_name)
+
+
+def test_an_answer_in_the_making_keeps_later_ones_behind_it(kshim, topic_name):
+    """A fetch that waits for data is answered first, though the requests pipelined behind it are
+    answered at once (the reader writes those itself only when nothing is ahead of them)."""
+    fetch = {"replica_id": -1, "max_wait_ms": 400, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+             "topics": [{"topic": topic_name, "partitions": [
+                 {"partition": 0, "fetch_offset": 1, "partition_max_bytes": 1 << 20}]}]}
+    produce_and_consume(kshim.bootstrap, topic_name)  # the topic, with one record: the fetch waits at 1
+    with RawConnection(kshim.bootstrap) as conn:
+        assert conn.api_versions(3).error_code == 0
+        data = request_frame(1, 4, fetch, 1) + request_frame(API_VERSIONS, 3, {
+            "client_software_name": "raw", "client_software_version": "1"}, 2)
+        data += request_frame(METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
+                                             "include_topic_authorized_operations": False}, 3)
+        started = time.monotonic()
+        conn.send(data)
+        got, body = conn.read_response(1, 4)
+        waited = time.monotonic() - started
+        (partition,) = body.responses[0].partitions
+        assert got == 1 and (partition.error_code, partition.high_watermark) == (0, 1)
+        assert waited >= 0.3, f"the fetch was answered after {waited:.3f} s, not after its wait"
+        assert conn.read_response(API_VERSIONS, 3)[0] == 2
+        assert conn.read_response(METADATA, 12)[0] == 3
 
 
 def test_failed_acks_0_produce_closes_the_connection(kshim, topic_name):

@@ -1,10 +1,11 @@
 """The network layer: a thin anyio TCP server around ConnectionCore.
 
 Per connection, a reader task turns bytes into requests and dispatches them in arrival order; a
-writer task sends responses in that same order. A handler may hand back an awaitable (a produce
-waiting for commitment, a fetch waiting for data): the reader goes on with the next request while
-the writer waits for that response before sending any later one. acks=0 produce yields no
-response and takes no place in the order.
+writer task sends responses in that same order (kshim.net.outbox between them). A handler may hand
+back an awaitable (a produce waiting for commitment, a fetch waiting for data): the reader goes on
+with the next request while the writer waits for that response before sending any later one.
+A response ready at once, with nothing ahead of it, the reader writes itself (what the socket
+takes; the writer sends the rest). acks=0 produce yields no response and takes no place in the order.
 
 Sockets are non-blocking and driven with asyncio's add_reader / add_writer: the reader
 recv_into()s the buffer the connection core hands out (a large produce frame is read straight
@@ -35,7 +36,6 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kshim.broker import Broker
 from kshim.configs.security import ANONYMOUS, Listener
@@ -43,6 +43,7 @@ from kshim.faults import API_NAMES, FaultRule, FaultRules
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.handlers.throttling import charge_request_time
+from kshim.net.outbox import Outbox
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
 from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
@@ -100,6 +101,57 @@ async def wait_ready(sock: socket.socket, writable: bool = False) -> None:
         (loop.remove_writer if writable else loop.remove_reader)(fd)
 
 
+class ReadWaiter:
+    """wait_ready(sock) for a connection's reader, registered with the selector once instead of
+    per wait (two epoll_ctl calls and asyncio's bookkeeping per request). The selector is level-
+    triggered, so a report it made before the reader drained the socket can arrive once the reader
+    waits again: a peek tells it from new bytes, which saves the reader a loop turn. Nobody
+    waiting (the reader handles a request, or waits for room or a quota): registration ends, else
+    the loop would be called back every turn; the next wait registers again. Plaintext only."""
+
+    __slots__ = ("loop", "sock", "fd", "future", "armed")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.future: asyncio.Future | None = None
+        self.armed = False
+
+    def _ready(self) -> None:
+        future = self.future
+        if future is None:
+            self.loop.remove_reader(self.fd)
+            self.armed = False
+            return
+        try:
+            if not self.sock.recv(1, socket.MSG_PEEK):
+                pass  # end of stream: the reader's recv sees it
+        except BlockingIOError:
+            return  # reported before the reader's last read: nothing new
+        except OSError:
+            pass  # a reset: the reader's recv raises it
+        self.future = None
+        if not future.done():
+            future.set_result(None)
+
+    async def wait(self) -> None:
+        self.future = future = self.loop.create_future()
+        if not self.armed:
+            self.loop.add_reader(self.fd, self._ready)
+            self.armed = True
+        try:
+            await future
+        finally:
+            if self.future is future:
+                self.future = None
+
+    def close(self) -> None:
+        if self.armed:
+            self.loop.remove_reader(self.fd)
+            self.armed = False
+
+
 IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
 SENDFILE_MAX = 1 << 20  # bytes per os.sendfile call: a non-blocking socket takes what fits anyway
 
@@ -140,6 +192,21 @@ async def send_buffers(sock: socket.socket, chunks: list[bytes | bytearray | mem
             else:
                 views[i] = views[i][sent:]
                 sent = 0
+
+
+def send_now(sock: socket.socket, chunks: list[Any]) -> list[memoryview] | None:
+    """Write a response of buffers only to the socket without waiting: None once all of it is
+    sent, else what is left (for the writer, which waits for the socket)."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    try:
+        sent = sock.sendmsg(views[:IOV_MAX])
+    except BlockingIOError:
+        return views
+    for i, view in enumerate(views):
+        if sent < len(view):
+            return [view[sent:], *views[i + 1:]]
+        sent -= len(view)
+    return None
 
 
 async def send_region(sock: socket.socket, fd: int, pos: int, length: int) -> None:
@@ -190,33 +257,12 @@ def close_regions(chunks: list[Any]) -> None:
             chunk.close()
 
 
-async def _put(send: MemoryObjectSendStream, item: Any) -> None:
-    """send.send(item) without its checkpoint when the stream has room (the reader yields when it
-    waits for the socket, and at least once per read otherwise)."""
-    try:
-        send.send_nowait(item)
-    except anyio.WouldBlock:
-        await send.send(item)
-
-
-async def _take(receive: MemoryObjectReceiveStream) -> Any:
-    """receive.receive() without its checkpoint when an item is queued (the writer yields when it
-    waits for a response, or for the socket)."""
-    try:
-        return receive.receive_nowait()
-    except anyio.WouldBlock:
-        return await receive.receive()
-
-
-def _drop_queued(receive: MemoryObjectReceiveStream) -> None:
+def _drop_queued(outbox: Outbox) -> None:
     """Close the file regions of the responses still queued when a connection's writer ends.
     (One whose handler is still running when the connection goes is dropped unsent: its
     FileRecords close when collected.)"""
-    for _ in range(MAX_IN_FLIGHT + 1):  # the stream holds at most MAX_IN_FLIGHT items
-        try:
-            item = receive.receive_nowait()
-        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-            return
+    while outbox.items:
+        item = outbox.take_nowait()
         if isinstance(item, asyncio.Task):
             item = item.result() if item.done() and not item.cancelled() and item.exception() is None else None
         close_regions(item or [])
@@ -300,6 +346,11 @@ class _DropConnection(Exception):
 
 
 PRODUCE_KEY = 0
+# requests whose answer the reader waits for itself when nothing is ahead of it, reading no further
+# request of the connection meanwhile (Kafka mutes a connection while it handles a request): a task
+# and the writer's turn each saved, three times a transaction. Clients send the transaction
+# coordinator one of these at a time and wait for its answer.
+AWAITED_BY_READER = frozenset({24, 25, 26, 28})  # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
 # requests that read or write the replicas they name: while some replica a crash left unclean is
 # still being recovered (kshim.replica.manager), one that names it waits for it (recovered first)
 WAITS_FOR_RECOVERY = frozenset({0, 1, 2, 21, 23, 27, 34, 61, 78, 79})  # Produce, Fetch, ListOffsets,
@@ -464,14 +515,16 @@ class Server:
             core = ConnectionCore(self.supported, self.broker.config.max_request_bytes,
                                   security if listener.sasl else None)
             sender: Callable[[Any, list], Awaitable[None]] = send_all_tls if listener.tls else send_all
-            send, receive = anyio.create_memory_object_stream[Any](MAX_IN_FLIGHT)
+            outbox = Outbox(MAX_IN_FLIGHT)
             try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._writer, conn, receive, tg, state, sender)
+                    tg.start_soon(self._writer, conn, outbox, tg, state, sender)
                     tg.start_soon(self._idle_watchdog, tg, state, peer)
                     try:
-                        async with send:
-                            await self._reader(conn, core, send, peer, state, security)
+                        try:
+                            await self._reader(conn, core, outbox, peer, state, security, not listener.tls)
+                        finally:
+                            outbox.close()
                     except ProtocolError as e:
                         log.warning("closing connection from %s: %s", peer, e)
                         tg.cancel_scope.cancel()
@@ -498,10 +551,21 @@ class Server:
             if not self.per_ip[ip]:
                 del self.per_ip[ip]
 
-    async def _reader(self, conn: socket.socket, core: ConnectionCore, send, peer: str,
-                      state: _Connection, security: ConnectionSecurity) -> None:
-        cfg = self.broker.config
+    async def _reader(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
+                      state: _Connection, security: ConnectionSecurity, plaintext: bool = True) -> None:
         loop = asyncio.get_running_loop()
+        waiter = ReadWaiter(conn) if plaintext else None
+        wait_readable = waiter.wait if waiter is not None else lambda: wait_ready(conn)
+        try:
+            await self._read_requests(conn, core, outbox, peer, state, security, plaintext, loop, wait_readable)
+        finally:
+            if waiter is not None:
+                waiter.close()
+
+    async def _read_requests(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
+                             state: _Connection, security: ConnectionSecurity, plaintext: bool,
+                             loop: asyncio.AbstractEventLoop, wait_readable: Callable[[], Awaitable[None]]) -> None:
+        cfg = self.broker.config
         waited = False  # the task waited (yielded) since its last read
         while True:
             with core.receive_buffer() as view:
@@ -519,7 +583,7 @@ class Server:
                 if core.in_frame:
                     timeout = cfg.request_stall_timeout_ms / 1000
                     with anyio.move_on_after(timeout):
-                        await wait_ready(conn)
+                        await wait_readable()
                         continue
                     log.info("closing connection from %s: it stopped sending halfway through a request "
                              "for %.1f s", peer, timeout)
@@ -527,7 +591,7 @@ class Server:
                 core.release_idle()
                 state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
                 try:
-                    await wait_ready(conn)
+                    await wait_readable()
                 finally:
                     state.waiting_since = None
                 continue
@@ -550,20 +614,36 @@ class Server:
                     await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
                     if result is not None and not request.raw and not inspect.isawaitable(result):
                         state.outstanding += 1
-                        await _put(send, core.response_bytes(request, result))
+                        await outbox.put(core.response_bytes(request, result))
                     return
                 if result is None:
                     continue
                 state.outstanding += 1
-                if inspect.isawaitable(result):
+                if inspect.isawaitable(result) and request.header.api_key in AWAITED_BY_READER and outbox.idle:
+                    answered = await self._complete(request, result, peer)
+                    if answered is None:
+                        return  # the handler failed, or a fault rule drops the connection
+                    response = answered
+                elif inspect.isawaitable(result):
                     # a plain task, not the task group's: anyio's start_soon cost 8% of a single-record
                     # produce's event-loop time; _connection cancels what is left when it ends
                     task = loop.create_task(self._complete(request, result, peer))
                     state.completions.add(task)
                     task.add_done_callback(state.completions.discard)
-                    await _put(send, task)
+                    await outbox.put(task)
+                    continue
                 else:
-                    await _put(send, core.response_bytes(request, result))
+                    response = core.response_bytes(request, result)
+                if plaintext and outbox.idle and not any(isinstance(c, FileRecords) for c in response):
+                    # nothing ahead of it and the writer waiting: sent from here, a loop turn sooner
+                    rest = send_now(conn, response)
+                    if rest is None:
+                        state.outstanding -= 1
+                        state.last_sent = _now()
+                        continue
+                    await outbox.put(rest)
+                    continue
+                await outbox.put(response)
             if core.frame_size and not state.reserved:
                 # a large frame has begun: hold its size in the shared budget before reading on
                 state.reserved = core.frame_size
@@ -696,28 +776,27 @@ class Server:
             log.exception("handler %d failed for %s", request.header.api_key, peer)
         return None
 
-    async def _writer(self, conn: socket.socket, receive: MemoryObjectReceiveStream, tg: TaskGroup,
+    async def _writer(self, conn: socket.socket, outbox: Outbox, tg: TaskGroup,
                       state: _Connection, sender: Callable[[Any, list], Awaitable[None]] = send_all) -> None:
         try:
-            async with receive:
-                try:
-                    while True:  # ends with the stream (the reader is done) or the connection
-                        try:
-                            item = await _take(receive)
-                        except anyio.EndOfStream:
-                            break
-                        if isinstance(item, asyncio.Task):  # an answer in the making (_complete)
-                            item = await item
-                            if item is None:
-                                return
-                        try:
-                            await sender(conn, item)
-                        finally:
-                            close_regions(item)
-                        state.outstanding -= 1
-                        state.last_sent = _now()
-                finally:
-                    _drop_queued(receive)
+            try:
+                while True:  # ends with the outbox (the reader is done) or the connection
+                    try:
+                        item = await outbox.take()
+                    except anyio.EndOfStream:
+                        break
+                    if isinstance(item, asyncio.Task):  # an answer in the making (_complete)
+                        item = await item
+                        if item is None:
+                            return
+                    try:
+                        await sender(conn, item)
+                    finally:
+                        close_regions(item)
+                    state.outstanding -= 1
+                    state.last_sent = _now()
+            finally:
+                _drop_queued(outbox)
         except (*_PEER_GONE, ssl.SSLError):
             pass  # the peer closed (or reset) while responses were still going out to it
         finally:

@@ -1,0 +1,88 @@
+"""A connection's responses on their way from its reader task to its writer task, in request order.
+
+An anyio memory object stream did this before; its receive() begins with a checkpoint, a loop
+turn of its own each time the writer waits, and it sets up an anyio Event per wait: two of the
+four event-loop turns a small request took (issue 18, docs/benchmarks.md). This is a deque and at
+most one waiting future per side, on asyncio directly.
+
+`idle` tells the reader that the writer waits with nothing queued and nothing being sent: the
+reader may then write a ready response to the socket itself (Server._reader), a loop turn sooner
+and without waking the writer, and order is kept because nothing is ahead of it.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import anyio
+
+
+class Outbox:
+    __slots__ = ("items", "limit", "closed", "_taker", "_putter")
+
+    def __init__(self, limit: int) -> None:
+        self.items: deque[Any] = deque()
+        self.limit = limit  # items queued before put() waits (back pressure on the reader)
+        self.closed = False
+        self._taker: asyncio.Future | None = None  # the writer, waiting for an item
+        self._putter: asyncio.Future | None = None  # the reader, waiting for room
+
+    @property
+    def idle(self) -> bool:
+        """The writer waits for an item and none is queued (a put clears this at once)."""
+        return self._taker is not None
+
+    def put_nowait(self, item: Any) -> bool:
+        if len(self.items) >= self.limit:
+            return False
+        self.items.append(item)
+        _wake(self._taker)
+        self._taker = None
+        return True
+
+    async def put(self, item: Any) -> None:
+        while not self.put_nowait(item):
+            if self.closed:
+                raise anyio.ClosedResourceError
+            self._putter = future = asyncio.get_running_loop().create_future()
+            try:
+                await future
+            finally:
+                if self._putter is future:
+                    self._putter = None
+
+    async def take(self) -> Any:
+        """The next item; anyio.EndOfStream once closed and empty."""
+        while not self.items:
+            if self.closed:
+                raise anyio.EndOfStream
+            self._taker = future = asyncio.get_running_loop().create_future()
+            try:
+                await future
+            finally:
+                if self._taker is future:
+                    self._taker = None
+        item = self.items.popleft()
+        _wake(self._putter)
+        self._putter = None
+        return item
+
+    def take_nowait(self) -> Any:
+        """The next item queued; IndexError if none."""
+        item = self.items.popleft()
+        _wake(self._putter)
+        self._putter = None
+        return item
+
+    def close(self) -> None:
+        """No more items: the writer takes what is queued, then gets EndOfStream."""
+        self.closed = True
+        _wake(self._taker)
+        _wake(self._putter)
+        self._taker = self._putter = None
+
+
+def _wake(future: asyncio.Future | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
