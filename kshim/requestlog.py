@@ -65,7 +65,7 @@ class RequestLog:
             fault = raw
         listed = [t if p is None else f"{t}/{p}" for t, p in partitions]
         entry: dict[str, Any] = {
-            "seq": seq, "time": round(at, 3), "api": API_NAMES.get(api_key, str(api_key)), "api_key": api_key,
+            "seq": seq, "time": round(at, 6), "api": API_NAMES.get(api_key, str(api_key)), "api_key": api_key,
             "version": version, "client_id": client_id, "correlation_id": correlation_id, "peer": peer,
             "partitions": listed, "errors": [_error_name(c) for c in errors],
             "latency_ms": round(latency * 1000, 3), "outcome": outcome, "fault": fault}
