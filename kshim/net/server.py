@@ -612,19 +612,19 @@ class Server:
                     log.warning("closing connection from %s on %s: authentication failed: %s",
                                 peer, security.listener.name, security.failure)
                     await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
-                    if result is not None and not request.raw and not inspect.isawaitable(result):
+                    if result is not None and not request.raw and not _awaitable(result):
                         state.outstanding += 1
                         await outbox.put(core.response_bytes(request, result))
                     return
                 if result is None:
                     continue
                 state.outstanding += 1
-                if inspect.isawaitable(result) and request.header.api_key in AWAITED_BY_READER and outbox.idle:
+                if _awaitable(result) and request.header.api_key in AWAITED_BY_READER and outbox.idle:
                     answered = await self._complete(request, result, peer)
                     if answered is None:
                         return  # the handler failed, or a fault rule drops the connection
                     response = answered
-                elif inspect.isawaitable(result):
+                elif _awaitable(result):
                     # a plain task, not the task group's: anyio's start_soon cost 8% of a single-record
                     # produce's event-loop time; _connection cancels what is left when it ends
                     task = loop.create_task(self._complete(request, result, peer))
@@ -697,7 +697,7 @@ class Server:
         if result is None:  # acks=0 produce: no answer
             self.node.metrics.observe(h.api_key, request.body, None, _now() - metric_started)
             return None
-        if inspect.isawaitable(result):
+        if _awaitable(result):
             request.started = metric_started  # the metric is taken when it completes (_complete)
             if self.requests.enabled and (rule is None or rule.action == "delay"):
                 return self._logged(request, peer, result, started, rule)
@@ -753,7 +753,7 @@ class Server:
             return None
 
         async def late() -> Any:
-            body = await result if inspect.isawaitable(result) else result
+            body = await result if _awaitable(result) else result
             if rule.action == "timeout":  # logged now: the client usually hangs up before the hold ends
                 self._log(request, peer, body, started, rule, "withheld")
             await anyio.sleep(rule.delay_ms / 1000)
@@ -802,6 +802,11 @@ class Server:
         finally:
             # done, failed, or the reader finished (peer closed its side): end the connection
             tg.cancel_scope.cancel()
+
+
+def _awaitable(result: Any) -> bool:
+    """inspect.isawaitable, with the common answers (a dict, None) told apart first."""
+    return result is not None and type(result) is not dict and inspect.isawaitable(result)
 
 
 def _api_name(api_key: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import sys
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Union
@@ -76,8 +77,10 @@ class Handler:
     @property
     def handle(self) -> Callable[[RequestContext, Container], Awaitable[Response]]:
         # an import runs to its end without yielding to the event loop, so concurrent first
-        # requests find the module whole; later calls are a sys.modules lookup
-        return importlib.import_module(self.module).handle
+        # requests find the module whole; later calls are a sys.modules lookup (without
+        # import_module's own checks: a few us a request)
+        module = sys.modules.get(self.module)
+        return (module if module is not None else importlib.import_module(self.module)).handle
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
