@@ -32,7 +32,7 @@ import os
 import socket
 import ssl
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
@@ -52,6 +52,9 @@ from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
 from wire.primitives import FileRecords
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs from Python 3.13
 
 log = logging.getLogger("kshim.server")
 
@@ -804,7 +807,7 @@ class Server:
             tg.cancel_scope.cancel()
 
 
-def _awaitable(result: Any) -> bool:
+def _awaitable(result: Any) -> TypeIs[Awaitable[Any]]:
     """inspect.isawaitable, with the common answers (a dict, None) told apart first."""
     return result is not None and type(result) is not dict and inspect.isawaitable(result)
 
