@@ -45,24 +45,14 @@ class Outbox:
         while not self.put_nowait(item):
             if self.closed:
                 raise anyio.ClosedResourceError
-            self._putter = future = asyncio.get_running_loop().create_future()
-            try:
-                await future
-            finally:
-                if self._putter is future:
-                    self._putter = None
+            await self._park("_putter")
 
     async def take(self) -> Any:
         """The next item; anyio.EndOfStream once closed and empty."""
         while not self.items:
             if self.closed:
                 raise anyio.EndOfStream
-            self._taker = future = asyncio.get_running_loop().create_future()
-            try:
-                await future
-            finally:
-                if self._taker is future:
-                    self._taker = None
+            await self._park("_taker")
         item = self.items.popleft()
         _wake(self._putter)
         self._putter = None
@@ -74,6 +64,16 @@ class Outbox:
         _wake(self._putter)
         self._putter = None
         return item
+
+    async def _park(self, slot: str) -> None:
+        """Wait on a new future kept in `slot` (_taker or _putter) until the other side wakes it."""
+        future = asyncio.get_running_loop().create_future()
+        setattr(self, slot, future)
+        try:
+            await future
+        finally:
+            if getattr(self, slot) is future:
+                setattr(self, slot, None)
 
     def close(self) -> None:
         """No more items: the writer takes what is queued, then gets EndOfStream."""
