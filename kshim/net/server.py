@@ -128,8 +128,7 @@ class ReadWaiter:
             self.armed = False
             return
         try:
-            if not self.sock.recv(1, socket.MSG_PEEK):
-                pass  # end of stream: the reader's recv sees it
+            self.sock.recv(1, socket.MSG_PEEK)  # b"" at the end of the stream: the reader's recv sees it
         except BlockingIOError:
             return  # reported before the reader's last read: nothing new
         except OSError:
