@@ -10,7 +10,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     log                 kshim/log/
     base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py, the control-plane
     base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py,
-                        kshim/faults.py, kshim/requestlog.py, the control-plane
+                        kshim/faults.py, kshim/requestlog.py, kshim/sockets.py, the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
                         the controller
     wire                wire/ (imports nothing from kshim)
@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image", "kshim.acls",  # leaves every layer shares
               "kshim.faults", "kshim.requestlog",  # a broker's fault rules and request log, consulted at dispatch
+              "kshim.sockets",  # waits on non-blocking sockets: the server's and the broker-to-broker client's
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]

@@ -9,7 +9,8 @@ import anyio
 import pytest
 
 from kshim.net.outbox import Outbox
-from kshim.net.server import ReadWaiter, send_now
+from kshim.net.server import send_now
+from kshim.sockets import ReadWaiter
 
 
 async def turns(n: int = 3) -> None:

@@ -50,6 +50,7 @@ from kshim.net.request_shape import error_response, request_partitions, response
 from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.requestlog import RequestLog
+from kshim.sockets import ReadWaiter, wait_ready
 from wire.errors import ErrorCode
 from wire.primitives import FileRecords
 
@@ -84,74 +85,6 @@ def open_listener(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def _wake(future: asyncio.Future) -> None:
-    if not future.done():  # the selector may call again before the waiting task runs
-        future.set_result(None)
-
-
-async def wait_ready(sock: socket.socket, writable: bool = False) -> None:
-    """anyio.wait_readable(sock) (or wait_writable) on asyncio without its backend lookup per call
-    (several us on CPython 3.11, where each asks asyncio for the running loop: once per request)."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    fd = sock.fileno()
-    (loop.add_writer if writable else loop.add_reader)(fd, _wake, future)
-    try:
-        await future
-    finally:
-        (loop.remove_writer if writable else loop.remove_reader)(fd)
-
-
-class ReadWaiter:
-    """wait_ready(sock) for a connection's reader, registered with the selector once instead of
-    per wait (two epoll_ctl calls and asyncio's bookkeeping per request). The selector is level-
-    triggered, so a report it made before the reader drained the socket can arrive once the reader
-    waits again: a peek tells it from new bytes, which saves the reader a loop turn. Nobody
-    waiting (the reader handles a request, or waits for room or a quota): registration ends, else
-    the loop would be called back every turn; the next wait registers again. Plaintext only."""
-
-    __slots__ = ("loop", "sock", "fd", "future", "armed")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.future: asyncio.Future | None = None
-        self.armed = False
-
-    def _ready(self) -> None:
-        future = self.future
-        if future is None:
-            self.loop.remove_reader(self.fd)
-            self.armed = False
-            return
-        try:
-            self.sock.recv(1, socket.MSG_PEEK)  # b"" at the end of the stream: the reader's recv sees it
-        except BlockingIOError:
-            return  # reported before the reader's last read: nothing new
-        except OSError:
-            pass  # a reset: the reader's recv raises it
-        self.future = None
-        if not future.done():
-            future.set_result(None)
-
-    async def wait(self) -> None:
-        self.future = future = self.loop.create_future()
-        if not self.armed:
-            self.loop.add_reader(self.fd, self._ready)
-            self.armed = True
-        try:
-            await future
-        finally:
-            if self.future is future:
-                self.future = None
-
-    def close(self) -> None:
-        if self.armed:
-            self.loop.remove_reader(self.fd)
-            self.armed = False
 
 
 IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024

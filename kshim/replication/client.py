@@ -1,5 +1,8 @@
 """A minimal Kafka client connection for broker-to-broker requests (followers fetching from
 leaders, transaction markers). Sequential: one request in flight; the wire layer does the encoding.
+Without TLS it drives its non-blocking socket itself (kshim.sockets): an anyio stream costs a
+checkpoint, a loop turn, per 64 KiB received and a copy into its buffer, on the path of every
+follower fetch.
 
 In a cluster whose inter-broker listener has TLS or SASL (docs/security.md), the broker process
 sets `BrokerConnection.inter_broker` once at start: every connection then speaks TLS (trusting the
@@ -7,11 +10,13 @@ cluster's CA) and authenticates with SASL PLAIN or SCRAM as the inter-broker use
 first request."""
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import itertools
 import os
+import socket
 import ssl
 import struct
 from dataclasses import dataclass, field
@@ -22,6 +27,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from construct import Container
 
 from kshim.configs.security import SecurityConfig
+from kshim.sockets import ReadWaiter, wait_ready
 from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame
 
@@ -80,6 +86,8 @@ class BrokerConnection:
         self.security = security if security is not None else BrokerConnection.inter_broker
         self._stream: anyio.abc.ByteStream | None = None
         self._reader: BufferedByteReceiveStream | None = None
+        self._sock: socket.socket | None = None  # without TLS: the socket, driven directly
+        self._waiter: ReadWaiter | None = None
         self._ids = itertools.count(1)
 
     async def connect(self, timeout_s: float = 5.0) -> None:
@@ -88,9 +96,10 @@ class BrokerConnection:
             if sec is not None and sec.tls is not None:
                 self._stream = await anyio.connect_tcp(self.host, self.port, ssl_context=sec.tls,
                                                        tls_standard_compatible=False)
+                self._reader = BufferedByteReceiveStream(self._stream)
             else:
-                self._stream = await anyio.connect_tcp(self.host, self.port)
-            self._reader = BufferedByteReceiveStream(self._stream)
+                self._sock = await _open_socket(self.host, self.port)
+                self._waiter = ReadWaiter(self._sock)
             if sec is not None and sec.mechanism is not None:
                 await self._authenticate(sec)
 
@@ -118,24 +127,83 @@ class BrokerConnection:
                 return
 
     async def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Container:
-        assert self._stream is not None and self._reader is not None, "not connected"
         correlation_id = next(self._ids)
         payload = encode_request_header(api_key, version, correlation_id, self.client_id) + \
             codec.encode(api_key, version, "request", body)
-        await self._stream.send(frame(payload))
-        (size,) = struct.unpack(">i", await self._reader.receive_exactly(4))
+        await self._send(frame(payload))
+        (size,) = struct.unpack(">i", await self._receive_exactly(4))
         if not 0 <= size <= MAX_RESPONSE_BYTES:
             raise ConnectionError(f"response frame size {size} from {self.host}:{self.port}")
-        data = await self._reader.receive_exactly(size)
+        data = memoryview(await self._receive_exactly(size))
         got, header_size = decode_response_header(api_key, version, data)
         if got != correlation_id:
             raise ConnectionError(f"correlation id {got} answered request {correlation_id}")
-        return codec.decode(api_key, version, "response", memoryview(data)[header_size:])
+        return codec.decode(api_key, version, "response", data[header_size:])
+
+    async def _send(self, data: bytes) -> None:
+        if self._sock is None:
+            assert self._stream is not None, "not connected"
+            await self._stream.send(data)
+            return
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._sock.send(view):]
+            except BlockingIOError:
+                await wait_ready(self._sock, writable=True)
+            except ConnectionError as e:  # a reset or a closed peer: what an anyio stream raises
+                raise anyio.BrokenResourceError from e
+
+    async def _receive_exactly(self, n: int) -> bytes | bytearray:
+        if self._sock is None:
+            assert self._reader is not None, "not connected"
+            return await self._reader.receive_exactly(n)
+        assert self._waiter is not None
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            try:
+                k = self._sock.recv_into(view[got:])
+            except BlockingIOError:
+                await self._waiter.wait()
+                continue
+            except ConnectionError as e:
+                raise anyio.BrokenResourceError from e
+            if not k:
+                raise anyio.IncompleteRead  # as BufferedByteReceiveStream.receive_exactly
+            got += k
+        return buf
 
     async def aclose(self) -> None:
         if self._stream is not None:
             await self._stream.aclose()
             self._stream = self._reader = None
+        if self._sock is not None:
+            assert self._waiter is not None
+            self._waiter.close()
+            self._sock.close()
+            self._sock = self._waiter = None
+
+
+async def _open_socket(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket (TCP_NODELAY, as asyncio's streams set it)."""
+    loop = asyncio.get_running_loop()
+    failure: OSError = OSError(f"no address for {host}:{port}")
+    for family, kind, proto, _, address in await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as e:
+            sock.close()
+            failure = e
+        except BaseException:
+            sock.close()
+            raise
+    raise failure
 
 
 def inter_broker_client(config: SecurityConfig) -> ClientSecurity | None:
