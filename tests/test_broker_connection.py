@@ -1,0 +1,76 @@
+"""The broker-to-broker client's own socket path (no TLS): a large answer arriving in pieces, and a
+peer that goes away halfway, against a stand-in broker on a loopback socket in this process."""
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import anyio
+import pytest
+
+from kshim.replication.client import BrokerConnection
+from wire import codec
+from wire.headers import frame
+
+API_VERSIONS = 18
+
+
+def answer(correlation_id: int, keys: int) -> bytes:
+    body = codec.encode(API_VERSIONS, 0, "response", {
+        "error_code": 0, "api_keys": [{"api_key": k % 30000, "min_version": 0, "max_version": k % 7}
+                                      for k in range(keys)]})
+    return frame(struct.pack(">i", correlation_id) + body)
+
+
+async def stand_in(reply) -> tuple[asyncio.Server, int]:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        request = await reader.readexactly(size)
+        (correlation_id,) = struct.unpack_from(">i", request, 4)
+        await reply(correlation_id, writer)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.anyio
+async def test_a_large_answer_in_pieces_is_read_whole():
+    async def reply(correlation_id: int, writer: asyncio.StreamWriter) -> None:
+        data = answer(correlation_id, 200_000)  # 1.2 MB: more than one read, more than the socket holds
+        for i in range(0, len(data), 300_000):
+            writer.write(data[i:i + 300_000])
+            await writer.drain()
+            await asyncio.sleep(0.01)
+
+    server, port = await stand_in(reply)
+    async with server:
+        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
+        conn.security = None  # plaintext (another test may have set the process's inter-broker security)
+        await conn.connect()
+        assert conn._sock is not None  # the socket path, not an anyio stream
+        try:
+            with anyio.fail_after(10):
+                got = await conn.request(API_VERSIONS, 0, {})
+            assert len(got.api_keys) == 200_000
+            assert (got.api_keys[-1].api_key, got.api_keys[-1].max_version) == (199_999 % 30000, 199_999 % 7)
+        finally:
+            await conn.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_peer_gone_halfway_is_an_incomplete_read():
+    async def reply(correlation_id: int, writer: asyncio.StreamWriter) -> None:
+        writer.write(answer(correlation_id, 1000)[:100])  # the size says more: then the end
+        await writer.drain()
+
+    server, port = await stand_in(reply)
+    async with server:
+        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
+        conn.security = None
+        await conn.connect()
+        try:
+            with anyio.fail_after(10), pytest.raises(anyio.IncompleteRead):
+                await conn.request(API_VERSIONS, 0, {})
+        finally:
+            await conn.aclose()
