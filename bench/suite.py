@@ -124,6 +124,13 @@ def main(argv=None) -> int:
         kv = k and k[phase].get("cpu_per_200mb")
         pv = p and p[phase].get("cpu_per_200mb")
         add(f"broker CPU s per 200 MB {phase}d, durable", kv, pv, ratio(kv, pv), target, ".3f")
+    for key, label in (("durable", "durable log"), ("ephemeral", "ephemeral")):
+        k, p = throughput_best(docs[key], "kshim"), throughput_best(docs[key], "peer")
+        for who in ("client", "broker"):
+            kv = k and k["produce"].get(f"{who}_cores")
+            pv = p and p["produce"].get(f"{who}_cores")
+            add(f"{who} CPU cores while producing, {label}", kv, pv, None,
+                "(the 2 cores shared: client + broker near 2 is the machine's limit)", ".2f")
     floor = (docs["durable"] or {}).get("floor")
     if floor:
         add("kernel floor: CPU s per 200 MB sent (sendfile) / received", floor["sendfile"]["sender_s"],

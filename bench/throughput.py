@@ -577,10 +577,17 @@ def run_once(target: dict, topic: str, args, values) -> dict:
         log("%s: topic %s ready (%d partitions); producing %d x %d B"
             % (label, topic, nparts, args.messages, args.value_size))
         cpu0 = cpu_seconds(target.get("pid"))
+        own0 = own_cpu_seconds()
         prod = produce_phase(producer, topic, args, values, state)
+        own1 = own_cpu_seconds()
         cpu1 = cpu_seconds(target.get("pid"))
-        prod["cpu_per_200mb"] = per_200mb(cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
-                                          args.messages * args.value_size)
+        broker_cpu = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        prod["cpu_per_200mb"] = per_200mb(broker_cpu, args.messages * args.value_size)
+        # cores busy while producing: this process (the client: its Python loop and librdkafka's
+        # threads) and the broker; on 2 cores, client + broker near 2 means the machine, not the
+        # broker alone, sets the rate, and every CPU second the broker spends is the client's
+        prod["client_cores"] = (own1 - own0) / prod["seconds"]
+        prod["broker_cores"] = broker_cpu / prod["seconds"] if broker_cpu is not None else None
         ok = True
     finally:
         if not ok:
@@ -646,6 +653,9 @@ COLS = [
     # broker CPU (user + system, /proc/<pid>/stat; brokers started here only) per 200 MB of values
     ("cpu s/200MB prod", lambda b: b["produce"].get("cpu_per_200mb"), ".3f"),
     ("cpu s/200MB cons", lambda b: b["consume"].get("cpu_per_200mb"), ".3f"),
+    # CPU cores busy while producing: the client (this process) and the broker (started here only)
+    ("client cores prod", lambda b: b["produce"].get("client_cores"), ".2f"),
+    ("broker cores prod", lambda b: b["produce"].get("broker_cores"), ".2f"),
 ]
 
 
@@ -659,6 +669,12 @@ def cpu_seconds(pid: "int | None") -> "float | None":
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU time of this process, every thread (the client's librdkafka threads too)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def per_200mb(cpu: "float | None", nbytes: float) -> "float | None":
