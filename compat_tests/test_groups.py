@@ -138,10 +138,15 @@ def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed
     members: list[Polling] = []
     consumers: list[KafkaConsumer] = []
     try:
-        # made first (bootstrap, metadata: seconds apart on a loaded machine), then all polled at
-        # once: the first poll sends the JoinGroup, and "at once" is what the delay is for
-        makers = [threading.Thread(target=lambda: consumers.append(kp_consumer(kshim.bootstrap, topic_name, group)))
-                  for _ in range(4)]
+        # made first (bootstrap, metadata, the coordinator found and connected: seconds apart on a
+        # loaded machine), then all polled at once: the first poll sends the JoinGroup, and "at
+        # once" is what the delay is for
+        def make() -> None:
+            consumer = kp_consumer(kshim.bootstrap, topic_name, group)
+            assert consumer._coordinator.ensure_coordinator_ready(timeout_ms=30_000)
+            consumers.append(consumer)
+
+        makers = [threading.Thread(target=make) for _ in range(4)]
         for t in makers:
             t.start()
         for t in makers:
@@ -152,7 +157,9 @@ def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed
                    message="2 partitions each for 4 members joining at once")
         formed_s = time.monotonic() - started
         generations = {m.consumer._coordinator._generation.generation_id for m in members}
-        assert generations == {1}, f"the members went through generations {generations}: more than one rebalance"
+        assert generations == {1}, (f"the members went through generations {generations}: more than one "
+                                    "rebalance. The broker's log of the group:\n"
+                                    + "\n".join(line for line in kshim.output if group in line))
         print(f"4 kafka-python members stable after {formed_s:.1f} s in generation 1")
     finally:
         for m in members:
