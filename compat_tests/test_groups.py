@@ -129,8 +129,9 @@ def delayed_kshim(tmp_path_factory):
 
 def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed_kshim, topic_name):
     """Kafka's group.initial.rebalance.delay.ms (3 s): the first rebalance of an Empty group waits
-    for the members that arrive together, so four consumers started at once get their partitions
-    from one rebalance in a few seconds, instead of a rebalance per arrival."""
+    for the members that arrive together, each arrival extending the wait, so four consumers
+    joining half a second apart make one first generation of four, instead of a rebalance per
+    arrival (with the delay at 0 the first generation has one member: this test fails)."""
     kshim = delayed_kshim
     create_topic(kshim.bootstrap, topic_name, 8)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -152,15 +153,25 @@ def test_kafka_python_four_consumers_joining_at_once_form_one_generation(delayed
         for t in makers:
             t.join(30)
         assert len(consumers) == 4
-        members.extend(Polling(c) for c in consumers)
+        for c in consumers:  # joins 0.5 s apart: each within the delay, which each arrival extends
+            members.append(Polling(c))
+            time.sleep(0.5)
         wait_until(lambda: shares([m.parts() for m in members], 2, 8), 15,
                    message="2 partitions each for 4 members joining at once")
         formed_s = time.monotonic() - started
+
+        def group_log() -> list[str]:
+            return [line for line in kshim.output if group in line]
+
+        # the broker formed its first generation of all four (the delay held the first joins for
+        # the others). kafka-python's leader sometimes rejoins at once after that generation (the
+        # broker's log then shows generation 2 ms later, same four members): the client's choice,
+        # not the delay's, so the generation the members end in is not asserted
+        first = wait_until(lambda: [line for line in group_log() if ": generation 1, " in line], 10,
+                           message="the broker's log line of generation 1")
+        assert ": generation 1, 4 members," in first[0], "\n".join(group_log())
         generations = {m.consumer._coordinator._generation.generation_id for m in members}
-        assert generations == {1}, (f"the members went through generations {generations}: more than one "
-                                    "rebalance. The broker's log of the group:\n"
-                                    + "\n".join(line for line in kshim.output if group in line))
-        print(f"4 kafka-python members stable after {formed_s:.1f} s in generation 1")
+        print(f"4 kafka-python members stable after {formed_s:.1f} s in generation {generations}")
     finally:
         for m in members:
             m.close()
