@@ -562,7 +562,11 @@ public final class KshimClient {
             long txns = 0;
             while (System.nanoTime() < end) {
                 producer.beginTransaction();
-                for (int i = 0; i < size; i++) producer.send(new ProducerRecord<>(topic, null, value));
+                for (int i = 0; i < size; i++) {
+                    producer.send(new ProducerRecord<>(topic, null, value), (md, e) -> {
+                        if (e != null) System.err.println("txn-bench: a send failed: " + e);
+                    });
+                }
                 long t0 = System.nanoTime();
                 producer.commitTransaction();
                 commits.add(System.nanoTime() - t0);
