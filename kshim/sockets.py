@@ -1,5 +1,5 @@
-"""Waiting on non-blocking sockets from asyncio, cheaply: what the server's connections and the
-broker-to-broker client (kshim.replication.client) share. anyio's wait_readable and streams ask for
+"""Waiting on and writing to non-blocking sockets from asyncio, cheaply: what the server's
+connections and the broker-to-broker client (kshim.replication.client) share. anyio's wait_readable and streams ask for
 the running backend on every call and checkpoint on every receive: a loop turn, and several us, a
 request (issue 18, docs/benchmarks.md)."""
 from __future__ import annotations
@@ -8,8 +8,10 @@ import asyncio
 import socket
 
 
-def _wake(future: asyncio.Future) -> None:
-    if not future.done():  # the selector may call again before the waiting task runs
+def wake(future: asyncio.Future | None) -> None:
+    """Wake the task waiting on `future`, if any and not woken already (the selector may call
+    again before the waiting task runs)."""
+    if future is not None and not future.done():
         future.set_result(None)
 
 
@@ -19,7 +21,7 @@ async def wait_ready(sock: socket.socket, writable: bool = False) -> None:
     loop = asyncio.get_running_loop()
     future = loop.create_future()
     fd = sock.fileno()
-    (loop.add_writer if writable else loop.add_reader)(fd, _wake, future)
+    (loop.add_writer if writable else loop.add_reader)(fd, wake, future)
     try:
         await future
     finally:
@@ -56,8 +58,7 @@ class ReadWaiter:
         except OSError:
             pass  # a reset: the reader's recv raises it
         self.future = None
-        if not future.done():
-            future.set_result(None)
+        wake(future)
 
     async def wait(self) -> None:
         self.future = future = self.loop.create_future()
@@ -74,3 +75,35 @@ class ReadWaiter:
         if self.armed:
             self.loop.remove_reader(self.fd)
             self.armed = False
+
+
+IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
+
+
+def send_now(sock: socket.socket, chunks: list) -> list[memoryview] | None:
+    """Write buffers to a non-blocking socket in order, scatter-gather, until they are all sent
+    (None) or the socket is full: then what is left, for a caller that waits for writability."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    i = 0
+    while i < len(views):
+        try:
+            sent = sock.sendmsg(views[i:i + IOV_MAX])
+        except BlockingIOError:
+            return views[i:]
+        while sent and i < len(views):
+            n = len(views[i])
+            if sent >= n:
+                sent -= n
+                i += 1
+            else:
+                views[i] = views[i][sent:]
+                sent = 0
+    return None
+
+
+async def send_buffers(sock: socket.socket, chunks: list) -> None:
+    """Send the buffers in order, waiting only when the socket is full."""
+    rest = send_now(sock, chunks)
+    while rest is not None:
+        await wait_ready(sock, writable=True)
+        rest = send_now(sock, rest)

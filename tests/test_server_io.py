@@ -9,8 +9,7 @@ import anyio
 import pytest
 
 from kshim.net.outbox import Outbox
-from kshim.net.server import send_now
-from kshim.sockets import ReadWaiter
+from kshim.sockets import ReadWaiter, send_now
 
 
 async def turns(n: int = 3) -> None:

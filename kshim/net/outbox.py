@@ -17,6 +17,8 @@ from typing import Any
 
 import anyio
 
+from kshim.sockets import wake
+
 
 class Outbox:
     __slots__ = ("items", "limit", "closed", "_taker", "_putter")
@@ -37,7 +39,7 @@ class Outbox:
         if len(self.items) >= self.limit:
             return False
         self.items.append(item)
-        _wake(self._taker)
+        wake(self._taker)
         self._taker = None
         return True
 
@@ -53,15 +55,12 @@ class Outbox:
             if self.closed:
                 raise anyio.EndOfStream
             await self._park("_taker")
-        item = self.items.popleft()
-        _wake(self._putter)
-        self._putter = None
-        return item
+        return self.take_nowait()
 
     def take_nowait(self) -> Any:
         """The next item queued; IndexError if none."""
         item = self.items.popleft()
-        _wake(self._putter)
+        wake(self._putter)
         self._putter = None
         return item
 
@@ -78,11 +77,7 @@ class Outbox:
     def close(self) -> None:
         """No more items: the writer takes what is queued, then gets EndOfStream."""
         self.closed = True
-        _wake(self._taker)
-        _wake(self._putter)
+        wake(self._taker)
+        wake(self._putter)
         self._taker = self._putter = None
 
-
-def _wake(future: asyncio.Future | None) -> None:
-    if future is not None and not future.done():
-        future.set_result(None)

@@ -50,7 +50,7 @@ from kshim.net.request_shape import error_response, request_partitions, response
 from kshim.net.sasl import ScramCredential
 from kshim.net.security import ConnectionSecurity, StaticCredentials
 from kshim.requestlog import RequestLog
-from kshim.sockets import ReadWaiter, wait_ready
+from kshim.sockets import ReadWaiter, send_buffers, send_now, wait_ready
 from wire.errors import ErrorCode
 from wire.primitives import FileRecords
 
@@ -87,7 +87,6 @@ def open_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-IOV_MAX = 512  # buffers per sendmsg call, under the kernel's 1024
 SENDFILE_MAX = 1 << 20  # bytes per os.sendfile call: a non-blocking socket takes what fits anyway
 
 
@@ -107,41 +106,6 @@ async def send_all(sock: socket.socket, chunks: list[Any]) -> None:
             buffers = []
             await send_region(sock, *part)
     await send_buffers(sock, buffers)
-
-
-async def send_buffers(sock: socket.socket, chunks: list[bytes | bytearray | memoryview]) -> None:
-    """Send the buffers in order with scatter-gather writes, waiting only when the socket is full."""
-    views = [memoryview(c) for c in chunks if len(c)]
-    i = 0
-    while i < len(views):
-        try:
-            sent = sock.sendmsg(views[i:i + IOV_MAX])
-        except BlockingIOError:
-            await wait_ready(sock, writable=True)
-            continue
-        while sent and i < len(views):
-            n = len(views[i])
-            if sent >= n:
-                sent -= n
-                i += 1
-            else:
-                views[i] = views[i][sent:]
-                sent = 0
-
-
-def send_now(sock: socket.socket, chunks: list[Any]) -> list[memoryview] | None:
-    """Write a response of buffers only to the socket without waiting: None once all of it is
-    sent, else what is left (for the writer, which waits for the socket)."""
-    views = [memoryview(c) for c in chunks if len(c)]
-    try:
-        sent = sock.sendmsg(views[:IOV_MAX])
-    except BlockingIOError:
-        return views
-    for i, view in enumerate(views):
-        if sent < len(view):
-            return [view[sent:], *views[i + 1:]]
-        sent -= len(view)
-    return None
 
 
 async def send_region(sock: socket.socket, fd: int, pos: int, length: int) -> None:
@@ -490,19 +454,19 @@ class Server:
 
     async def _reader(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
                       state: _Connection, security: ConnectionSecurity, plaintext: bool = True) -> None:
-        loop = asyncio.get_running_loop()
         waiter = ReadWaiter(conn) if plaintext else None
         wait_readable = waiter.wait if waiter is not None else lambda: wait_ready(conn)
         try:
-            await self._read_requests(conn, core, outbox, peer, state, security, plaintext, loop, wait_readable)
+            await self._read_requests(conn, core, outbox, peer, state, security, plaintext, wait_readable)
         finally:
             if waiter is not None:
                 waiter.close()
 
     async def _read_requests(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
                              state: _Connection, security: ConnectionSecurity, plaintext: bool,
-                             loop: asyncio.AbstractEventLoop, wait_readable: Callable[[], Awaitable[None]]) -> None:
+                             wait_readable: Callable[[], Awaitable[None]]) -> None:
         cfg = self.broker.config
+        loop = asyncio.get_running_loop()
         waited = False  # the task waited (yielded) since its last read
         while True:
             with core.receive_buffer() as view:

@@ -27,7 +27,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from construct import Container
 
 from kshim.configs.security import SecurityConfig
-from kshim.sockets import ReadWaiter, wait_ready
+from kshim.sockets import ReadWaiter, send_buffers
 from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame
 
@@ -145,14 +145,10 @@ class BrokerConnection:
             assert self._stream is not None, "not connected"
             await self._stream.send(data)
             return
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[self._sock.send(view):]
-            except BlockingIOError:
-                await wait_ready(self._sock, writable=True)
-            except ConnectionError as e:  # a reset or a closed peer: what an anyio stream raises
-                raise anyio.BrokenResourceError from e
+        try:
+            await send_buffers(self._sock, [data])
+        except ConnectionError as e:  # a reset or a closed peer: what an anyio stream raises
+            raise anyio.BrokenResourceError from e
 
     async def _receive_exactly(self, n: int) -> bytes | bytearray:
         if self._sock is None:
