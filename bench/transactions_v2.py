@@ -3,7 +3,8 @@
 
 The Java client 4.3 (the one client that speaks transactions v2: librdkafka stays on the classic
 protocol) runs committed transactions of N records for --seconds on a fresh topic per target and
-size (compat_tests/java/KshimClient.java `txn-bench`: begin, N sends, commitTransaction):
+size (compat_tests/java/KshimClient.java `txn-bench`: begin, N sends, flush, commitTransaction;
+the flush works around a Java client race on v2, docs/benchmarks.md):
 
   kshim v2   `kshim serve` (transaction.version 2, the default): Produce v13 adds the partition
              through the leader's verification, EndTxn v5 bumps the epoch; no AddPartitionsToTxn
