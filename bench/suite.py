@@ -136,6 +136,11 @@ def main(argv=None) -> int:
         add("kernel floor: CPU s per 200 MB sent (sendfile) / received", floor["sendfile"]["sender_s"],
             floor["sendfile"]["receiver_s"], None, "(no broker: the first column is the send, the second the receive)",
             ".3f")
+        page = floor.get("pagecache")
+        if page:
+            add("kernel floor: CPU s per 200 MB written into new page-cache pages, fresh / just-freed memory",
+                page["fresh"]["cpu_s"], page["recycled"]["cpu_s"], None,
+                "(no broker: the durable log pays the first column for every byte stored, the mock neither)", ".3f")
     k4, k1000 = throughput_best(docs["p4"], "kshim"), throughput_best(docs["p1000"], "kshim")
     p4, p1000 = throughput_best(docs["p4"], "peer"), throughput_best(docs["p1000"], "peer")
     kv = ratio(k1000 and k1000["produce"]["mb_s"], k4 and k4["produce"]["mb_s"])

@@ -14,7 +14,10 @@ topic per target and repetition, this measures with confluent-kafka:
   floor    (no broker, bench/loopback_floor.py; --floor-mb MB, 0 skips) the
            CPU the kernel alone spends per 200 MB sent (sendfile, pread+send)
            and received over loopback TCP: the floor under the broker CPU
-           columns; the JSON's "floor" key.
+           columns; the JSON's "floor" key.  Without --ephemeral also
+           (bench/pagecache_floor.py, 2 x MB) the CPU and speed of writing
+           200 MB into new page-cache pages in the data dir's file system,
+           fresh and just-freed memory: "floor" -> "pagecache".
 
   restart  (kshim alone, bench/restart.py; --restart-partitions N, default
            10000, 0 skips) a broker with N partitions, one record each: SIGTERM
@@ -902,6 +905,16 @@ def main(argv=None) -> int:
         print("floor (no broker): the CPU the kernel alone spends per 200 MB sent and received over loopback "
               "TCP here, under the cpu s/200MB columns of any broker")
         print(loopback_floor.markdown(floor))
+        if not args.ephemeral:  # the durable log's file system: what storing each byte costs here
+            import pagecache_floor  # bench/pagecache_floor.py, beside this file
+            where = os.path.dirname(workdir)  # the data dir's parent (the work dir is gone by now)
+            log("floor row: %d MB into new page-cache pages in %s" % (2 * args.floor_mb, where))
+            floor["pagecache"] = pagecache_floor.measure(where, 2 * args.floor_mb, runs=1 if args.floor_mb < 50 else 3)
+            print()
+            print("floor (no broker): CPU and speed of writing 200 MB into new page-cache pages in the data dir's "
+                  "file system, into fresh memory and into pages freed a moment before (a VM that hands free "
+                  "memory back to its host pays for fresh pages; the mock stores ~5 MB per partition and never does)")
+            print(pagecache_floor.markdown(floor["pagecache"]))
 
     restart = None
     if args.restart_partitions > 0 and not args.no_kshim and not args.kshim:

@@ -31,6 +31,7 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
         assert column in header  # bench/throughput.py's table
     assert "kshim log ephemeral (tmpfs)" in text
     assert "| sendfile |" in text and "| pread+send |" in text  # the floor (bench/loopback_floor.py)
+    assert "| fresh |" in text and "| recycled |" in text  # the page-cache floor (bench/pagecache_floor.py)
     assert "| records/s | target | ack p50 ms |" in text  # bench/latency.py
     assert "| partitions | sigterm_s | clean_ready_s |" in text  # bench/restart.py
     summary = json.loads(out.read_text())["summary"]
@@ -38,7 +39,8 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
     for row in ("produce MB/s, durable log, 1 KiB", "consume MB/s, ephemeral, 100 B",
                 "broker CPU s per 200 MB produced, durable", "produce at 100 partitions / at 4",
                 "end-to-end p99 ms at 20000/s", "acks=all / acks=1 MB/s, RF 3 (kshim's own)",
-                "transactions/s, 1000 records each", "SIGTERM to exit, 100 partitions, s"):
+                "transactions/s, 1000 records each", "SIGTERM to exit, 100 partitions, s",
+                "kernel floor: CPU s per 200 MB written into new page-cache pages, fresh / just-freed memory"):
         assert row in rows, sorted(rows)
     assert "| row | kshim | peer | ratio | target |" in text
 
