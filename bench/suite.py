@@ -5,7 +5,8 @@
 
 Runs, each as its own script (each prints its full table on the way; see docs/benchmarks.md):
 - throughput, durable log and `--ephemeral`, 1 KiB records; small records (100 B); the CPU per
-  200 MB each side spent, and the kernel's own floor for it (bench/throughput.py);
+  200 MB each side spent, and the kernel's own floor for it (bench/throughput.py); the client's
+  own produce ceiling against a broker that only acknowledges (bench/null_broker.py);
 - 1,000 partitions against 4, kshim's own ratio (bench/throughput.py --partitions);
 - latency at 2,000 and 20,000 records/s, produce-to-ack and end-to-end (bench/latency.py);
 - acks=all against acks=1 on a 3-broker cluster with RF 3, throughput and p99 at 2,000 records/s
@@ -90,9 +91,9 @@ def main(argv=None) -> int:
         docs[key] = run_script("throughput.py", [*peer, *repeat, *msgs, "--restart-partitions", "0", *extra],
                                os.path.join(work, key + ".json"), limit)
 
-    tp("durable", ["--floor-mb", "5" if q else "100"])
+    tp("durable", ["--floor-mb", "5" if q else "100", "--ceiling"])
     tp("ephemeral", ["--ephemeral", "--floor-mb", "0"])
-    tp("small", ["--ephemeral", "--floor-mb", "0", "--value-size", "100"])
+    tp("small", ["--ephemeral", "--floor-mb", "0", "--value-size", "100", "--ceiling"])
     tp("p4", ["--partitions", "4", "--linger-ms", "5", "--floor-mb", "0"])
     many = 100 if q else 1000  # quick: the row runs, a topic of 1,000 partitions takes half a minute to make
     tp("p1000", ["--partitions", str(many), "--linger-ms", "5", "--floor-mb", "0"])
@@ -119,6 +120,12 @@ def main(argv=None) -> int:
             kv = k and k[phase]["mb_s"]
             pv = p and p[phase]["mb_s"]
             add(f"{phase} MB/s, {label}", kv, pv, ratio(kv, pv), target)
+    for key, label in (("durable", "durable log, 1 KiB"), ("small", "ephemeral, 100 B")):
+        k, p, c = (throughput_best(docs[key], name) for name in ("kshim", "peer", "ceiling"))
+        cv = c and c["produce"]["mb_s"]
+        kv, pv = ratio(k and k["produce"]["mb_s"], cv), ratio(p and p["produce"]["mb_s"], cv)
+        add(f"produce, share of the client's ceiling (a broker that only acknowledges), {label}", kv, pv,
+            ratio(kv, pv), "(ceiling: %s MB/s, bench/null_broker.py)" % fmt(cv, ".0f"), ".2f")
     k, p = throughput_best(docs["durable"], "kshim"), throughput_best(docs["durable"], "peer")
     for phase, target in (("produce", "<= 0.2 s"), ("consume", "<= 0.05 s")):
         kv = k and k[phase].get("cpu_per_200mb")

@@ -41,8 +41,13 @@ Targets
           (librdkafka's in-memory mock; keeps only ~5 MB per partition, so its
           consume phase reads just what is still there: see the "consumed"
           column).
+  ceiling --ceiling: bench/null_broker.py, started here: a broker that only
+          acknowledges (nothing checked or stored on disk; batches kept in a
+          ring in memory touched at start, fetches served from it): the
+          client's own produce ceiling. Not in the ratio row. (Its consume
+          figure is no ceiling: it copies each fetch, kshim sends files.)
 
-Topics are auto-created on kshim (Metadata request, then wait until all its
+Topics are auto-created on kshim and the ceiling (Metadata request, then wait until all its
 partitions have a leader), pre-created with the mock's --topic option, and
 created with CreateTopics on a --peer (falling back to auto-create).
 
@@ -290,6 +295,28 @@ def start_kshim(args, workdir: str) -> "tuple[ManagedProcess, str]":
         mp.stop()
         raise
     log("kshim ready on %s (pid %d)" % (bootstrap, mp.pid))
+    return mp, bootstrap
+
+
+NULL_BROKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "null_broker.py")
+
+
+def start_ceiling(args, workdir: str) -> "tuple[ManagedProcess, str]":
+    """bench/null_broker.py: a broker that only acknowledges (the client's own ceiling)."""
+    argv = [sys.executable, NULL_BROKER, "--partitions", str(args.partitions)]
+    log("starting the client's ceiling: %s" % " ".join(argv))
+    mp = ManagedProcess("ceiling", argv, os.path.join(workdir, "ceiling.stderr.log"), cwd=workdir)
+    deadline = time.monotonic() + args.startup_timeout
+    try:
+        bootstrap = parse_bootstrap(mp.wait_line(BOOTSTRAP_RE, deadline).group(1), "null broker BOOTSTRAP line")
+        wait_tcp(bootstrap, deadline)
+    except ValueError as e:
+        mp.stop()
+        raise PhaseError(str(e))
+    except BaseException:
+        mp.stop()
+        raise
+    log("ceiling ready on %s (pid %d)" % (bootstrap, mp.pid))
     return mp, bootstrap
 
 
@@ -732,6 +759,9 @@ def parse_args(argv=None):
     pg.add_argument("--peer", metavar="HOST:PORT[,...]", help="peer Kafka bootstrap")
     pg.add_argument("--peer-mock", action="store_true",
                     help="start %s --brokers 1 as the peer" % MOCK_BROKER)
+    g.add_argument("--ceiling", action="store_true",
+                   help="also measure against bench/null_broker.py, a broker that only acknowledges "
+                        "(and serves fetches from a ring in memory): the client's own ceiling")
     w = ap.add_argument_group("workload")
     w.add_argument("--messages", type=int, default=200000, help="messages per run (default 200000)")
     w.add_argument("--value-size", type=int, default=1024, help="value bytes (default 1024)")
@@ -807,6 +837,8 @@ def main(argv=None) -> int:
     if args.peer or args.peer_mock:
         targets.append({"name": "peer", "kind": "mock" if args.peer_mock else "peer",
                         "bootstrap": args.peer, "managed": bool(args.peer_mock)})
+    if args.ceiling:
+        targets.append({"name": "ceiling", "kind": "ceiling", "bootstrap": None, "managed": True})
     for t in targets:
         t["topics"] = ["bench-%s-%s-r%d" % (t["name"], run_id, i + 1) for i in range(args.repeat)]
         t["reps"] = []
@@ -827,6 +859,10 @@ def main(argv=None) -> int:
                     t["pid"] = mp.pid
                 elif t["kind"] == "mock":
                     mp, t["bootstrap"] = start_mock(args, workdir, t["topics"])
+                    procs.append(mp)
+                    t["pid"] = mp.pid
+                elif t["kind"] == "ceiling":
+                    mp, t["bootstrap"] = start_ceiling(args, workdir)
                     procs.append(mp)
                     t["pid"] = mp.pid
                 else:
@@ -881,7 +917,8 @@ def main(argv=None) -> int:
              args.linger_ms, args.batch_size, args.repeat, "ephemeral (tmpfs)" if args.ephemeral else "durable (disk)"))
     for t in targets:
         how = {"kshim": "started here" if t["managed"] else "external",
-               "mock": "librdkafka mock, started here", "peer": "external"}[t["kind"]]
+               "mock": "librdkafka mock, started here", "peer": "external",
+               "ceiling": "bench/null_broker.py: only acknowledges, started here"}[t["kind"]]
         print("  %-6s %s (%s%s)" % (t["name"], t["bootstrap"] or "-", how,
                                     ", pid %d" % t["pid"] if t["pid"] else ""))
     print()

@@ -40,9 +40,13 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
                 "broker CPU s per 200 MB produced, durable", "produce at 100 partitions / at 4",
                 "end-to-end p99 ms at 20000/s", "acks=all / acks=1 MB/s, RF 3 (kshim's own)",
                 "transactions/s, 1000 records each", "SIGTERM to exit, 100 partitions, s",
-                "kernel floor: CPU s per 200 MB written into new page-cache pages, fresh / just-freed memory"):
+                "kernel floor: CPU s per 200 MB written into new page-cache pages, fresh / just-freed memory",
+                "produce, share of the client's ceiling (a broker that only acknowledges), durable log, 1 KiB"):
         assert row in rows, sorted(rows)
     assert "| row | kshim | peer | ratio | target |" in text
+    ceiling = next(r for r in summary if r["row"].startswith("produce, share of the client's ceiling") and
+                   "1 KiB" in r["row"])
+    assert ceiling["kshim"] != "-" and "ceiling: -" not in ceiling["target"], ceiling  # bench/null_broker.py ran
 
 
 def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):
