@@ -47,9 +47,10 @@ Targets
           client's own produce ceiling. Not in the ratio row. (Its consume
           figure is no ceiling: it copies each fetch, kshim sends files.)
 
-Topics are auto-created on kshim and the ceiling (Metadata request, then wait until all its
-partitions have a leader), pre-created with the mock's --topic option, and
-created with CreateTopics on a --peer (falling back to auto-create).
+Topics are auto-created on kshim and the ceiling (Metadata request, then wait
+until all its partitions have a leader), pre-created with the mock's --topic
+option, and created with CreateTopics on a --peer (falling back to
+auto-create).
 
 Examples (from the project root, with the project's virtualenv):
     python bench/throughput.py                          # kshim alone
