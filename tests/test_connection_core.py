@@ -202,6 +202,24 @@ def test_a_quiet_connection_gives_a_grown_buffer_back():
     assert ids(drain(c)) == [(METADATA, 1, 2)]
 
 
+def test_a_small_frame_whose_size_is_known_gets_room_for_the_rest_in_one_read():
+    """A 32 KiB request arriving after a full first read: the next receive buffer holds all the
+    rest (one recv, one loop turn), not the next doubling."""
+    c = core()
+    request = metadata_v1(1, ["t%05d" % i for i in range(4000)])
+    assert ConnectionCore.INITIAL_BUFFER < len(request) < ConnectionCore.LARGE_FRAME
+    with c.receive_buffer() as view:
+        first = len(view)
+        view[:] = request[:first]
+    c.received(first)
+    assert c.next_request() is None and c.in_frame
+    with c.receive_buffer() as view:
+        assert len(view) == len(request) - first
+        view[:] = request[first:]
+    c.received(len(request) - first)
+    assert ids(drain(c)) == [(METADATA, 1, 1)]
+
+
 # ---------------------------------------------------------------------------------------- bad frames
 def test_an_unparsable_header_is_fatal():
     c = core()

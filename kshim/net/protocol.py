@@ -67,8 +67,9 @@ class ConnectionCore:
     into it.
 
     Memory follows the bytes that arrived, never a claimed size: the receive buffer starts small
-    and doubles only when a read fills it; a large frame's buffer starts at what arrived and
-    doubles as more arrives, up to its size (realloc of a large block remaps, it does not copy).
+    and grows only when a read fills it (doubling, or to the size of the small frame in it, under
+    LARGE_FRAME, so that the rest of it is one read); a large frame's buffer starts at what arrived
+    and doubles as more arrives, up to its size (realloc of a large block remaps, it does not copy).
     `release_idle()` gives a grown, empty receive buffer back.
     """
 
@@ -103,7 +104,12 @@ class ConnectionCore:
             if self._end == len(self._buf):
                 # full of one incomplete small frame, or of requests not taken yet (receive_data in
                 # tests: the server takes every complete request after each read)
-                self._buf += bytes(len(self._buf))
+                grow = len(self._buf)
+                if pending >= 4:  # a small frame's size is known: room for the rest of it at once
+                    (size,) = _SIZE.unpack_from(self._buf, 0)
+                    if 0 <= size < self.LARGE_FRAME:
+                        grow = max(grow, 4 + size - len(self._buf))
+                self._buf += bytes(grow)
         return memoryview(self._buf)[self._end:]
 
     def received(self, n: int) -> None:

@@ -70,6 +70,8 @@ ACCEPT_BACKOFF_S = 0.1
 _PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError,
               ssl.SSLEOFError, ssl.SSLZeroReturnError)
 TLS_CHUNK = 256 * 1024  # bytes joined per SSLSocket.send: records are encrypted (copied) anyway
+# a read that fills its buffer is followed by another before the reader yields, up to this much
+READ_ON_BYTES = 1 << 20
 TLS_RETRY_S = 0.005  # a TLS read that must write (or the reverse) retries after this: one task per direction
 
 
@@ -468,8 +470,10 @@ class Server:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
         waited = False  # the task waited (yielded) since its last read
+        unyielded = 0  # bytes read since the task last yielded
         while True:
             with core.receive_buffer() as view:
+                room = len(view)
                 try:
                     n = conn.recv_into(view)
                 except (BlockingIOError, ssl.SSLWantReadError):
@@ -499,8 +503,12 @@ class Server:
             if n == 0:
                 raise anyio.EndOfStream
             core.received(n)
-            if not waited:  # a peer that always has bytes ready must not starve the others
+            unyielded = n if waited else unyielded + n
+            if not waited and (n < room or unyielded > READ_ON_BYTES):
+                # a peer that always has bytes ready must not starve the others; a read that filled
+                # its buffer reads on first (the rest of the request is likely there already)
                 await asyncio.sleep(0)  # anyio's checkpoint(), without its backend lookup
+                unyielded = 0
             waited = False
             while (request := core.next_request()) is not None:
                 await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
