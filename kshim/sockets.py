@@ -56,7 +56,7 @@ class ReadWaiter:
         except BlockingIOError:
             return  # reported before the reader's last read: nothing new
         except OSError:
-            pass  # a reset: the reader's recv raises it
+            pass  # a reset: the peek took the error, the reader's recv then sees the end of the stream
         self.future = None
         wake(future)
 

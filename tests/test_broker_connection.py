@@ -1,14 +1,16 @@
-"""The broker-to-broker client's own socket path (no TLS): a large answer arriving in pieces, and a
-peer that goes away halfway, against a stand-in broker on a loopback socket in this process."""
+"""The broker-to-broker client's own socket path (no TLS): a large answer arriving in pieces, a
+peer that goes away halfway, a claimed size never sent, a connect that fails, against a stand-in
+broker on a loopback socket in this process."""
 from __future__ import annotations
 
 import asyncio
 import struct
+import tracemalloc
 
 import anyio
 import pytest
 
-from kshim.replication.client import BrokerConnection
+from kshim.replication.client import BrokerConnection, ClientSecurity
 from wire import codec
 from wire.headers import frame
 
@@ -74,3 +76,52 @@ async def test_a_peer_gone_halfway_is_an_incomplete_read():
                 await conn.request(API_VERSIONS, 0, {})
         finally:
             await conn.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_claimed_size_is_not_allocated_before_its_bytes_arrive():
+    """A peer that announces a 500 MiB answer and sends 100 bytes: the client holds about what
+    arrived, not the claim (as the server's ConnectionCore does for requests)."""
+    async def reply(correlation_id: int, writer: asyncio.StreamWriter) -> None:
+        writer.write(struct.pack(">ii", 500 * 1024 * 1024, correlation_id) + bytes(96))
+        await writer.drain()
+
+    server, port = await stand_in(reply)
+    async with server:
+        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
+        conn.security = None
+        await conn.connect()
+        tracemalloc.start()
+        try:
+            with anyio.fail_after(10), pytest.raises(anyio.IncompleteRead):
+                await conn.request(API_VERSIONS, 0, {})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            await conn.aclose()
+    assert peak < 8 * 1024 * 1024, f"{peak} bytes allocated for a 100-byte answer"
+
+
+@pytest.mark.anyio
+async def test_a_connect_that_fails_leaves_nothing_open():
+    """SASL to a peer that accepts and never answers: the connect times out, and the socket is
+    closed (the peer sees the end) though the caller drops the connection without closing it."""
+    ended = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):  # bounded: ends when the client closes
+            pass
+        ended.set()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        conn = BrokerConnection("127.0.0.1", port, "test",
+                                security=ClientSecurity(mechanism="PLAIN", username="u", password="p"))
+        with pytest.raises(TimeoutError):
+            await conn.connect(timeout_s=0.2)
+        assert conn._sock is None
+        del conn
+        with anyio.fail_after(10):
+            await ended.wait()

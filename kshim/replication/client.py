@@ -32,6 +32,7 @@ from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame
 
 MAX_RESPONSE_BYTES = 512 * 1024 * 1024
+RECEIVE_STEP = 64 * 1024  # a response's first buffer; it doubles as bytes arrive
 # what a lost or broken broker connection raises: the caller reconnects and retries
 CONNECTION_LOST = (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
                    anyio.ClosedResourceError, TimeoutError, ConnectionError)
@@ -91,17 +92,25 @@ class BrokerConnection:
         self._ids = itertools.count(1)
 
     async def connect(self, timeout_s: float = 5.0) -> None:
+        """Connect (and authenticate); on any failure nothing stays open: callers drop a
+        connection that failed to connect without closing it."""
         sec = self.security
-        with anyio.fail_after(timeout_s):
-            if sec is not None and sec.tls is not None:
-                self._stream = await anyio.connect_tcp(self.host, self.port, ssl_context=sec.tls,
-                                                       tls_standard_compatible=False)
-                self._reader = BufferedByteReceiveStream(self._stream)
-            else:
-                self._sock = await _open_socket(self.host, self.port)
-                self._waiter = ReadWaiter(self._sock)
-            if sec is not None and sec.mechanism is not None:
-                await self._authenticate(sec)
+        try:
+            with anyio.fail_after(timeout_s):
+                if sec is not None and sec.tls is not None:
+                    self._stream = await anyio.connect_tcp(self.host, self.port, ssl_context=sec.tls,
+                                                           tls_standard_compatible=False)
+                    self._reader = BufferedByteReceiveStream(self._stream)
+                else:
+                    self._sock = await _open_socket(self.host, self.port)
+                    self._waiter = ReadWaiter(self._sock)
+                if sec is not None and sec.mechanism is not None:
+                    await self._authenticate(sec)
+        except BaseException:
+            # the socket's selector registration (ReadWaiter) would keep it open past the caller
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
 
     async def _authenticate(self, sec: ClientSecurity) -> None:
         assert sec.mechanism is not None
@@ -155,12 +164,16 @@ class BrokerConnection:
             assert self._reader is not None, "not connected"
             return await self._reader.receive_exactly(n)
         assert self._waiter is not None
-        buf = bytearray(n)
-        view = memoryview(buf)
+        # memory follows the bytes that arrived, never the size the peer claimed (up to
+        # MAX_RESPONSE_BYTES): the buffer starts small and doubles as it fills
+        buf = bytearray(min(n, RECEIVE_STEP))
         got = 0
         while got < n:
+            if got == len(buf):
+                buf += bytes(min(len(buf), n - len(buf)))
             try:
-                k = self._sock.recv_into(view[got:])
+                with memoryview(buf) as view, view[got:] as rest:
+                    k = self._sock.recv_into(rest)
             except BlockingIOError:
                 await self._waiter.wait()
                 continue
