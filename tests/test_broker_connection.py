@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import struct
 import tracemalloc
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 import anyio
 import pytest
@@ -36,6 +38,17 @@ async def stand_in(reply) -> tuple[asyncio.Server, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+@asynccontextmanager
+async def plain_connection(port: int) -> AsyncIterator[BrokerConnection]:
+    conn = BrokerConnection("127.0.0.1", port, "test", security=None)
+    conn.security = None  # plaintext (another test may have set the process's inter-broker security)
+    await conn.connect()
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
 @pytest.mark.anyio
 async def test_a_large_answer_in_pieces_is_read_whole():
     async def reply(correlation_id: int, writer: asyncio.StreamWriter) -> None:
@@ -46,18 +59,12 @@ async def test_a_large_answer_in_pieces_is_read_whole():
             await asyncio.sleep(0.01)
 
     server, port = await stand_in(reply)
-    async with server:
-        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
-        conn.security = None  # plaintext (another test may have set the process's inter-broker security)
-        await conn.connect()
+    async with server, plain_connection(port) as conn:
         assert conn._sock is not None  # the socket path, not an anyio stream
-        try:
-            with anyio.fail_after(10):
-                got = await conn.request(API_VERSIONS, 0, {})
-            assert len(got.api_keys) == 200_000
-            assert (got.api_keys[-1].api_key, got.api_keys[-1].max_version) == (199_999 % 30000, 199_999 % 7)
-        finally:
-            await conn.aclose()
+        with anyio.fail_after(10):
+            got = await conn.request(API_VERSIONS, 0, {})
+        assert len(got.api_keys) == 200_000
+        assert (got.api_keys[-1].api_key, got.api_keys[-1].max_version) == (199_999 % 30000, 199_999 % 7)
 
 
 @pytest.mark.anyio
@@ -67,15 +74,9 @@ async def test_a_peer_gone_halfway_is_an_incomplete_read():
         await writer.drain()
 
     server, port = await stand_in(reply)
-    async with server:
-        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
-        conn.security = None
-        await conn.connect()
-        try:
-            with anyio.fail_after(10), pytest.raises(anyio.IncompleteRead):
-                await conn.request(API_VERSIONS, 0, {})
-        finally:
-            await conn.aclose()
+    async with server, plain_connection(port) as conn:
+        with anyio.fail_after(10), pytest.raises(anyio.IncompleteRead):
+            await conn.request(API_VERSIONS, 0, {})
 
 
 @pytest.mark.anyio
@@ -87,10 +88,7 @@ async def test_a_claimed_size_is_not_allocated_before_its_bytes_arrive():
         await writer.drain()
 
     server, port = await stand_in(reply)
-    async with server:
-        conn = BrokerConnection("127.0.0.1", port, "test", security=None)
-        conn.security = None
-        await conn.connect()
+    async with server, plain_connection(port) as conn:
         tracemalloc.start()
         try:
             with anyio.fail_after(10), pytest.raises(anyio.IncompleteRead):
@@ -98,7 +96,6 @@ async def test_a_claimed_size_is_not_allocated_before_its_bytes_arrive():
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-            await conn.aclose()
     assert peak < 8 * 1024 * 1024, f"{peak} bytes allocated for a 100-byte answer"
 
 
