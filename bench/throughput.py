@@ -302,23 +302,29 @@ def start_kshim(args, workdir: str) -> "tuple[ManagedProcess, str]":
 NULL_BROKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "null_broker.py")
 
 
+def start_announced(name: str, argv: list, workdir: str, args) -> "tuple[ManagedProcess, str]":
+    """Start a broker that prints `BOOTSTRAP=host:port` when it listens (librdkafka's mock script,
+    bench/null_broker.py), wait for that line and for the port; stopped again if either fails."""
+    mp = ManagedProcess(name, argv, os.path.join(workdir, name + ".stderr.log"), cwd=workdir)
+    deadline = time.monotonic() + args.startup_timeout
+    try:
+        try:
+            bootstrap = parse_bootstrap(mp.wait_line(BOOTSTRAP_RE, deadline).group(1), name + " BOOTSTRAP line")
+        except ValueError as e:
+            raise PhaseError(str(e))
+        wait_tcp(bootstrap, deadline)
+    except BaseException:
+        mp.stop()
+        raise
+    log("%s ready on %s (pid %d)" % (name, bootstrap, mp.pid))
+    return mp, bootstrap
+
+
 def start_ceiling(args, workdir: str) -> "tuple[ManagedProcess, str]":
     """bench/null_broker.py: a broker that only acknowledges (the client's own ceiling)."""
     argv = [sys.executable, NULL_BROKER, "--partitions", str(args.partitions)]
     log("starting the client's ceiling: %s" % " ".join(argv))
-    mp = ManagedProcess("ceiling", argv, os.path.join(workdir, "ceiling.stderr.log"), cwd=workdir)
-    deadline = time.monotonic() + args.startup_timeout
-    try:
-        bootstrap = parse_bootstrap(mp.wait_line(BOOTSTRAP_RE, deadline).group(1), "null broker BOOTSTRAP line")
-        wait_tcp(bootstrap, deadline)
-    except ValueError as e:
-        mp.stop()
-        raise PhaseError(str(e))
-    except BaseException:
-        mp.stop()
-        raise
-    log("ceiling ready on %s (pid %d)" % (bootstrap, mp.pid))
-    return mp, bootstrap
+    return start_announced("ceiling", argv, workdir, args)
 
 
 def start_mock(args, workdir: str, topics) -> "tuple[ManagedProcess, str]":
@@ -328,20 +334,7 @@ def start_mock(args, workdir: str, topics) -> "tuple[ManagedProcess, str]":
     for t in topics:  # pre-create with --partitions (auto-create would give 4)
         argv += ["--topic", "%s:%d" % (t, args.partitions)]
     log("starting mock: %s %s --brokers 1 [--topic ...x%d]" % (sys.executable, MOCK_BROKER, len(topics)))
-    mp = ManagedProcess("mock", argv, os.path.join(workdir, "mock.stderr.log"), cwd=workdir)
-    deadline = time.monotonic() + args.startup_timeout
-    try:
-        bootstrap = mp.wait_line(BOOTSTRAP_RE, deadline).group(1)
-        try:
-            bootstrap = parse_bootstrap(bootstrap, "mock BOOTSTRAP line")
-        except ValueError as e:
-            raise PhaseError(str(e))
-        wait_tcp(bootstrap, deadline)
-    except BaseException:
-        mp.stop()
-        raise
-    log("mock ready on %s (pid %d)" % (bootstrap, mp.pid))
-    return mp, bootstrap
+    return start_announced("mock", argv, workdir, args)
 
 
 # --------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from throughput import (  # noqa: E402  (the sibling script's building blocks)
-    BOOTSTRAP_RE, MOCK_BROKER, ManagedProcess, PhaseError, log, parse_bootstrap, start_kshim, wait_tcp,
+    MOCK_BROKER, ManagedProcess, PhaseError, log, start_announced, start_kshim,
 )
 
 from compat_tests.java_client import build  # noqa: E402
@@ -53,16 +53,7 @@ def start_mock(args, workdir: str, topics: list[str]) -> "tuple[ManagedProcess, 
     argv = [sys.executable, MOCK_BROKER, "--brokers", "1", "--java-compat"]
     for t in topics:
         argv += ["--topic", "%s:%d" % (t, args.partitions)]
-    mp = ManagedProcess("mock", argv, os.path.join(workdir, "mock.stderr.log"), cwd=workdir)
-    deadline = time.monotonic() + args.startup_timeout
-    try:
-        bootstrap = parse_bootstrap(mp.wait_line(BOOTSTRAP_RE, deadline).group(1), "mock BOOTSTRAP line")
-        wait_tcp(bootstrap, deadline)
-    except BaseException:
-        mp.stop()
-        raise
-    log("mock ready on %s (pid %d)" % (bootstrap, mp.pid))
-    return mp, bootstrap
+    return start_announced("mock", argv, workdir, args)
 
 
 def measure(java, bootstrap: str, topic: str, seconds: float, size: int) -> dict:
