@@ -8,8 +8,7 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
     replica management  kshim/broker.py, kshim/producer_ids.py, kshim/replica/, kshim/replication/
     partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
     log                 kshim/log/
-    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py, the control-plane
-    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py,
+    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py,
                         kshim/faults.py, kshim/requestlog.py, kshim/sockets.py, the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
                         the controller
