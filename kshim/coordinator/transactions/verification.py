@@ -34,6 +34,7 @@ that nobody will end (a "hanging" one, holding the last stable offset back forev
 from __future__ import annotations
 
 import logging
+import time
 from typing import Protocol
 
 import anyio
@@ -113,13 +114,22 @@ class Verifier:
         is open there now). The guard is taken anew for each question, as
         Kafka's retries do: a marker of the previous transaction written while the coordinator
         answered CONCURRENT_TRANSACTIONS (common right after a v2 commit) is no reason to refuse."""
-        deadline = anyio.current_time() + RETRY_BACKOFF_MAX_S
+        if not add and self._is_local(transactional_id):
+            # the coordinator is here and only asked: answered at once, nothing awaited (so no
+            # marker can land meanwhile and nothing goes stale); only its wait for a previous
+            # transaction's end goes the long way below. One per partition and transaction
+            code = self._here_verify_only(transactional_id, producer_id, producer_epoch, partitions)
+            if code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                return dict.fromkeys(partitions, code), set()
+        # time.monotonic() is anyio.current_time() on asyncio, without its backend lookup and the
+        # getpid system call of asyncio's running-loop check: two per transactional Produce
+        deadline = time.monotonic() + RETRY_BACKOFF_MAX_S
         backoff = RETRY_BACKOFF_S
         while True:
             local = self._is_local(transactional_id)
             guards = {tp: self.guard(*tp, producer_id) for tp in partitions}
             codes = await self._verify_once(transactional_id, producer_id, producer_epoch, partitions, add)
-            now = anyio.current_time()
+            now = time.monotonic()
             if ErrorCode.CONCURRENT_TRANSACTIONS in codes.values() and local and now < deadline:
                 # the coordinator is here: ask again as soon as its state changes (the previous
                 # transaction's markers done), within the same bound as the backoff below
@@ -167,10 +177,15 @@ class Verifier:
             code = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
                                                     implicit=True)
         else:
-            code = coordinator.is_in_transaction(transactional_id, producer_id, producer_epoch, partitions)
-            if code == ErrorCode.INVALID_TXN_STATE:
-                code = ErrorCode.TRANSACTION_ABORTABLE  # what AddPartitionsToTxn v5 answers for it
+            code = self._here_verify_only(transactional_id, producer_id, producer_epoch, partitions)
         return dict.fromkeys(partitions, code)
+
+    def _here_verify_only(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[TopicPartition]) -> ErrorCode:
+        code = self.coordinator.is_in_transaction(transactional_id, producer_id, producer_epoch, partitions)
+        if code == ErrorCode.INVALID_TXN_STATE:
+            return ErrorCode.TRANSACTION_ABORTABLE  # what AddPartitionsToTxn v5 answers for it
+        return code
 
     async def _ask(self, node_id: int, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: set[TopicPartition], add: bool) -> dict[TopicPartition, ErrorCode]:
