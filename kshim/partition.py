@@ -256,15 +256,18 @@ class Partition:
         self._prune_unreplicated()
         return state
 
-    def _track(self, state: ProducerStateManager, header: records.BatchHeader, batch=None) -> None:
+    def _track(self, state: ProducerStateManager, header: records.BatchHeader, batch=None,
+               marker: records.Marker | None = None) -> None:
         """Producer state for one stored batch; a marker also ends its transaction: an aborted
-        one goes into the aborted index (idempotent, so replays may repeat it)."""
+        one goes into the aborted index (idempotent, so replays may repeat it). `marker`: the
+        control batch's marker when the caller just wrote it (else read from the batch)."""
         if not header.is_control:
             state.update(header, header.base_offset, header.last_offset)
             return
-        if batch is None:
-            batch = self.log.read(header.base_offset, header.size, header.base_offset + 1)
-        marker = records.read_marker(memoryview(batch)[:header.size])
+        if marker is None:
+            if batch is None:
+                batch = self.log.read(header.base_offset, header.size, header.base_offset + 1)
+            marker = records.read_marker(memoryview(batch)[:header.size])
         first = state.update(header, header.base_offset, header.last_offset,
                              marker.coordinator_epoch if marker else -1)
         if first < 0 or marker is None:
@@ -734,7 +737,7 @@ class Partition:
             return result
         self._storage_works()
         header = records.read_header(buf)
-        self._track(self.producers, header, buf)
+        self._track(self.producers, header, buf, records.Marker(committed, coordinator_epoch))
         result.base_offset, result.last_offset, result.appended_batches = base, last, 1
         self._advance_hw()
         self.wake_all()
