@@ -2,7 +2,8 @@
 command (throughput durable and ephemeral, small records, 1,000 partitions, latency at fixed rates,
 acks=all on RF 3, transactions, a restart of 100 partitions, the kernel's floor), side by
 side with librdkafka's mock, prints every table and its summary, and so does bench/share_groups.py
-(share consumers against a classic group). Benchmarks stay
+(share consumers against a classic group), and bench/txn_cycle.py (a transaction through the
+handlers, in one process). Benchmarks stay
 benchmarks: no speed is asserted here, only that the command works and reports every column."""
 from __future__ import annotations
 
@@ -81,3 +82,17 @@ def test_the_share_group_benchmark_runs_and_prints_its_table(tmp_path):
     for mode in ("classic", "share", "share-raw"):
         assert any(line.startswith(f"| {mode} |") for line in run.stdout.splitlines()), mode
     assert set(json.loads(out.read_text())["best"]) == {"classic", "share", "share-raw"}
+
+
+def test_the_transaction_cycle_benchmark_runs_and_prints_its_parts():
+    """bench/txn_cycle.py: a standalone broker's handlers driven through whole transactions in
+    one process; it fails (exit status) if any answer carries an error or a transaction does not
+    complete, and prints the CPU per transaction and per part."""
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "txn_cycle.py"), "--cycles", "30", "--records", "10"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    print(run.stdout)
+    line = run.stdout.strip()
+    assert "us CPU per transaction (4 partitions, 10 records per batch;" in line
+    for part in ("add_partitions_to_txn", "produce", "end_txn", "completion"):
+        assert f"{part} " in line, part
