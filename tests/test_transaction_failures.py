@@ -112,6 +112,42 @@ async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp
         broker.close()
 
 
+@pytest.mark.anyio
+async def test_an_unexpected_error_ending_a_transaction_is_logged_and_the_end_tried_again(tmp_path, monkeypatch,
+                                                                                         caplog):
+    """The completion (markers, then CompleteCommit) runs as a plain task: an error anywhere in it,
+    even before the markers, must be logged and retried, not end the task silently with the
+    transaction left prepared (found in review)."""
+    from kshim.coordinator.transactions import coordinator as coordinator_module
+    monkeypatch.setattr(coordinator_module, "COMPLETION_RETRY_S", 0.01)
+    broker, p = await standalone_topic(tmp_path)
+    coord = served(broker).transactions
+    real_epoch = coord.coordinator_epoch
+    failures = [RuntimeError("an unexpected failure")]
+
+    def failing_once(transactional_id):
+        if failures:
+            raise failures.pop()
+        return real_epoch(transactional_id)
+
+    monkeypatch.setattr(coord, "coordinator_epoch", failing_once)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(coord.run)
+            await coordinated(broker, "tx")
+            pid = (await init(broker, "tx")).producer_id
+            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
+            assert not p.append(data(pid, 0, b"v")).error
+            assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
+            await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
+            assert not failures  # it did fail once
+            assert "ending transaction tx failed" in caplog.text
+            assert p.last_stable_offset == p.log_end_offset  # the marker is there
+            tg.cancel_scope.cancel()
+    finally:
+        broker.close()
+
+
 async def offsets_setup(tmp_path):
     from tests.test_groups import find
     broker, p = await standalone_topic(tmp_path)

@@ -375,17 +375,18 @@ class TransactionCoordinator:
         broker coordinates the id."""
         try:
             while True:
-                meta = self.txns.get(transactional_id)
-                index = self.runtime.partition_of(transactional_id)
-                if meta is None or not meta.state.preparing or index not in self.runtime.loaded:
-                    return
-                committed = meta.state == TxnState.PREPARE_COMMIT
-                coordinator_epoch = self.coordinator_epoch(transactional_id)
+                try:  # all of it: a plain task (_start_completion) has no one to hand an error to
+                    meta = self.txns.get(transactional_id)
+                    index = self.runtime.partition_of(transactional_id)
+                    if meta is None or not meta.state.preparing or index not in self.runtime.loaded:
+                        return
+                    committed = meta.state == TxnState.PREPARE_COMMIT
+                    coordinator_epoch = self.coordinator_epoch(transactional_id)
 
-                def still_coordinator() -> bool:
-                    return index in self.runtime.loaded and self.coordinator_epoch(transactional_id) == coordinator_epoch
+                    def still_coordinator() -> bool:
+                        return (index in self.runtime.loaded
+                                and self.coordinator_epoch(transactional_id) == coordinator_epoch)
 
-                try:
                     if await self.markers.write(meta.producer_id, meta.producer_epoch, committed, coordinator_epoch,
                                                 meta.partitions, still_coordinator, meta.marker_version) and \
                             self.txns.get(transactional_id) is meta:
