@@ -737,7 +737,7 @@ class Partition:
             return result
         self._storage_works()
         header = records.read_header(buf)
-        self._track(self.producers, header, buf, records.Marker(committed, coordinator_epoch))
+        self._track(self.producers, header, marker=records.Marker(committed, coordinator_epoch))
         result.base_offset, result.last_offset, result.appended_batches = base, last, 1
         self._advance_hw()
         self.wake_all()

@@ -36,6 +36,15 @@ async def test_a_marker_not_committed_is_not_reported_written(tmp_path):
         broker.close()
 
 
+async def open_transaction(broker, p, tid: str = "tx") -> int:
+    """A transaction of `tid` with one record on partition `p`, the coordinator running: its producer id."""
+    await coordinated(broker, tid)
+    pid = (await init(broker, tid)).producer_id
+    assert await add(broker, tid, pid, 0) == ErrorCode.NONE
+    assert not p.append(data(pid, 0, b"v")).error
+    return pid
+
+
 @pytest.mark.anyio
 async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_path, monkeypatch):
     import kshim.coordinator.transactions.markers as markers
@@ -52,10 +61,7 @@ async def test_a_transaction_stays_prepared_until_its_markers_are_committed(tmp_
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(served(broker).transactions.run)
-            await coordinated(broker, "tx")
-            pid = (await init(broker, "tx")).producer_id
-            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
-            assert not p.append(data(pid, 0, b"v")).error
+            pid = await open_transaction(broker, p)
             stall_replication(p)            # follower in the ISR, not fetching
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
             await wait_until(lambda: len(attempts) >= 3, message="three marker attempts")
@@ -93,10 +99,7 @@ async def test_a_reload_during_marker_writes_still_completes_the_transaction(tmp
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(coord.run)
-            await coordinated(broker, "tx")
-            pid = (await init(broker, "tx")).producer_id
-            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
-            assert not p.append(data(pid, 0, b"v")).error
+            pid = await open_transaction(broker, p)
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
             await wait_until(lambda: writes, message="the marker write started")
             # a state write of ANOTHER transactional id of the same __transaction_state partition
@@ -134,10 +137,7 @@ async def test_an_unexpected_error_ending_a_transaction_is_logged_and_the_end_tr
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(coord.run)
-            await coordinated(broker, "tx")
-            pid = (await init(broker, "tx")).producer_id
-            assert await add(broker, "tx", pid, 0) == ErrorCode.NONE
-            assert not p.append(data(pid, 0, b"v")).error
+            pid = await open_transaction(broker, p)
             assert await end(broker, "tx", pid, 0, True) == ErrorCode.NONE
             await settle(broker, "tx", TxnState.COMPLETE_COMMIT)
             assert not failures  # it did fail once
