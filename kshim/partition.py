@@ -827,13 +827,15 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Drop a divergent suffix (a follower after a leader change, KIP-101). The epoch cache is
         cut even when the log is not: a term in which a former leader wrote nothing must go."""
-        before = self.log.log_end_offset
+        before, size = self.log.log_end_offset, self.log.size_bytes
         if offset < before:
             self._drop_snapshot()
         # always asked of the log: under its write lock, after any write still out (a write the
         # log writer took before the leadership changed lands first, and is cut here)
         if self.log.truncate_to(offset):
-            log.warning("%s-%d: truncated from %d to %d", self.topic, self.index, before, offset)
+            # what a follower cuts it fetches again: after a crash this should be next to nothing
+            log.warning("%s-%d: truncated from %d to %d (%d bytes, fetched again from the leader)",
+                        self.topic, self.index, before, offset, size - self.log.size_bytes)
             self._high_watermark = min(self._high_watermark, self.log.log_end_offset)
             # rebuilt, not trimmed: a producer whose last 5 batches were cut still has earlier ones
             # in the log, and its retries must still be recognised (Kafka rebuilds the same way)

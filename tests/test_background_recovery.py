@@ -4,15 +4,17 @@ broker serves, off the event loop; a request naming one waits for it, and it is 
 the others are served meanwhile, and nothing a crash may not lose is lost."""
 from __future__ import annotations
 
+import re
 import threading
 import time
+import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
-from kshim.broker import BrokerConfig
+from kshim.broker import Broker, BrokerConfig
 from kshim.log.log_dirs import CLEAN_MARKER
 from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, read_offsets
 from kshim.net.broker_server import BrokerServer
@@ -160,7 +162,8 @@ async def test_a_topic_deleted_while_its_partitions_recover_is_deleted(tmp_path,
         await broker.delete_topic("t")
         gate.all.set()
         await wait_until(lambda: not rm.recovering, timeout_s=30)
-        await wait_until(lambda: not [p for p in tmp_path.iterdir() if p.name.startswith("t-")], timeout_s=30)
+        # renamed for deletion at once (the files go file.delete.delay.ms later)
+        await wait_until(lambda: not [p for p in tmp_path.iterdir() if re.fullmatch(r"t-\d+", p.name)], timeout_s=30)
         assert all(r.topic != "t" for r in rm.replicas())
 
 
@@ -170,5 +173,33 @@ async def test_without_the_setting_every_log_is_recovered_before_the_start_retur
     try:
         assert not broker.replica_manager.recovering
         assert [broker.partition("t", i).log_end_offset for i in range(N)] == [2] * N
+    finally:
+        broker.close()
+
+
+async def test_logs_recovered_while_the_first_image_is_still_prepared_are_kept(tmp_path):
+    """A cluster broker's start after kill -9: its first image arrives after it serves, and
+    preparing it (opening the offsets topic's partitions off the event loop) yields while the
+    background recovery already runs, against the empty image of before. That image says nothing
+    about the crashed logs: they are recovered once the image naming them is applied, never
+    deleted (they were, with every acknowledged record in them, before this was fixed)."""
+    from tests.test_replica_lifecycle import NoController, image
+    topic_id, offsets_id = uuid.uuid4(), uuid.uuid4()
+    first = Broker(BrokerConfig(data_dir=tmp_path, recover_in_background=True), NoController())
+    await first.install_image(image(1, ("t", topic_id, 3), ("__consumer_offsets", offsets_id, 2)))
+    for i in range(3):
+        out = first.replica_manager.append(1, 5, [("t", i, batch(b"one")), ("t", i, batch(b"two"))])
+        assert all(r.appended for r in out)
+    crash(first)
+
+    broker = Broker(BrokerConfig(data_dir=tmp_path, recover_in_background=True), NoController())
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(broker.recover_deferred)
+            await broker.install_image(image(2, ("t", topic_id, 3), ("__consumer_offsets", offsets_id, 2)))
+            await wait_until(lambda: all(broker.partition("t", i) is not None for i in range(3)), timeout_s=30)
+            tg.cancel_scope.cancel()
+        assert [broker.partition("t", i).log_end_offset for i in range(3)] == [2, 2, 2]
+        assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(("-delete", "-stray"))]
     finally:
         broker.close()

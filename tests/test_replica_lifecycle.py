@@ -47,8 +47,15 @@ def image(version: int, *topics: tuple[str, uuid.UUID, int]) -> MetadataImage:
         for name, topic_id, n in topics})
 
 
-def broker_on(data_dir: Path) -> Broker:
-    return Broker(BrokerConfig(data_dir=data_dir), NoController())  # type: ignore[arg-type]
+def broker_on(data_dir: Path, delete_delay_ms: int | None = None) -> Broker:
+    """`delete_delay_ms`: the broker's log.segment.delete.delay.ms (default Kafka's 60 s)."""
+    defaults = {} if delete_delay_ms is None else {"log.segment.delete.delay.ms": str(delete_delay_ms)}
+    return Broker(BrokerConfig(data_dir=data_dir, topic_defaults=defaults), NoController())  # type: ignore[arg-type]
+
+
+def renamed(data_dir: Path, suffix: str) -> list[str]:
+    """The partition directories renamed aside with `suffix` ("-delete", "-stray"), by old name."""
+    return sorted(p.name.split(".")[0] for p in data_dir.iterdir() if p.name.endswith(suffix))
 
 
 def values(broker: Broker, topic: str = "t") -> list[bytes]:
@@ -101,7 +108,8 @@ async def test_a_topic_created_again_while_away_does_not_bring_back_the_old_data
     await produce(broker, b"old-1", b"old-2")
     broker.close()
 
-    # the broker was away while "t" was deleted and created again: its image names a new id
+    # the broker was away while "t" was deleted and created again: its image names a new id; the
+    # old data is set aside as a stray, deleted once file.delete.delay.ms has passed
     broker = broker_on(tmp_path)
     try:
         await broker.install_image(image(5, ("t", new_id, 1)))
@@ -109,8 +117,9 @@ async def test_a_topic_created_again_while_away_does_not_bring_back_the_old_data
         await produce(broker, b"new-1")
         assert values(broker) == [b"new-1"]
         assert read_topic_id(tmp_path / "t-0") == new_id
-        assert broker.replica_manager.deleter.wait_idle(WAIT_S)
-        assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-delete")] == []
+        (aside,) = [p for p in tmp_path.iterdir() if p.name.endswith("-stray")]
+        assert aside.name.startswith("t-0.") and read_topic_id(aside) == old_id
+        assert not broker.replica_manager.deleter.wait_idle(0.2)  # kept for the delay
     finally:
         broker.close()
 
@@ -122,7 +131,7 @@ async def test_a_topic_created_again_while_away_does_not_bring_back_the_old_data
         broker.close()
 
 
-async def test_stray_replicas_are_deleted_at_the_first_image(tmp_path):
+async def test_stray_replicas_are_renamed_at_the_first_image_and_deleted_after_the_delay(tmp_path, caplog):
     gone, kept = uuid.uuid4(), uuid.uuid4()
     broker = broker_on(tmp_path)
     await broker.install_image(image(1, ("gone", gone, 2), ("kept", kept, 1)))
@@ -131,24 +140,28 @@ async def test_stray_replicas_are_deleted_at_the_first_image(tmp_path):
     (tmp_path / "not-a-partition").mkdir()
     (tmp_path / "legacy-0").mkdir()  # an older kshim's directory carries no topic id: left alone
 
-    broker = broker_on(tmp_path)
+    broker = broker_on(tmp_path, delete_delay_ms=300)
     try:
         await broker.install_image(image(7, ("kept", kept, 1)))
-        assert broker.replica_manager.deleter.wait_idle(WAIT_S)
+        assert renamed(tmp_path, "-stray") == ["gone-0", "gone-1"]  # at once, with a warning each
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "stray replica" in r.getMessage()]
+        assert len(warned) == 2 and all(str(gone) in w and "bytes" in w for w in warned), warned
+        assert broker.replica_manager.deleter.wait_idle(WAIT_S)  # then deleted, the delay past
         assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["kept-0", "legacy-0", "not-a-partition"]
         assert values(broker, "kept") == [b"x"]
     finally:
         broker.close()
 
 
-async def test_a_deleted_topic_is_renamed_at_once_and_deleted_in_the_background(tmp_path):
+async def test_a_deleted_topic_is_renamed_at_once_and_deleted_after_the_delay(tmp_path):
     topic_id = uuid.uuid4()
-    broker = broker_on(tmp_path)
+    broker = broker_on(tmp_path, delete_delay_ms=300)
     try:
         await broker.install_image(image(1, ("t", topic_id, 1)))
         await produce(broker, b"a")
         await broker.install_image(image(2))
         assert not (tmp_path / "t-0").exists() and broker.partition("t", 0) is None
+        assert renamed(tmp_path, "-delete") == ["t-0"]
         assert broker.replica_manager.deleter.wait_idle(WAIT_S)
         assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == []
     finally:
@@ -161,7 +174,7 @@ def test_leftovers_renamed_for_deletion_are_deleted_at_the_next_start(tmp_path):
     (leftover / "00000000000000000000.log").write_bytes(b"x" * 100)
     lookalike = tmp_path / "t-0.delete"  # not our suffix: kept
     lookalike.mkdir()
-    deleter = DirDeleter()
+    deleter = DirDeleter(delay_ms=0)
     assert deleter.sweep(tmp_path) == 1
     assert deleter.wait_idle(WAIT_S)
     assert not leftover.exists() and lookalike.exists()

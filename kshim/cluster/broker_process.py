@@ -118,15 +118,20 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 isr_changes = IsrChanges()
                 node = BrokerServer(broker, isr_changes)
                 faults, requests = FaultRules(), RequestLog(config.request_log_entries)
-                port = await tg.start(Server(node, faults, requests).serve, listeners)
-                if config.security.listeners:
-                    port = config.port  # the inter-broker listener's (fixed) port is what brokers register
+                # the inter-broker listener's (fixed) port is what brokers register
+                port = config.port if config.security.listeners else listeners[0][1].getsockname()[1]
                 # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
                                node.share.in_flight_list, node.telemetry.instances,
                                config.security.client_properties(config.data_dir))
                 config.port = port
-                tg.start_soon(client.run, config.advertised, port, os.getpid())
+                # Registered, with the controller's current image applied, before any request is
+                # served (Kafka enables request processing once its broker caught up with the
+                # metadata): a broker answering with the empty image of its start told clients
+                # the cluster had no brokers, and librdkafka then dropped its connections to all
+                # of them. Meanwhile connections wait in the listen backlog.
+                await tg.start(client.run, config.advertised, port, os.getpid())
+                await tg.start(Server(node, faults, requests).serve, listeners)
                 tg.start_soon(partial(run_replication, broker, replica_lag_time_max_ms=replica_lag_time_max_ms,
                                       isr_changes=isr_changes))
                 if supervisor_fd is not None:

@@ -133,16 +133,16 @@ def scan(dirs: list[Path], deleter: DirDeleter) -> ScanResult:
             for other in dirs:  # the source of a move that crashed before it was renamed away
                 if other != d and (other / name).is_dir():
                     log.info("finishing the move of %s to %s: deleting its old copy in %s", name, d, other)
-                    deleter.remove(other / name)
+                    deleter.remove(other / name, f"its move to {d} was complete")
             if (d / name).exists():
-                deleter.remove(d / name)
+                deleter.remove(d / name, "a completed move's copy replaces it")
             os.replace(future, d / name)
             (d / name / MOVE_COMPLETE).unlink()
             fsync_dir(str(d))
             log.info("finished the move of %s to %s (interrupted by a stop)", name, d)
         else:
             log.info("the move of %s to %s was interrupted before it was complete: it starts over", name, d)
-            deleter.remove(future)
+            deleter.remove(future, "an unfinished copy of a move that starts over")
             result.pending_moves[name] = d
     for d in dirs:
         for entry in subdirs(d):

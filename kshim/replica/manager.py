@@ -145,8 +145,8 @@ class ReplicaManager:
         self._prepared: dict[TopicPartition, Partition] = {}
         self._strays_checked = False
         self._removed: list[Partition] = []  # retired by apply_image, files not yet closed and renamed
-        # removed replicas: renamed at once, their files deleted in a background thread
-        self.deleter = DirDeleter()
+        # removed replicas: renamed at once, their files deleted file.delete.delay.ms later
+        self.deleter = DirDeleter(self._delete_delay_ms(BrokerLevel.of(topic_defaults, {}, node_id)))
         for d in self.log_dirs:
             d.mkdir(parents=True, exist_ok=True)
             if self.deleter.sweep(d):
@@ -177,6 +177,7 @@ class ReplicaManager:
         self.recovering: dict[TopicPartition, Path] = {}  # key -> its log dir
         self._recover_first: dict[TopicPartition, None] = {}  # asked for by a request (ordered)
         self._recovered = Signal()  # a batch of recovering replicas was installed
+        self._image_applied = Signal()  # apply_image ran (recovery waits for an image naming its replicas)
         self._recovery_due = Signal()  # replicas were deferred
         self._recovery_batch: list[tuple[TopicPartition, Partition | None]] = []  # opened, not installed yet
         # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
@@ -321,8 +322,11 @@ class ReplicaManager:
         started, installed = time.monotonic(), 0
         log.info("recovering %d replicas in the background", len(self.recovering))
         try:
-            while self.recovering:  # bounded: each round takes at least one key out
+            while self.recovering:  # bounded: each round takes keys out or waits for the next image
                 batch = self._next_recovery_batch()
+                if not batch:
+                    await self._image_applied.wait()
+                    continue
                 await anyio.to_thread.run_sync(self._open_recovering, batch)
                 opened, self._recovery_batch = self._recovery_batch, []
                 installed += self._install_recovered(opened)
@@ -337,7 +341,10 @@ class ReplicaManager:
         log.info("recovered %d replicas in the background in %.1f s", installed, time.monotonic() - started)
 
     def _next_recovery_batch(self) -> list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]:
-        """The next replicas to recover, those requests wait for first, with the image's state."""
+        """The next replicas to recover, those requests wait for first, with the applied image's
+        state. Empty when none is in that image yet: the image that deferred them is still being
+        prepared (prepare_image awaits its openings before apply_image makes it the broker's).
+        Only apply_image, with a whole current image, ever gives a recovering replica up."""
         image = self.metadata.image
         out: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]] = []
         first = [k for k in self._recover_first if k in self.recovering]
@@ -351,9 +358,6 @@ class ReplicaManager:
                 continue
             taken.add(key)
             out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))
-        if not out:  # not in the image (a removal that apply_image will finish): nothing to open
-            key = next(iter(self.recovering))
-            self._cancel_recovery(key)
         return out
 
     def _open_recovering(self, batch: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]) -> None:
@@ -383,12 +387,14 @@ class ReplicaManager:
             log_dir = self.recovering.pop(key, None)
             if replica is None:
                 continue
-            if log_dir is None or topic is None or topic.topic_id != replica.topic_id:
-                if log_dir is not None:  # the topic was created again: its directory is opened anew
-                    self.recovering[key] = log_dir
-                    replica.discard()
-                else:
-                    self._finish_removal(replica)  # no longer hosted here (_cancel_recovery)
+            if log_dir is None:  # apply_image gave it up meanwhile (_cancel_recovery): removed
+                self._finish_removal(replica, "no longer assigned to this broker")
+                continue
+            if topic is None or topic.topic_id != replica.topic_id:
+                # not in the applied image (its image is being prepared), or the topic was created
+                # again: opened anew with the image of then; nothing is deleted here
+                self.recovering[key] = log_dir
+                replica.discard()
                 continue
             info = topic.partitions[key[1]]
             self._host(key, replica)
@@ -416,8 +422,8 @@ class ReplicaManager:
         log_dir = self.recovering.pop(key)
         self._located.pop(f"{key[0]}-{key[1]}", None)
         if not any(k == key for k, _ in self._recovery_batch):
-            self.deleter.remove(log_dir / f"{key[0]}-{key[1]}")
-        log.info("removed replica %s-%d (not yet recovered)", *key)
+            self.deleter.remove(log_dir / f"{key[0]}-{key[1]}", "no longer assigned to this broker "
+                                "(removed before its recovery after a crash)")
         self._recovered.fire()
 
     async def wait_recovered(self, keys: Iterable[tuple[str, int | None]]) -> None:
@@ -438,6 +444,7 @@ class ReplicaManager:
         leaders: list[Partition] = []
         self._prepare_now(image)
         level = self.broker_level()
+        self.deleter.delay_ms = self._delete_delay_ms(level)
         for topic in image.topics.values():
             config: TopicConfig | None = None  # resolved once per topic, not per partition
             for info in topic.partitions:
@@ -480,6 +487,13 @@ class ReplicaManager:
         if not self._strays_checked and image.version > 0:
             self._strays_checked = True
             self._remove_strays(image)
+        self._image_applied.fire()
+
+    @staticmethod
+    def _delete_delay_ms(level: BrokerLevel) -> int:
+        """How long a removed replica's renamed directory waits before it is deleted: the
+        broker's file.delete.delay.ms (log.segment.delete.delay.ms), as Kafka's LogManager waits."""
+        return resolve({}, level)["file.delete.delay.ms"]
 
     def broker_level(self) -> BrokerLevel:
         """This broker's topic-config defaults: the command line's under the image's dynamic ones."""
@@ -524,10 +538,11 @@ class ReplicaManager:
         saved_hw = self._saved_hw.pop((log_dir, directory.name), None)
         recorded = read_topic_id(directory)
         if recorded is not None and recorded != topic.topic_id:
-            # the topic was deleted and created again while this broker was away: the old data goes
-            log.warning("%s holds topic id %s, not %s: the topic was deleted and created again; "
-                        "deleting the old data", directory.name, recorded, topic.topic_id)
-            self.deleter.remove(directory)
+            # the topic was deleted and created again while this broker was away: the old data is
+            # set aside as a stray (deleted file.delete.delay.ms later), the new topic starts empty
+            self.deleter.remove(directory, f"it holds topic id {recorded}, the metadata's {topic.name} is "
+                                f"{topic.topic_id} (deleted and created again while this broker was away)",
+                                stray=True, topic_id=recorded)
         clean = vouched if recorded == topic.topic_id else None
         replica = Partition(topic.name, info.index, directory, log_config,
                             node_id=self.node_id, topic_id=topic.topic_id, clean_start=clean,
@@ -560,8 +575,10 @@ class ReplicaManager:
 
     def _remove_strays(self, image: MetadataImage) -> None:
         """After the first image: partition directories this broker no longer hosts (their topic
-        was deleted, or the partition moved away, while it was down) are deleted, as Kafka's
-        LogManager deletes stray logs. Only directories that carry a topic id are touched, so
+        was deleted, or the partition moved away, while it was down) are renamed aside as strays
+        and deleted file.delete.delay.ms later, as Kafka's LogManager handles stray logs once its
+        broker has caught up with the metadata (here: the first image, the controller's whole
+        current one). Only directories that carry a topic id are touched, so
         nothing that is not a kshim partition is ever removed."""
         found = []
         for d in self.log_dirs:
@@ -578,10 +595,13 @@ class ReplicaManager:
             if recorded is None:
                 continue
             topic = image.topics.get(m.group(1))
-            why = ("its topic was deleted" if topic is None or topic.topic_id != recorded
-                   else "the partition is no longer assigned to this broker")
-            log.info("deleting stray replica %s: %s while this broker was away", name, why)
-            self.deleter.remove(directory)
+            if (topic is not None and topic.topic_id == recorded and key[1] < len(topic.partitions)
+                    and self.node_id in topic.partitions[key[1]].replicas):
+                continue  # assigned here (not open: it failed to, and is tried again): never a stray
+            why = ("its topic is not in the metadata (deleted while this broker was away)"
+                   if topic is None or topic.topic_id != recorded
+                   else "the metadata no longer assigns the partition to this broker")
+            self.deleter.remove(directory, f"{why}; metadata version {image.version}", stray=True, topic_id=recorded)
             self._located.pop(name, None)
 
     def _remove(self, key: TopicPartition) -> None:
@@ -592,11 +612,15 @@ class ReplicaManager:
             move.cancelled = True
         replica.retire()  # whoever waits on it stops waiting now; the files go next
         self._removed.append(replica)
-        log.info("removed replica %s-%d", *key)
 
-    def _finish_removal(self, replica: Partition) -> None:
+    def _finish_removal(self, replica: Partition, why: str = "") -> None:
         replica.discard()  # no flush, no clean-shutdown marker: the files are going
-        self.deleter.remove(replica.directory)  # renamed now, its files deleted in the background
+        topic = self.metadata.image.topics.get(replica.topic)
+        if not why:
+            why = ("its topic was deleted" if topic is None or topic.topic_id != replica.topic_id
+                   else "the metadata no longer assigns it to this broker")
+        # renamed now, its files deleted file.delete.delay.ms later
+        self.deleter.remove(replica.directory, why, topic_id=replica.topic_id)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         """The replica of topic-index hosted here, leader or follower; None if not hosted."""
@@ -652,7 +676,7 @@ class ReplicaManager:
                 await self._move(move)
             except OSError as e:
                 log.warning("moving %s-%d to %s failed: %s", move.topic, move.index, move.destination, e)
-                self.deleter.remove(move.future)
+                self.deleter.remove(move.future, "the move failed")
             finally:
                 if self.moves.get((move.topic, move.index)) is move:
                     del self.moves[(move.topic, move.index)]
@@ -665,14 +689,14 @@ class ReplicaManager:
             return
         for _ in range(MOVE_MAX_ROUNDS):
             if move.cancelled or self._replicas.get(key) is not replica:
-                self.deleter.remove(move.future)
+                self.deleter.remove(move.future, "the move was cancelled")
                 return
             truncations, end = replica.log.truncations, replica.log_end_offset
             try:
                 copied = await anyio.to_thread.run_sync(move.copier.sync)
             except FileNotFoundError:
                 if self._replicas.get(key) is not replica:  # deleted while copying
-                    self.deleter.remove(move.future)
+                    self.deleter.remove(move.future, "the replica was removed while it moved")
                     return
                 raise
             if replica.log.truncations != truncations:
@@ -684,7 +708,7 @@ class ReplicaManager:
         # fsync the source off the event loop first: closing it in _swap then has little left to sync
         await anyio.to_thread.run_sync(replica.log.flush)
         if move.cancelled or self._replicas.get(key) is not replica:
-            self.deleter.remove(move.future)
+            self.deleter.remove(move.future, "the move was cancelled")
             return
         self._swap(replica, move)
 
@@ -705,7 +729,7 @@ class ReplicaManager:
             replica.reopen_at(source)  # the source is untouched: it stays the replica
             raise
         # from here the copy is the replica (a restart finishes the move: kshim.log.log_dirs.scan)
-        self.deleter.remove(source)
+        self.deleter.remove(source, f"moved to {move.destination}", topic_id=replica.topic_id)
         os.replace(move.future, target)
         (target / MOVE_COMPLETE).unlink()
         self._located[source.name] = move.destination
