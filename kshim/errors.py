@@ -17,6 +17,21 @@ class BrokerError(Exception):
         self.message = message
 
 
+class StartRefused(Exception):
+    """A server that must not start as things are (its message says why and what to do)."""
+
+
+def refusal_behind(e: BaseException) -> StartRefused | None:
+    """The StartRefused behind `e`, also inside exception groups."""
+    if isinstance(e, StartRefused):
+        return e
+    for inner in getattr(e, "exceptions", ()) or ():
+        found = refusal_behind(inner)
+        if found is not None:
+            return found
+    return None
+
+
 def os_error_behind(e: BaseException) -> OSError | None:
     """The OSError behind `e`, also when a task group wrapped it alone in an exception group
     (a port already in use surfaces that way from a server's task group)."""

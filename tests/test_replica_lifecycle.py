@@ -13,6 +13,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.cluster.image import BrokerInfo, MetadataImage, PartitionInfo, TopicInfo
+from kshim.log.meta_properties import ForeignMetadata
 from kshim.log.partition_dir import METADATA_FILE, DirDeleter, read_topic_id, write_topic_id
 from kshim.replica import FetchParams, FetchPartition
 from kshim.standalone import open_standalone
@@ -192,5 +193,34 @@ async def test_images_install_one_at_a_time_in_order(tmp_path):
         assert {r.topic for r in broker.replicas()} == {"t3"}
         await broker.install_image(image(2, ("t2", ids[1], 40)))  # older: ignored
         assert broker.image.version == 3
+    finally:
+        broker.close()
+
+
+async def test_metadata_of_another_cluster_is_refused_before_any_data_is_touched(tmp_path):
+    """The controller's state lost or replaced: its image names none of the data on disk, which
+    would all go as strays. The log dir remembers its cluster (meta.properties, as Kafka's), and
+    the broker refuses such an image instead."""
+    topic_id = uuid.uuid4()
+    broker = broker_on(tmp_path, delete_delay_ms=0)
+    await broker.install_image(image(1, ("t", topic_id, 1)))
+    await produce(broker, b"kept")
+    broker.close()
+    assert "cluster.id=c" in (tmp_path / "meta.properties").read_text()
+
+    broker = broker_on(tmp_path, delete_delay_ms=0)
+    foreign = image(3, ("t", uuid.uuid4(), 1))
+    foreign = MetadataImage(foreign.version, "another-cluster", 0, foreign.brokers, foreign.topics)
+    try:
+        with pytest.raises(ForeignMetadata, match="another-cluster"):
+            await broker.install_image(foreign)
+        assert broker.image.version == 0 and broker.partition("t", 0) is None
+    finally:
+        broker.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["t-0"]
+    broker = broker_on(tmp_path)
+    try:
+        await broker.install_image(image(4, ("t", topic_id, 1)))
+        assert values(broker) == [b"kept"]
     finally:
         broker.close()

@@ -22,6 +22,7 @@ from kshim.log.files import fsync_dir, sync_filesystem
 from kshim.log.log_dirs import (MOVE_COMPLETE, DirCopier, future_name, scan, subdirs, take_clean_marker,
                                 write_clean_marker)
 from kshim.log.summary import ActiveEnd, LogSummary
+from kshim.log.meta_properties import check_cluster
 from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets, write_offsets
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
 from kshim.log.writer import LogWriter
@@ -144,6 +145,7 @@ class ReplicaManager:
         # opened off the event loop by prepare_image, taken by the apply_image that follows
         self._prepared: dict[TopicPartition, Partition] = {}
         self._strays_checked = False
+        self._cluster_checked = False
         self._removed: list[Partition] = []  # retired by apply_image, files not yet closed and renamed
         # removed replicas: renamed at once, their files deleted file.delete.delay.ms later
         self.deleter = DirDeleter(self._delete_delay_ms(BrokerLevel.of(topic_defaults, {}, node_id)))
@@ -214,6 +216,7 @@ class ReplicaManager:
         segment, or recovery and producer-state replay of an existing one): about 0.4 ms for an
         empty partition, far more for one with data; thousands at once (a big CreateTopics, a
         broker's start) must not stall every connection."""
+        self._check_cluster(image)
         level = BrokerLevel.of(self.topic_defaults, image.broker_configs, self.node_id)
         todo = self._unopened(image)
         if not todo:
@@ -229,6 +232,13 @@ class ReplicaManager:
         async with anyio.create_task_group() as tg:
             for start in range(0, len(todo), OPEN_CHUNK):
                 tg.start_soon(open_chunk, todo[start:start + OPEN_CHUNK])
+
+    def _check_cluster(self, image: MetadataImage) -> None:
+        """Before the first image touches any replica: it must be of the cluster whose data the
+        log dirs hold (kshim.log.meta_properties); raises ForeignMetadata otherwise."""
+        if not self._cluster_checked and image.version > 0:
+            check_cluster(self.log_dirs, image.cluster_id, self.node_id)
+            self._cluster_checked = True
 
     def _unopened(self, image: MetadataImage) -> list[tuple[TopicInfo, PartitionInfo]]:
         """The replicas `image` gives this broker that are neither open, prepared nor being
@@ -440,6 +450,7 @@ class ReplicaManager:
     def apply_image(self, image: MetadataImage, *, defer_removal: bool = False) -> None:
         """Open, reconfigure or remove local replicas as the image assigns them; with
         defer_removal, removed replicas' files are left for finish_removals."""
+        self._check_cluster(image)
         wanted = set()
         leaders: list[Partition] = []
         self._prepare_now(image)
