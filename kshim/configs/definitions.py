@@ -212,8 +212,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
               "(-2: as retention.bytes). Without tiered storage it has no effect.",
               Range(-2, LONG_MAX), synonym="log.local.retention.bytes"),
     ConfigDef("file.delete.delay.ms", LONG, "60000",
-              "Grace period before a removed segment's files are unlinked. kshim unlinks at once: its "
-              "readers hold no file positions across requests.",
+              "Grace period before a removed partition directory (a deleted topic, a stray replica) is "
+              "deleted; the broker's value applies. Segments are unlinked at once: kshim's readers hold "
+              "no file positions across requests.",
               Range(0, LONG_MAX), synonym="log.segment.delete.delay.ms"),
     # ---------------------------------------------------------------- segments and indexes
     ConfigDef("segment.bytes", INT, str(1 << 30),

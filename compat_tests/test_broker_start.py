@@ -1,0 +1,54 @@
+"""A cluster broker that starts serves only what it knows (issue 31): it registers with the
+controller and applies the controller's current image before it answers any client, as Kafka's
+broker enables request processing only once caught up with the metadata. Before, a restarted
+broker answered Metadata from the empty image of its start, listing no broker at all, and
+librdkafka then dropped its connections to every broker of the cluster.
+
+The controller is held (SIGSTOP) while broker 1 starts, so the window in which a broker could
+answer before it caught up is as long as the test needs: a Metadata request sent in it must be
+answered only after the controller resumes, and then with every live broker."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+from compat_tests.cluster import Cluster, running
+from compat_tests.kshim_process import wait_until
+from compat_tests.raw_kafka import METADATA, RawConnection
+
+DEADLINE_S = 30.0
+
+
+def test_a_restarted_broker_answers_metadata_only_once_it_has_caught_up(tmp_path):
+    # a long session timeout: the controller held for a while must not fence the other brokers
+    with running(Cluster(tmp_path, 3, session_timeout_ms=60_000)) as cluster:
+        assert cluster.broker(1)["alive"]
+        killed = subprocess.run([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(tmp_path), "kill", "1"],
+                                capture_output=True, text=True, timeout=60)
+        assert killed.returncode == 0, killed.stderr
+        controller = cluster.status()["controller"]["pid"]
+        os.kill(controller, signal.SIGSTOP)  # the controller cluster.start() started, held
+        starting = subprocess.Popen([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(tmp_path), "start", "1"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            address = f"127.0.0.1:{cluster.base_port + 1}"
+
+            def connected() -> RawConnection | None:
+                try:
+                    return RawConnection(address, timeout=DEADLINE_S)
+                except OSError:
+                    return None
+            conn = wait_until(connected, DEADLINE_S, message="broker 1 listening again")
+            with conn:
+                correlation = conn.send_request(METADATA, 1, {"topics": None})
+                os.kill(controller, signal.SIGCONT)
+                answered, metadata = conn.read_response(METADATA, 1)
+            assert answered == correlation
+            assert sorted(b.node_id for b in metadata.brokers) == [0, 1, 2]
+        finally:
+            os.kill(controller, signal.SIGCONT)
+            out, err = starting.communicate(timeout=120)
+        assert starting.returncode == 0, err
