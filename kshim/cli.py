@@ -31,7 +31,7 @@ from kshim.configs.options import (add_authorizer_options, add_connection_option
 from kshim.configs.security import Listener, SecurityConfigError
 from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
-from kshim.ephemeral import ephemeral_dir
+from kshim.ephemeral import abandoned_dirs, ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
 from kshim.requestlog import RequestLog
 from kshim.runner import run_server
@@ -333,6 +333,11 @@ def _main(argv: list[str] | None = None) -> int:
             print("kshim: --ephemeral makes its own data directory: leave out --data-dir", file=sys.stderr)
             return 2
         if args.ephemeral:
+            # A killed --ephemeral broker lost its data by design; say so, and free what it left
+            for left, size in abandoned_dirs():
+                log.warning("a killed `kshim serve --ephemeral` left %s (%d bytes): ephemeral data does not "
+                            "survive a crash; deleting it, this broker starts empty", left, size)
+                shutil.rmtree(left, ignore_errors=True)
             args.data_dir = ephemeral_dir()
             try:
                 return _run(args)

@@ -14,3 +14,26 @@ def ephemeral_dir(prefix: str = "kshim-ephemeral-") -> Path:
     shm = Path("/dev/shm")
     base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def abandoned_dirs(prefix: str = "kshim-ephemeral-") -> list[tuple[Path, int]]:
+    """The ephemeral data directories a killed `kshim serve --ephemeral` left behind (a SIGKILL
+    skips its cleanup): a broker ran there (its `.lock` file is there) and no process holds the
+    lock any more. Each with its size in bytes; tmpfs keeps them in memory until deleted."""
+    import fcntl  # here: the pytest plugin imports this module before anything else
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    found = []
+    for d in base.glob(f"{prefix}*"):
+        try:
+            fd = os.open(d / ".lock", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue  # no broker ever locked it (being made now), or not ours
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live broker holds it
+        finally:
+            os.close(fd)
+        found.append((d, sum(f.stat().st_size for f in d.rglob("*") if f.is_file())))
+    return found
