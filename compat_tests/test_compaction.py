@@ -178,11 +178,9 @@ def test_broker_killed_mid_clean_restarts_consistent(tmp_path):
             latest[acked[o][0]] = o
         assert set(latest.values()) <= set(offsets)  # at least the latest record of every key
         # and a clean after the restart completes
-        started = time.monotonic()
         result = ctl_compact(broker, topic)
         assert result.returncode == 0, result.stdout + result.stderr
         check_compacted(acked, consume_all(broker.bootstrap, topic, 0, timeout=60), active_base(broker, topic))
-        assert time.monotonic() - started < 300
     finally:
         broker.kill()
 

@@ -4,7 +4,6 @@ serving and restarts, even under a small open-file limit."""
 from __future__ import annotations
 
 import resource
-import time
 
 import pytest
 from kafka import KafkaProducer
@@ -24,10 +23,10 @@ def test_a_huge_create_topics_is_refused_at_once_and_the_broker_restarts(tmp_pat
     try:
         a = admin(broker)
         try:
-            started = time.monotonic()
             with pytest.raises(PolicyViolationError, match="limit of 500"):
                 a.create_topics([NewTopic("huge", 8193, 1)])
-            assert time.monotonic() - started < 5
+            # refused before anything was made, not after opening what fits
+            assert not list((tmp_path / "data").glob("huge-*"))
             a.create_topics([NewTopic("fits", 400, 1)])
             with pytest.raises(PolicyViolationError):
                 a.create_partitions({"fits": NewPartitions(501)})

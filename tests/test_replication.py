@@ -8,7 +8,6 @@ truncation of a former leader's divergent suffix.
 from __future__ import annotations
 
 import os
-import time
 from contextlib import asynccontextmanager
 
 import anyio
@@ -307,16 +306,15 @@ async def test_acks_all_waiter_ends_when_the_topic_is_deleted(tmp_path):
         result = {}
 
         async def produce():
-            start = time.monotonic()
-            result["answer"] = await c.produce("t", [b"x"], timeout_ms=4000)
-            result["seconds"] = time.monotonic() - start
+            # a timeout far beyond the test's: a waiter left waiting would answer REQUEST_TIMED_OUT
+            result["answer"] = await c.produce("t", [b"x"], timeout_ms=600_000)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce)
             await wait_until(lambda: c.replica(leader, "t") and c.replica(leader, "t").log_end_offset == 1,
                            message="appended")
             c.controller.delete_topic("t")
-        assert result["seconds"] < 1.0 and result["answer"][0] != ErrorCode.NONE
+        assert result["answer"][0] not in (ErrorCode.NONE, ErrorCode.REQUEST_TIMED_OUT)
 
 
 def test_a_parked_partition_is_retried_soon_and_bounds_the_long_poll():
