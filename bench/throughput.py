@@ -37,8 +37,8 @@ Targets
           and stopped with SIGTERM by PID at the end; --kshim HOST:PORT uses a
           running one instead; --no-kshim leaves it out.
   peer    --peer HOST:PORT[,HOST:PORT...] (any Kafka bootstrap), or --peer-mock
-          to start <project root>/../shared/peers/mock_broker.py --brokers 1
-          (librdkafka's in-memory mock; keeps only ~5 MB per partition, so its
+          to start bench/mock_cluster.py --brokers 1 (librdkafka's in-memory
+          mock, from confluent-kafka; keeps only ~5 MB per partition, so its
           consume phase reads just what is still there: see the "consumed"
           column).
   ceiling --ceiling: bench/null_broker.py, started here: a broker that only
@@ -95,7 +95,7 @@ except ImportError:  # pragma: no cover
 
 HOST = "127.0.0.1"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MOCK_BROKER = os.path.normpath(os.path.join(PROJECT_ROOT, "..", "shared", "peers", "mock_broker.py"))
+MOCK_BROKER = os.path.join(PROJECT_ROOT, "bench", "mock_cluster.py")  # librdkafka's mock cluster, the peer
 READY_RE = re.compile(r"\bready\b", re.IGNORECASE)
 BOOTSTRAP_RE = re.compile(r"^BOOTSTRAP=(\S+)\s*$")
 
@@ -303,7 +303,7 @@ NULL_BROKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "null_bro
 
 
 def start_announced(name: str, argv: list, workdir: str, args) -> "tuple[ManagedProcess, str]":
-    """Start a broker that prints `BOOTSTRAP=host:port` when it listens (librdkafka's mock script,
+    """Start a broker that prints `BOOTSTRAP=host:port` when it listens (bench/mock_cluster.py,
     bench/null_broker.py), wait for that line and for the port; stopped again if either fails."""
     mp = ManagedProcess(name, argv, os.path.join(workdir, name + ".stderr.log"), cwd=workdir)
     deadline = time.monotonic() + args.startup_timeout
@@ -328,8 +328,6 @@ def start_ceiling(args, workdir: str) -> "tuple[ManagedProcess, str]":
 
 
 def start_mock(args, workdir: str, topics) -> "tuple[ManagedProcess, str]":
-    if not os.path.isfile(MOCK_BROKER):
-        raise PhaseError("mock broker not found at %s" % MOCK_BROKER)
     argv = [sys.executable, MOCK_BROKER, "--brokers", "1"]
     for t in topics:  # pre-create with --partitions (auto-create would give 4)
         argv += ["--topic", "%s:%d" % (t, args.partitions)]

@@ -33,8 +33,8 @@ partition. The transaction rate of small transactions is bound by round trips (A
 Produce, EndTxn, and the broker's own state writes and markers), not by bytes.
 
 Targets (as bench/throughput.py): kshim started here (`python -m kshim serve`, stopped by PID),
-or --kshim HOST:PORT; --peer-mock starts ../shared/peers/mock_broker.py --brokers 1 (stopped by
-PID), --peer HOST:PORT takes any Kafka bootstrap. Only 127.0.0.1.
+or --kshim HOST:PORT; --peer-mock starts bench/mock_cluster.py --brokers 1 (librdkafka's mock,
+stopped by PID), --peer HOST:PORT takes any Kafka bootstrap. Only 127.0.0.1.
 
     python bench/transactions.py --peer-mock --repeat 3 [--json results.json]
 

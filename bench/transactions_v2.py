@@ -4,15 +4,16 @@
 The Java client 4.3 (the one client that speaks transactions v2: librdkafka stays on the classic
 protocol) runs committed transactions of N records for --seconds on a fresh topic per target and
 size (compat_tests/java/KshimClient.java `txn-bench`: begin, N sends, flush, commitTransaction;
-the flush works around a Java client race on v2, docs/benchmarks.md):
+the flush works around a Java client race on v2: docs/benchmarks.md, "Transactions v2 with the
+Java client"):
 
   kshim v2   `kshim serve` (transaction.version 2, the default): Produce v13 adds the partition
              through the leader's verification, EndTxn v5 bumps the epoch; no AddPartitionsToTxn
   kshim v1   `kshim serve --transaction-version 1`: AddPartitionsToTxn, Produce v11 (verified
              against the coordinator's state), EndTxn v4
-  mock       ../shared/peers/mock_broker.py --brokers 1 --java-compat (librdkafka's mock, behind
-             its proxy for the Java client): it finalizes no transaction.version, so the Java
-             client uses v1 there too
+  mock       bench/mock_cluster.py --brokers 1 --java-compat (librdkafka's mock, behind its relay
+             for the Java client): it finalizes no transaction.version, so the Java client uses
+             v1 there too
 
 Reported per target and size: transactions/s, records/s, commitTransaction p50/p99 (ms). Each JVM
 starts once per measurement; its start-up and initTransactions are outside the timed loop.
