@@ -1,5 +1,5 @@
 """The kernel's own cost of moving bytes over loopback TCP on this machine: the floor under any
-broker's CPU per 200 MB (issue 18's "broker CPU per 200 MB" row, docs/benchmarks.md).
+broker's CPU per 200 MB (docs/benchmarks.md, "Floors and the client's ceiling").
 
 A broker that serves a consumer must at least send the bytes (here: os.sendfile from a file, or
 pread + sendall, Kafka's and the copy path's ways) and a broker that takes a producer's bytes must

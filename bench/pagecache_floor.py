@@ -1,5 +1,5 @@
 """What it costs this machine to put new bytes into the page cache: the floor under a durable
-broker's CPU per 200 MB produced (issue 18, docs/benchmarks.md "Storing 200 MB: fresh memory").
+broker's CPU per 200 MB produced (docs/benchmarks.md, "Floors and the client's ceiling").
 
 A broker that keeps what it is sent must at least copy it into pages of the page cache (ext4, or
 tmpfs for `kshim serve --ephemeral`). On bare metal that copy is a few GB/s whatever the pages.

@@ -1,7 +1,7 @@
 """Waiting on and writing to non-blocking sockets from asyncio, cheaply: what the server's
 connections and the broker-to-broker client (kshim.replication.client) share. anyio's wait_readable and streams ask for
 the running backend on every call and checkpoint on every receive: a loop turn, and several us, a
-request (issue 18, docs/benchmarks.md)."""
+request (docs/benchmarks.md, "Where the broker's time goes")."""
 from __future__ import annotations
 
 import asyncio

@@ -2,8 +2,8 @@
 
 An anyio memory object stream did this before; its receive() begins with a checkpoint, a loop
 turn of its own each time the writer waits, and it sets up an anyio Event per wait: two of the
-four event-loop turns a small request took (issue 18, docs/benchmarks.md). This is a deque and at
-most one waiting future per side, on asyncio directly.
+four event-loop turns a small request took (docs/benchmarks.md, "Where the broker's time goes").
+This is a deque and at most one waiting future per side, on asyncio directly.
 
 `idle` tells the reader that the writer waits with nothing queued and nothing being sent: the
 reader may then write a ready response to the socket itself (Server._reader), a loop turn sooner

@@ -12,7 +12,7 @@ recv_into()s the buffer the connection core hands out (a large produce frame is 
 into its own buffer), which saves the copy and the 256 KiB chunking of a stream transport.
 connections.max.idle.ms is a third task per connection (`_idle_watchdog`), so that the reader's
 wait for each request sets no timer; the hot path avoids anyio's per-call backend lookups where
-asyncio offers the same for less (issue 18, transactions: docs/benchmarks.md).
+asyncio offers the same for less (docs/benchmarks.md, "Where the broker's time goes").
 
 Listeners (docs/security.md): one accept loop per listener. On SSL and SASL_SSL ones the socket
 is wrapped in TLS (the handshake bounded by request_stall_timeout_ms; a failed one, a plaintext
