@@ -51,3 +51,22 @@ def test_a_clean_stop_moves_leaderships_to_live_in_sync_replicas(tmp_path):
     parts = controller.image.topics["t"].partitions
     assert all(parts[i].leader == 1 for i in led) and all(p.leader == 1 for p in parts)
     controller.close()
+
+
+def test_a_clean_stop_leaves_the_isr_where_another_in_sync_replica_is_alive(tmp_path):
+    """As Kafka's controller does for a broker in controlled shutdown: the others commit without
+    it, and the stopped replica, which misses what they write, can no longer be elected over them
+    (a restart of the whole cluster elects from the ISR)."""
+    controller = Controller(MetadataStore(tmp_path / "m.sqlite"), ControllerConfig())
+    epochs = {n: controller.register_broker(n, "127.0.0.1", 9092 + n, pid=100 + n) for n in range(3)}
+    controller.create_topic("t", 3, 3)
+    controller.create_topic("alone", 1, 1)
+    solo = controller.image.topics["alone"].partitions[0]
+    controller.shutdown_broker(1, epochs[1])
+    parts = controller.image.topics["t"].partitions
+    assert all(1 not in p.isr and sorted(p.isr) == [0, 2] and p.leader in (0, 2) for p in parts)
+    assert controller.image.topics["alone"].partitions[0].isr == solo.isr  # no one else to take it
+    controller.shutdown_broker(0, epochs[0])
+    controller.shutdown_broker(2, epochs[2])  # the last in-sync replica alive keeps its place
+    assert all(tuple(p.isr) == (2,) and p.leader == 2 for p in controller.image.topics["t"].partitions)
+    controller.close()

@@ -218,9 +218,12 @@ class Controller:
     def shutdown_broker(self, node_id: int, broker_epoch: int) -> None:
         """A broker stops cleanly (Kafka's controlled shutdown): it is marked down at once, without a
         warning, and remembered so (a restarted controller does not wait a session for it, nor fences
-        it when it returns); partitions it leads move to another alive in-sync replica where there is
-        one, and keep it as leader otherwise (they are offline until it returns, as they would be
-        with leader -1, but its return is no election)."""
+        it when it returns); it leaves the ISR of every partition where another in-sync replica is
+        alive (which leads, if it led), as Kafka's controller removes a broker in controlled shutdown
+        from the ISRs: the others commit without it meanwhile, and a stopped replica, missing what
+        they wrote, is never elected over them. Where it is the last alive in-sync replica it stays
+        leader and in the ISR (offline until it returns, as with leader -1, but its return is no
+        election)."""
         if self._stop_broker(node_id, broker_epoch):
             self._publish()
 
@@ -243,8 +246,10 @@ class Controller:
         for topic in self._topics.values():
             changed = []
             for p in topic.partitions:
-                if p.leader == node_id and any(r in alive for r in p.isr if r != node_id):
-                    self._elect(topic, p, alive)
+                if node_id in p.isr and any(r in alive for r in p.isr if r != node_id):
+                    p.isr = [r for r in p.isr if r != node_id]
+                    if p.leader == node_id:
+                        self._elect(topic, p, alive)
                     p.partition_epoch += 1
                     changed.append(p)
             if changed:
