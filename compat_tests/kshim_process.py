@@ -53,7 +53,8 @@ class KshimProcess:
         if not ready.wait(READY_TIMEOUT_S) or not self.bootstrap:
             self.kill()
             raise RuntimeError("kshim did not become ready:\n" + "\n".join(self.output[-50:]))
-        self.port = int(self.bootstrap.rsplit(":", 1)[1])  # restarts reuse the same port
+        # restarts reuse the same port: a cluster's first (its brokers listen on PORT..PORT+N-1)
+        self.port = int(self.bootstrap.split(",")[0].rsplit(":", 1)[1])
         return self
 
     @property

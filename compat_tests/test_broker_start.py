@@ -1,8 +1,8 @@
-"""A cluster broker that starts serves only what it knows (issue 31): it registers with the
+"""A cluster broker that starts serves only what it knows: it registers with the
 controller and applies the controller's current image before it answers any client, as Kafka's
-broker enables request processing only once caught up with the metadata. Before, a restarted
-broker answered Metadata from the empty image of its start, listing no broker at all, and
-librdkafka then dropped its connections to every broker of the cluster.
+broker enables request processing only once caught up with the metadata. A broker that answered
+Metadata from the empty image of its start would list no broker at all, and librdkafka then drops
+its connections to every broker of the cluster.
 
 The controller is held (SIGSTOP) while broker 1 starts, so the window in which a broker could
 answer before it caught up is as long as the test needs: a Metadata request sent in it must be

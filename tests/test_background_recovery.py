@@ -182,7 +182,7 @@ async def test_logs_recovered_while_the_first_image_is_still_prepared_are_kept(t
     preparing it (opening the offsets topic's partitions off the event loop) yields while the
     background recovery already runs, against the empty image of before. That image says nothing
     about the crashed logs: they are recovered once the image naming them is applied, never
-    deleted (they were, with every acknowledged record in them, before this was fixed)."""
+    deleted with every acknowledged record in them."""
     from tests.test_replica_lifecycle import NoController, image
     topic_id, offsets_id = uuid.uuid4(), uuid.uuid4()
     first = Broker(BrokerConfig(data_dir=tmp_path, recover_in_background=True), NoController())
