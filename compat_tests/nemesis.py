@@ -6,12 +6,15 @@ acks=all producer, then a read_committed consumer counts what was lost, duplicat
 One fault at a time, each healed before the next, each from a seeded RNG: SIGKILL a broker (the
 leader of a partition half of the time) and start it again; SIGSTOP a broker and resume it; cut a
 broker's replication traffic and heal it; SIGKILL the controller process (the supervisor starts
-it again). After each heal the soak waits, with a deadline, until every broker is alive and
-every ISR full; a fault that does not heal fails the run. The producer (confluent-kafka,
-enable.idempotence, acks=all, a topic of 3 partitions, replication factor 3, min.insync.replicas
-2) sends sequenced records at a steady rate and records each delivery report in order. At the
-end every acknowledged record must be read exactly once, per partition in acknowledgement order
-at its acknowledged offset. Exit status 0 only then.
+it again); SIGKILL every process of the cluster at once (supervisor, controller, brokers) and
+start `kshim serve --brokers 3` again on the same data dir. After each heal the soak waits, with
+a deadline, until every broker is alive and every ISR full; a fault that does not heal fails the
+run. The producer (confluent-kafka, enable.idempotence, acks=all, a topic of 3 partitions,
+replication factor 3, min.insync.replicas 2) sends sequenced records at a steady rate and records
+each delivery report in order; a consumer group commits an offset first, so every restart loads
+__consumer_offsets too, as a cluster in use does. At the end every acknowledged record must be
+read exactly once, per partition in acknowledgement order at its acknowledged offset. Exit status
+0 only then.
 
 compat_tests/test_nemesis.py runs it for about a minute in CI; docs/robustness.md ("Soak") has
 the figures of a long run.
@@ -33,6 +36,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, run_ctl, running
+from compat_tests.crash_campaign import commit_group, kill_tree, restart_cluster
 from compat_tests.kshim_process import wait_until
 
 TOPIC = "nemesis"
@@ -42,7 +46,7 @@ LAG_TIME_MS = 2000
 HEAL_S = 60.0          # every broker alive and every ISR full again after a fault
 FLUSH_S = 120.0        # every record acknowledged (or failed) once the faults stop
 CONSUME_S = 60.0
-KINDS = ("kill", "pause", "isolate", "kill-controller")
+KINDS = ("kill", "pause", "isolate", "kill-controller", "kill-tree")
 
 
 @dataclass
@@ -158,6 +162,10 @@ class Nemesis:
         status = self.cluster.status()
         if kind == "kill-controller":
             self.ctl("kill", "controller")
+        elif kind == "kill-tree":  # the whole cluster crashes: every acknowledged record must survive it
+            kill_tree(self.cluster.process)
+            time.sleep(self.rng.uniform(0.5, 4.0))  # down a while, the producer retrying
+            restart_cluster(self.cluster)
         else:
             if self.rng.random() < 0.5:
                 parts = [p for p in status["partitions"] if p["topic"] == TOPIC and p["leader"] >= 0]
@@ -258,6 +266,8 @@ def run(seconds: float, seed: int, rate: int = 1000, data_dir: Path | None = Non
             admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])[TOPIC].result(30)
             nemesis = Nemesis(cluster, rng, report)
             wait_until(nemesis.healthy, HEAL_S, message="topic ready")
+            # restarts then load __consumer_offsets too, as a cluster in use does
+            commit_group(cluster.bootstrap, (TOPIC, 0), 0, group="nemesis-group")
             producing = Producing(cluster.bootstrap, rate)
             producing.thread.start()
             try:

@@ -1,7 +1,8 @@
 """The nemesis soak (compat_tests/nemesis.py), short: about 45 s of faults of every kind (broker
-SIGKILLs, pauses, isolations, controller SIGKILLs) on `kshim serve --brokers 3` under an
-idempotent acks=all producer; every acknowledged record is read back once, in order, at its
-offset, and every fault heals. `python -m compat_tests.nemesis --seconds 420` is the long run."""
+SIGKILLs, pauses, isolations, controller SIGKILLs, SIGKILLs of the whole process tree and a start
+again on the same data dir) on `kshim serve --brokers 3` under an idempotent acks=all producer;
+every acknowledged record is read back once, in order, at its offset, and every fault heals.
+`python -m compat_tests.nemesis --seconds 420` is the long run."""
 from __future__ import annotations
 
 from compat_tests import nemesis
