@@ -708,7 +708,9 @@ class Log:
             if i < 0:
                 self._reset_at(offset)
                 return True
-            for seg in self._segments[i + 1:]:
+            # newest first: a crash part way leaves a prefix of the log, never a hole that a
+            # start would take for data (the segments after it would still be read)
+            for seg in reversed(self._segments[i + 1:]):
                 seg.delete()
             del self._segments[i + 1:]
             del self._bases[i + 1:]

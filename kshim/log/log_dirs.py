@@ -224,12 +224,19 @@ class DirCopier:
     def size_bytes(self) -> int:
         return sum(c.size for name, c in self._copied.items() if name.endswith(".log"))
 
-    def sync(self, fsync: bool = True) -> int:
-        """One round; returns the bytes copied."""
+    def sync(self, fsync: bool = True, final: bool = False) -> int:
+        """One round; returns the bytes copied. `final` (the last round, the source closed): every
+        file but the append-only segments is copied whole again, since a same-size rewrite in
+        place within one clock tick (a leader-epoch checkpoint's epoch) leaves its stat unchanged."""
         self.target.mkdir(parents=True, exist_ok=True)
         copied = 0
         names = set()
         for name in sorted(os.listdir(self.source)):
+            if name == MOVE_COMPLETE:
+                # never copied: a kill between an earlier move's rename and its marker's removal
+                # leaves one in the replica, and copied first (it sorts first) it would make the
+                # next start take this copy for complete and delete the source
+                continue
             src = self.source / name
             try:
                 st = os.stat(src)
@@ -240,7 +247,7 @@ class DirCopier:
             names.add(name)
             before = self._copied.get(name)
             if before is not None and before.ino == st.st_ino and before.size == st.st_size \
-                    and before.mtime_ns == st.st_mtime_ns:
+                    and before.mtime_ns == st.st_mtime_ns and (not final or name.endswith(".log")):
                 continue
             tail = (before is not None and name.endswith(".log") and before.ino == st.st_ino
                     and st.st_size >= before.size)

@@ -717,10 +717,13 @@ class ReplicaManager:
             if copied <= MOVE_FINAL_BYTES:
                 break
         # fsync the source off the event loop first: closing it in _swap then has little left to sync
+        truncations = replica.log.truncations
         await anyio.to_thread.run_sync(replica.log.flush)
         if move.cancelled or self._replicas.get(key) is not replica:
             self.deleter.remove(move.future, "the move was cancelled")
             return
+        if replica.log.truncations != truncations:
+            move.copier.reset()  # truncated while it flushed: the last round copies everything
         self._swap(replica, move)
 
     def _swap(self, replica: Partition, move: ReplicaMove) -> None:
@@ -731,7 +734,7 @@ class ReplicaManager:
         target = move.destination / source.name
         replica.close_for_move()
         try:
-            move.copier.sync()
+            move.copier.sync(final=True)
             marker = move.future / MOVE_COMPLETE
             with open(marker, "wb") as f:
                 os.fsync(f.fileno())
