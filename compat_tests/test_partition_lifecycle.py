@@ -4,6 +4,8 @@ event loop, so other connections are answered meanwhile; a broker that was down 
 was deleted deletes its replica when it returns."""
 from __future__ import annotations
 
+import re
+
 from confluent_kafka import Producer
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -34,9 +36,11 @@ def test_thousands_of_partitions_come_and_go_while_others_are_answered(tmp_path,
             assert worst < BYSTANDER_WORST_S, f"a bystander waited {worst:.3f} s while the partitions were deleted"
         finally:
             admin.close()
+        # renamed aside at once; their files go file.delete.delay.ms (60 s) later, as in Kafka
         data = tmp_path / "data"
-        wait_until(lambda: not [p for p in data.iterdir() if p.name.startswith("big-")], DEADLINE_S,
-                   message="the deleted partitions' directories gone")
+        wait_until(lambda: not [p for p in data.iterdir() if re.fullmatch(r"big-\d+", p.name)], DEADLINE_S,
+                   message="the deleted partitions' directories renamed")
+        assert len([p for p in data.iterdir() if p.name.startswith("big-") and p.name.endswith("-delete")]) == PARTITIONS
         produce_and_consume(broker.bootstrap, topic_name)
     finally:
         broker.kill()
@@ -75,8 +79,13 @@ def test_a_topic_deleted_while_a_broker_is_down_is_deleted_there_when_it_returns
             assert "DELETING TOPIC" in table and "doomed" in table, table
             assert run_ctl(cluster.data_dir, "start", "2").returncode == 0
             wait_until(lambda: cluster.broker(2)["alive"], DEADLINE_S, message="broker 2 back")
-            wait_until(lambda: not [p for p in away.iterdir() if p.name.startswith("doomed-")], DEADLINE_S,
-                       message="broker 2 deleted the stray replicas")
+            # strays: renamed aside with a warning, their files deleted file.delete.delay.ms later
+            wait_until(lambda: not [p for p in away.iterdir() if re.fullmatch(r"doomed-\d+", p.name)], DEADLINE_S,
+                       message="broker 2 set the stray replicas aside")
+            assert sorted(p.name.split(".")[0] for p in away.iterdir() if p.name.endswith("-stray")) == \
+                ["doomed-0", "doomed-1"]
+            warned = (away / "broker.log").read_text()
+            assert "WARNING" in warned and "stray replica doomed-0" in warned
             wait_until(lambda: cluster.status()["deleting"] == [], DEADLINE_S, message="nothing left deleting")
             assert "doomed" not in admin.list_topics()
         finally:

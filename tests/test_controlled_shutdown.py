@@ -70,3 +70,26 @@ def test_a_clean_stop_leaves_the_isr_where_another_in_sync_replica_is_alive(tmp_
     controller.shutdown_broker(2, epochs[2])  # the last in-sync replica alive keeps its place
     assert all(tuple(p.isr) == (2,) and p.leader == 2 for p in controller.image.topics["t"].partitions)
     controller.close()
+
+
+def test_a_cluster_stopped_cleanly_starts_again_without_an_election(tmp_path, caplog):
+    """The brokers stop one after the other, each leaving the ISRs to the ones still up; the last
+    keeps its leaderships. Brokers that register before it leave its partitions as they are
+    (offline until it returns, no leader -1 and no new epoch), and its return is no election."""
+    path = tmp_path / "m.sqlite"
+    controller = Controller(MetadataStore(path), ControllerConfig())
+    epochs = {n: controller.register_broker(n, "127.0.0.1", 9092 + n, pid=100 + n) for n in range(2)}
+    controller.create_topic("t", 2, 2)
+    controller.shutdown_broker(1, epochs[1])
+    controller.shutdown_broker(0, epochs[0])
+    before = controller.image.topics["t"].partitions
+    assert all(p.leader == 0 and tuple(p.isr) == (0,) for p in before)
+    controller.close()
+    caplog.set_level(logging.INFO, logger="kshim.controller")
+    restarted = Controller(MetadataStore(path), ControllerConfig())
+    restarted.register_broker(1, "127.0.0.1", 9093, pid=201)
+    restarted.register_broker(0, "127.0.0.1", 9092, pid=200)
+    after = restarted.image.topics["t"].partitions
+    assert [(p.leader, p.leader_epoch) for p in after] == [(p.leader, p.leader_epoch) for p in before]
+    assert "leader -1" not in caplog.text and "fenced" not in caplog.text
+    restarted.close()
