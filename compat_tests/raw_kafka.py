@@ -34,9 +34,12 @@ def produce_body(partitions: Mapping[tuple[str, int], bytes], acks: int = 1, tim
 class RawConnection:
     """One TCP connection speaking the Kafka protocol byte by byte."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, source: str | None = None) -> None:
+        """`source`: the local address to connect from (e.g. 127.0.0.2: another client address on
+        loopback)."""
         host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.sock.settimeout(timeout)
         self._next_correlation = 1
 

@@ -2,8 +2,8 @@
 confluent-kafka's admin clients create, describe and delete them; with `--authorizer` a DENY for
 User:ANONYMOUS (every client until SASL) on a topic makes produce and consume fail with
 TOPIC_AUTHORIZATION_FAILED while other topics work, Metadata hides the topic, a group DENY gives
-GROUP_AUTHORIZATION_FAILED, the ACLs survive a restart, and every broker of a cluster enforces an
-ACL created through any one of them."""
+GROUP_AUTHORIZATION_FAILED (each DENY beside an ALLOW it must override), the ACLs survive a
+restart, and every broker of a cluster enforces an ACL created through any one of them."""
 from __future__ import annotations
 
 import time
@@ -50,12 +50,20 @@ def _create_topics(admin: AdminClient, *names: str, rf: int = 1) -> None:
         f.result(timeout=TIMEOUT)
 
 
-def _deny(admin: AdminClient, rtype: ResourceType, name: str, principal: str = ANONYMOUS) -> AclBinding:
-    acl = AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", AclOperation.ALL,
-                     AclPermissionType.DENY)
+def _acl(admin: AdminClient, rtype: ResourceType, name: str, principal: str,
+         permission: AclPermissionType) -> AclBinding:
+    acl = AclBinding(rtype, name, ResourcePatternType.LITERAL, principal, "*", AclOperation.ALL, permission)
     for f in admin.create_acls([acl]).values():
         f.result(timeout=TIMEOUT)
     return acl
+
+
+def _deny(admin: AdminClient, rtype: ResourceType, name: str, principal: str = ANONYMOUS) -> AclBinding:
+    return _acl(admin, rtype, name, principal, AclPermissionType.DENY)
+
+
+def _allow(admin: AdminClient, rtype: ResourceType, name: str, principal: str = ANONYMOUS) -> AclBinding:
+    return _acl(admin, rtype, name, principal, AclPermissionType.ALLOW)
 
 
 def _filter_of(acl: AclBinding) -> AclBindingFilter:
@@ -179,6 +187,10 @@ def test_topic_deny_fails_produce_and_consume_and_hides_the_topic(secured):
     open_topic, closed = f"open-{suffix}", f"closed-{suffix}"
     _create_topics(admin, open_topic, closed)
     assert _produce(secured.bootstrap, closed) is None  # before the ACL: allowed (no ACL applies)
+    # an ALLOW first, which alone lets the client through: a DENY-only topic would be closed to
+    # it anyway (an ACL applies, none allows), so the DENY below is proved to override it
+    _allow(admin, ResourceType.TOPIC, closed)
+    assert _produce(secured.bootstrap, closed) is None and closed in _visible(secured.bootstrap)
     _deny(admin, ResourceType.TOPIC, closed)
 
     error = _produce(secured.bootstrap, closed)
@@ -226,6 +238,7 @@ def test_group_deny_gives_group_authorization_failed(secured):
     topic, group = f"t-{suffix}", f"denied-{suffix}"
     _create_topics(admin, topic)
     assert _produce(secured.bootstrap, topic) is None
+    _allow(admin, ResourceType.GROUP, group)  # what the DENY must override (see the topic test)
     _deny(admin, ResourceType.GROUP, group)
     consumer = Consumer({"bootstrap.servers": secured.bootstrap, "group.id": group,
                          "auto.offset.reset": "earliest", "log_level": 3})

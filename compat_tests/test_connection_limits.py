@@ -104,6 +104,8 @@ def test_size_prefixes_and_partial_frames_cost_what_arrived_within_the_shared_bu
 
 
 def test_connection_limits_close_extra_connections_at_once(broker_factory, topic_name):
+    """max.connections.per.ip refuses a fifth connection from 127.0.0.1; max.connections refuses a
+    seventh from anywhere: a third from 127.0.0.2, which its own address's limit would admit."""
     broker = broker_factory("--max-connections", "6", "--max-connections-per-ip", "4")
     with ExitStack() as stack:
         held = []
@@ -115,6 +117,12 @@ def test_connection_limits_close_extra_connections_at_once(broker_factory, topic
             extra = stack.enter_context(RawConnection(broker.bootstrap))
             assert extra.wait_closed(10), "a fifth connection from 127.0.0.1 was kept"
         wait_until(lambda: "max.connections.per.ip=4" in broker.logs(), 10, message="the refusal logged")
+        for _ in range(2):  # another address (loopback is 127/8): 6 connections in all
+            conn = stack.enter_context(RawConnection(broker.bootstrap, source="127.0.0.2"))
+            assert conn.api_versions(3).error_code == 0
+        for _ in range(3):
+            extra = stack.enter_context(RawConnection(broker.bootstrap, source="127.0.0.2"))
+            assert extra.wait_closed(10), "a seventh connection was kept (max.connections=6)"
         held.pop().close()  # room again, once the broker has seen the close
 
         def served() -> bool:

@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError as KafkaPythonError
 from kafka.errors import TopicAuthorizationFailedError
 
 from compat_tests.cluster import Cluster, run_ctl, running
@@ -172,20 +173,40 @@ def test_drop_closes_the_connection_and_the_idempotent_producer_retries_once(ksh
 
 @pytest.mark.parametrize("client", ["kafka-python", "confluent-kafka"])
 def test_timeout_applies_the_request_but_withholds_the_answer(kshim, faults, requests, topic_name, client):
-    """Accept-then-time-out: the records are written, the client never hears so; it times out and
-    retries, and its idempotent producer's retry is recognised as a duplicate: one copy."""
+    """Accept-then-time-out: the records are written, the client never hears so. A producer that
+    does not retry is told its record failed, and the record is in the log all the same; an
+    idempotent producer times out and retries, and its retry is recognised as a duplicate: one copy."""
     if client == "kafka-python":
         producer = kp_producer(kshim, enable_idempotence=True, request_timeout_ms=2000)
         send = lambda v: producer.send(topic_name, v, partition=0).get(SEND_TIMEOUT_S)  # noqa: E731
+        once = KafkaProducer(bootstrap_servers=kshim.bootstrap, acks="all", retries=0, request_timeout_ms=2000,
+                             client_id="kp-once")
+
+        def send_once(value: bytes) -> None:
+            with pytest.raises(KafkaPythonError):
+                once.send(topic_name, value, partition=0).get(SEND_TIMEOUT_S)
+        close_once = lambda: once.close(timeout=5)  # noqa: E731
     else:
         ck = ck_producer(kshim, **{"enable.idempotence": True, "request.timeout.ms": 2000})
         send = lambda v: ck_send(ck, topic_name, v)  # noqa: E731
+        ck_once = ck_producer(kshim, **{"retries": 0, "request.timeout.ms": 2000, "client.id": "ck-once"})
+
+        def send_once(value: bytes) -> None:
+            err, _ = ck_send(ck_once, topic_name, value)
+            assert err is not None, "a withheld answer reached the client"
+        close_once = lambda: None  # noqa: E731
     send(b"warm-up")
+    # the request's effect without a retry: the producer is told its record failed (no answer came),
+    # yet the broker applied the request, so a consumer reads it
+    faults.add("timeout", api="Produce", topic=topic_name, count=1, delay_ms=10_000)
+    send_once(b"applied-unanswered")
+    close_once()
+    assert read_all(kshim, topic_name, 2) == [b"warm-up", b"applied-unanswered"]
     faults.add("timeout", api="Produce", topic=topic_name, count=1, delay_ms=10_000)
     send(b"applied-once")
-    assert read_all(kshim, topic_name, 2) == [b"warm-up", b"applied-once"]
+    assert read_all(kshim, topic_name, 3) == [b"warm-up", b"applied-unanswered", b"applied-once"]
     sent = produces(requests.new(), topic_name)
-    assert [e["outcome"] for e in sent[1:]] == ["withheld", "answered"] and sent[-1]["errors"] == []
+    assert [e["outcome"] for e in sent[1:]] == ["withheld", "withheld", "answered"] and sent[-1]["errors"] == []
 
 
 def test_answer_once_and_fail_the_retry(kshim, faults, requests, topic_name):

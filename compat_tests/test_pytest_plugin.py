@@ -8,12 +8,13 @@ import subprocess
 import sys
 import threading
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from kshim.testing import KshimBroker, KshimCluster
+from kshim.testing import KshimBroker, KshimCluster, plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "pytest_kshim" / "test_with_kshim.py"
@@ -69,9 +70,15 @@ def test_the_example_suite_passes_with_the_plugin(tmp_path):
     assert not processes_using(tmp_path / "basetemp"), "a broker the plugin started is still running"
 
 
-def test_the_plugin_is_registered_as_a_pytest11_entry_point():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert '[project.entry-points.pytest11]\nkshim = "kshim.testing.plugin"' in text
+def test_the_plugin_is_registered_as_a_pytest11_entry_point(pytestconfig):
+    """Installed, kshim names its plugin in pytest's entry point group: the entry point loads the
+    plugin module with its fixtures, and pytest (which this run was given no -p for) loaded it."""
+    entries = [e for e in entry_points(group="pytest11") if e.name == "kshim"]
+    assert entries and {e.value for e in entries} == {"kshim.testing.plugin"}, entries
+    loaded = entries[0].load()
+    assert loaded is plugin
+    assert {"kshim_broker", "kshim_cluster", "kshim_faults", "kshim_requests"} <= set(vars(loaded))
+    assert pytestconfig.pluginmanager.get_plugin("kshim") is plugin
 
 
 def test_a_broker_starts_and_stops_cleanly_in_its_own_directory(tmp_path):

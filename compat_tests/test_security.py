@@ -1,20 +1,25 @@
 """Listeners, TLS and SASL with real clients (docs/security.md): one broker with PLAINTEXT,
-SASL_PLAINTEXT, SASL_SSL and SSL (mTLS requested) listeners and the development CA."""
+SASL_PLAINTEXT, SASL_SSL and SSL (mTLS requested) listeners and the development CA, its authorizer
+open to everyone where no ACL applies (so an ACL can show who a connection's principal is)."""
 from __future__ import annotations
 
 import socket
 import ssl
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
+                                   ResourcePatternType, ResourceType)
+from cryptography import x509
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as KafkaPythonError
 
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import METADATA, RawConnection
+from kshim.ctl.faults import RequestLogClient
 from kshim.net.tls import issue_client_files
 
 pytestmark = pytest.mark.process
@@ -41,7 +46,8 @@ def broker(tmp_path_factory):
         tmp / "data", "--partitions", "2", "--listeners",
         "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0",
         "--tls-dev", "--tls-client-auth", "requested", "--sasl-users", str(users),
-        "--connection-failed-authentication-delay-ms", "300").start()
+        "--connection-failed-authentication-delay-ms", "300",
+        "--authorizer", "--allow-everyone-if-no-acl-found").start()
     yield SecureBroker(proc, tmp)
     code = proc.proc.poll()
     proc.terminate()
@@ -106,10 +112,36 @@ def test_confluent_sasl_ssl_scram_sha_512_with_transactions(broker, topic_name):
     assert b"aborted" not in seen
 
 
+def deliver(settings: dict, topic: str) -> KafkaError | None:
+    """The delivery error of one record (None: delivered)."""
+    outcome: list = []
+    p = Producer({**settings, "message.timeout.ms": 10000})
+    p.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    p.flush(20)
+    assert outcome, "no delivery report"
+    return outcome[0]
+
+
 def test_confluent_ssl_with_client_certificate(broker, topic_name):
-    confluent_round_trip(confluent_settings(broker, "SSL", **{
-        "ssl.certificate.location": str(broker.client_cert), "ssl.key.location": str(broker.client_key)}),
-        topic_name)
+    """mTLS: the SSL listener asks for the client's certificate, verifies it against its CA and
+    makes its subject the connection's principal. The topic's only ACL allows that principal (so
+    it is closed to every other, User:ANONYMOUS included): the client with the certificate uses
+    it, the same client without one is refused."""
+    subject = x509.load_pem_x509_certificate(broker.client_cert.read_bytes()).subject.rfc4514_string()
+    assert subject == "CN=client-1,O=kshim dev"
+    probe = f"{topic_name}-probe"
+    admin = AdminClient(confluent_settings(broker, "PLAINTEXT"))
+    for future in admin.create_topics([NewTopic(topic_name, 2, 1), NewTopic(probe, 1, 1)]).values():
+        future.result(30)
+    acl = AclBinding(ResourceType.TOPIC, topic_name, ResourcePatternType.PREFIXED, f"User:{subject}", "*",
+                     AclOperation.ALL, AclPermissionType.ALLOW)  # both topics
+    admin.create_acls([acl])[acl].result(30)
+    with_certificate = confluent_settings(broker, "SSL", **{
+        "ssl.certificate.location": str(broker.client_cert), "ssl.key.location": str(broker.client_key)})
+    assert deliver(with_certificate, probe) is None
+    refused = deliver(confluent_settings(broker, "SSL"), probe)  # TLS without a certificate: User:ANONYMOUS
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    confluent_round_trip(with_certificate, topic_name)
 
 
 def test_confluent_oauthbearer_unsecured_jwt(broker, topic_name):
@@ -316,6 +348,13 @@ def test_clients_reauthenticate_before_their_session_ends(reauth_broker, topic_n
     c.close()
     assert sorted(got) == sorted(f"r{k}".encode() for k in range(i))
     assert "session expired" not in reauth_broker.logs()  # librdkafka re-authenticated in time
+    # ... on the same connections: the broker's request log holds each connection's SaslHandshake
+    # and SaslAuthenticate requests, several per connection (one would mean it never re-authenticated)
+    requests = RequestLogClient(reauth_broker.data_dir)
+    handshakes = Counter(e["peer"] for e in requests.read(api="SaslHandshake") if e["outcome"] == "answered")
+    authenticated = requests.read(api="SaslAuthenticate")
+    assert handshakes and max(handshakes.values()) >= 3, handshakes  # a connection of the 6 s: 4 session lifetimes
+    assert authenticated and all(e["errors"] == [] for e in authenticated)
 
 
 def test_a_connection_that_does_not_reauthenticate_is_closed(reauth_broker):

@@ -1,14 +1,19 @@
 """The log cleaner (kshim.log.cleaner) on the log API: what a compacted log keeps, offsets, batch
-headers, tombstones, indexes, the crash-safe swap, and when a log is due."""
+headers, tombstones, indexes, the crash-safe swap, and when a log is due; and the broker's cleaner
+(kshim.replica.cleaning) bounded by a partition's last stable offset."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
+from kshim.broker import BrokerConfig
 from kshim.log import Log, LogConfig
-from kshim.log.cleaner import CleanAborted, Throttler, clean_log, cleanable_offsets
+from kshim.log.cleaner import CleanAborted, Throttler, clean_log, cleanable_offsets, write_cleaned
+from kshim.replica.cleaning import LogCleaner
+from kshim.standalone import open_standalone
 from kshim.log.log import CLEANED_SUFFIX, SWAP_SUFFIX
 from wire.compression import GZIP
 from kshim.log.txnindex import AbortedTxn
@@ -232,6 +237,46 @@ def test_an_open_transaction_is_not_cleaned(tmp_path: Path):
     log._roll()
     clean_log(log, 0, open_first, NOW, last_records={}, dedupe_budget_bytes=BIG)
     assert [(r.offset, r.value) for r in everything(log)] == [(0, b"plain"), (1, b"open"), (2, b"later")]
+
+
+@pytest.mark.anyio
+async def test_the_brokers_cleaner_stops_at_an_open_transaction(tmp_path: Path, monkeypatch):
+    """The broker's own cleaner (the replica manager's LogCleaner: it reads each compacted
+    partition's last stable offset on the event loop and cleans the due logs below it) leaves a
+    transaction still open out of the clean, so its record shadows nothing: cleaned up to the log
+    end instead, the open record would delete its key's committed value, and an abort would then
+    leave the key with no value at all."""
+    # the cleaner's file work in this process (the broker runs it in a process of its own)
+    monkeypatch.setattr(LogCleaner, "_write", lambda self, plan: write_cleaned(plan, None))
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path, log_cleaner_backoff_ms=10))
+    try:
+        # segment.bytes 14: each batch fills a segment, so the open transaction's lies below the active one
+        await broker.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": "14",
+                                           "min.cleanable.dirty.ratio": "0.01"})
+        rm = broker.replica_manager
+        batches = [encode_batch([(b"a", b"old")]), encode_batch([(b"a", b"new")]),             # 0, 1
+                   encode_batch([(b"k", b"committed")]),                                         # 2
+                   encode_batch([(b"k", b"open")], producer_id=7, producer_epoch=0, base_sequence=0,
+                                transactional=True),                                             # 3: open
+                   encode_batch([(b"z", b"after")])]                                             # 4: active
+        for data in batches:
+            [appended] = rm.append(1, 5, [("t", 0, data)])
+            assert appended.error == 0, appended
+        p = rm.partition("t", 0)
+        assert (p.last_stable_offset, p.log_end_offset, p.log.segment_base_offsets[-1]) == (3, 5, 4)
+
+        def stored() -> list[tuple[int, bytes, bytes]]:
+            return [(r.offset, r.key, r.value) for r in everything(p.log)]
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rm.cleaner.run, rm)
+                while stored()[0][0] == 0:  # until a clean has removed a's older value
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert stored() == [(1, b"a", b"new"), (2, b"k", b"committed"), (3, b"k", b"open"), (4, b"z", b"after")]
+    finally:
+        broker.close()
 
 
 def test_cleaned_segments_have_valid_indexes_and_timestamp_lookups(tmp_path: Path):

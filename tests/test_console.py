@@ -5,6 +5,7 @@ real standalone broker's produce, fetch and replicas."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from typing import Any, Iterator
 
 import anyio
@@ -18,10 +19,10 @@ from kshim.console.http import MAX_HEAD_BYTES
 from kshim.console.sources import StandaloneSource
 from kshim.errors import BrokerError
 from kshim.net.metrics import BrokerMetrics
-from kshim.replica import FetchParams, FetchPartition
+from kshim.net.server import Server, open_listener
+from kshim.replication.client import BrokerConnection
 from kshim.standalone import open_standalone
 from tests.nodes import served
-from wire.codec import Container
 from wire.errors import ErrorCode
 from wire.records import encode_batch
 
@@ -218,40 +219,59 @@ def standalone(tmp_path) -> Iterator[Broker]:
     broker.close()
 
 
-def parse(metrics: BrokerMetrics) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(metrics.exposition().decode()) for s in f.samples}
+def parse(metrics: BrokerMetrics) -> defaultdict[tuple[str, tuple], float]:
+    """Each sample's value by (name, sorted labels); a sample not exposed reads 0."""
+    return defaultdict(float, {(s.name, tuple(sorted(s.labels.items()))): s.value
+                               for f in text_string_to_metric_families(metrics.exposition().decode())
+                               for s in f.samples})
 
 
 async def test_broker_metrics_count_requests_bytes_and_offsets(standalone):
+    """The counters of real requests to a broker served in this process: Produce by topic name (v9)
+    and by topic id (v13, as the Java client 4.x sends it), a Produce the broker refuses (its bytes
+    and records are not counted), a Fetch by topic id and one that waits (a long poll)."""
     await standalone.create_topic("t", 1)
     node = served(standalone)
     metrics = node.metrics
     data = encode_batch([(None, b"x" * 50)] * 3)
-    request = Container(topic_data=[Container(name="t", partition_data=[Container(index=0, records=data)])])
-    out = standalone.replica_manager.append(1, 5, [("t", 0, data)])
-    assert isinstance(out, list)
-    ok = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0}]}]}
-    metrics.observe(0, request, ok, 0.002)
-    refused = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 87}]}]}
-    metrics.observe(0, request, refused, 0.001)  # not appended: its bytes and records are not counted
-    # v13 names the topic by id (the Java client 4.x sends it): counted under its name all the same
+    corrupt = bytearray(data)
+    corrupt[-1] ^= 0xFF  # its CRC no longer matches
     topic_id = standalone.image.topics["t"].topic_id
-    by_id = Container(topic_data=[Container(topic_id=topic_id, partition_data=[Container(index=0, records=data)])])
-    out = standalone.replica_manager.append(1, 5, [("t", 0, data)])
-    metrics.observe(0, by_id, {"responses": [{"topic_id": topic_id, "partition_responses": [
-        {"index": 0, "error_code": 0}]}]}, 0.002)
-    fetched = standalone.replica_manager.fetch(FetchParams(-1, 0, 0, 1 << 20, 0), [FetchPartition("t", 0, 0, 1 << 20)])
-    assert isinstance(fetched, list)
-    response = {"responses": [{"topic": None, "topic_id": standalone.image.topics["t"].topic_id,
-                               "partitions": [{"records": fetched[0].records}]}]}
-    metrics.observe(1, None, response, 0.001)
+
+    def produce(topic: dict, records: bytes) -> dict:
+        return {"acks": 1, "timeout_ms": 5000, "topic_data": [{**topic, "partition_data": [
+            {"index": 0, "records": records}]}]}
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(Server(node).serve, open_listener("127.0.0.1", 0))
+        conn = BrokerConnection("127.0.0.1", port, "metrics-test")
+        conn.security = None  # plaintext (another test may have set the process's inter-broker security)
+        await conn.connect()
+        try:
+            answers = [await conn.request(0, 9, produce({"name": "t"}, data)),
+                       await conn.request(0, 9, produce({"name": "t"}, bytes(corrupt))),
+                       await conn.request(0, 13, produce({"topic_id": topic_id}, data))]
+            assert [a.responses[0].partition_responses[0].error_code for a in answers] == [
+                ErrorCode.NONE, ErrorCode.CORRUPT_MESSAGE, ErrorCode.NONE]
+
+            def fetch(offset: int, max_wait_ms: int) -> dict:
+                return {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1, "max_bytes": 1 << 20,
+                        "isolation_level": 0, "session_epoch": -1, "topics": [{"topic_id": topic_id, "partitions": [
+                            {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}]}
+            fetched = await conn.request(1, 13, fetch(0, 0))
+            assert len(fetched.responses[0].partitions[0].records) == 2 * len(data)
+            # at the log end: a long poll, answered empty when its wait ends (counted when it completes)
+            waited = await conn.request(1, 13, fetch(6, 20))
+            assert not waited.responses[0].partitions[0].records
+        finally:
+            await conn.aclose()
+            tg.cancel_scope.cancel()
 
     m = parse(metrics)
     assert m[("kafka_network_requestmetrics_requests_total", (("request", "Produce"),))] == 3
     assert m[("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "t"),))] == 6
-    assert m[("kafka_network_requestmetrics_totaltimems_count", (("request", "Fetch"),))] == 1
-    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "2.5"), ("request", "Produce")))] == 3
+    assert m[("kafka_network_requestmetrics_totaltimems_count", (("request", "Fetch"),))] == 2
+    assert m[("kafka_network_requestmetrics_totaltimems_bucket", (("le", "+Inf"), ("request", "Produce")))] == 3
     assert m[("kafka_server_brokertopicmetrics_bytesin_total", (("topic", "t"),))] == 2 * len(data)
     assert m[("kafka_server_brokertopicmetrics_bytesout_total", (("topic", "t"),))] == 2 * len(data)  # by topic id
     tp = (("partition", "0"), ("topic", "t"))

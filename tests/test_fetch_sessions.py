@@ -109,6 +109,10 @@ def test_incremental_answers_only_partitions_with_news_and_rotates_those_with_re
               FetchPartitionData(high_watermark=6, log_start_offset=0)]
     healed[1].log_start_offset = 0
     assert [p.index for p, _ in inc.respond(healed)[1]] == [2]
+    # a high watermark that moved is news on its own (no records, no error, the same log start)
+    inc = new_context(cache, 12, session_id, 3, False, [], [])
+    moved = [FetchPartitionData(high_watermark=hw, log_start_offset=0) for hw in (7, 5, 6)]  # partitions 0, 2, 1
+    assert [p.index for p, _ in inc.respond(moved)[1]] == [0]
 
 
 def test_session_errors_and_closing():

@@ -126,6 +126,30 @@ async def test_a_fenced_leader_write_is_not_written(tmp_path):
 
 
 @pytest.mark.anyio
+async def test_a_bad_batch_keeps_the_batches_written_before_it_and_drops_the_rest(tmp_path):
+    """No atomicity across a request through the writer either (docs/consistency.md): a request of
+    several batches is written batch by batch; a corrupt one stops the rest and leaves those
+    written before it in place, and the next request goes right after them."""
+    writer = LogWriter()
+    p = leader(tmp_path, writer)
+    first = encode_batch([(b"k", b"first-0"), (b"k", b"first-1")])
+    second = bytearray(encode_batch([(b"k", b"second")]))
+    second[-1] ^= 0xFF  # its CRC no longer matches
+    third = encode_batch([(b"k", b"third")])
+    pending = p.submit_append(first + bytes(second) + third)
+    assert hasattr(pending, "__await__")  # through the writer, a batch at a time
+    result = await pending
+    assert (result.error, result.base_offset, result.appended_batches) == (ErrorCode.CORRUPT_MESSAGE, 0, 1)
+    assert p.log_end_offset == 2
+    after = await p.submit_append(encode_batch([(b"k", b"next")]))
+    assert (after.error, after.base_offset) == (ErrorCode.NONE, 2)
+    assert [(r.offset, r.value) for r in decode_all(p.log.read(0, 1 << 20))] == [
+        (0, b"first-0"), (1, b"first-1"), (2, b"next")]
+    writer.close()
+    p.close()
+
+
+@pytest.mark.anyio
 async def test_a_small_append_is_written_at_once_when_the_writer_holds_none_of_the_partition(tmp_path):
     """The hand-off to the writer thread costs more than a small page-cache write: a small append
     to a partition with nothing at the writer is written on the loop and answered at once; one

@@ -105,6 +105,12 @@ def test_max_locks_bounds_the_window():
     assert acquire(st, "a", batches((0, 1), (2, 3), (4, 5)), limits=limits) == [Acquired(0, 3, 1)]
     st.acknowledge("a", [AckBatch(0, 1, (ACCEPT,))], limits, 0)
     assert acquire(st, "a", batches((4, 5)), limits=limits) == [Acquired(4, 5, 1)]
+    # a batch larger than the window: only what fits is acquired, the rest once records are done
+    st = SharePartitionState(0)
+    assert acquire(st, "a", batches((0, 9)), limits=limits) == [Acquired(0, 3, 1)]
+    assert st.in_flight() == 4 and acquire(st, "b", batches((0, 9)), limits=limits) == []
+    st.acknowledge("a", [AckBatch(0, 1, (ACCEPT,))], limits, 0)
+    assert acquire(st, "b", batches((0, 9)), limits=limits) == [Acquired(4, 5, 1)]
 
 
 def test_control_batches_and_gaps_are_archived_not_acquired():
