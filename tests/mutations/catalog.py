@@ -1,9 +1,14 @@
-"""One deliberate bug per rule of docs/consistency.md: a text patch of the kshim source that
-breaks exactly that rule. `python -m tests.mutations.run` applies each to a copy of the tree and
-runs the tests the row names; a rule whose tests still pass is not proved by them.
+"""One deliberate bug per rule: a text patch of the kshim source that breaks exactly that rule.
+`python -m tests.mutations.run` applies each to a copy of the tree and runs the tests that claim
+the rule; a rule whose tests still pass (or fail by anything but a failed check) is not proved.
 
-`row` is a phrase found in exactly one rule cell of docs/consistency.md; the tests to run are
-read from that row, so the document and the proof cannot drift apart.
+Two kinds of rows:
+- the rules of docs/consistency.md: `row` is a phrase found in exactly one rule cell there and
+  `tests` is empty; the tests to run are read from that row, so the document and the proof
+  cannot drift apart (every row of the document has exactly one mutation);
+- the rules of other areas (security, compaction, share groups, fault rules, topic configs,
+  quotas, fetch sessions, connection limits): `row` states the rule itself and `tests` names the
+  tests that must catch its mutation.
 """
 from __future__ import annotations
 
@@ -12,15 +17,19 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutation:
-    row: str                            # a phrase unique to the rule's cell in docs/consistency.md
+    row: str                            # a phrase unique to the rule's cell in docs/consistency.md,
+                                        # or (with `tests`) the rule itself
     path: str                           # file under the project root
     hunks: tuple[tuple[str, str], ...]  # (old, new): each old text occurs exactly once in the file
     breaks: str                         # what the patched broker does wrong
+    tests: tuple[str, ...] = ()         # the tests that must catch it; empty: those the document's row names
+    area: str = "consistency"           # the group of rules it belongs to (`run --area`)
 
 
 PARTITION, PRODUCE = "kshim/partition.py", "kshim/net/handlers/00_produce.py"
 REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
 TXN_COORDINATOR = "kshim/coordinator/transactions/coordinator.py"
+CLEANER, SHARE_STATE = "kshim/log/cleaner.py", "kshim/coordinator/share_partitions/state.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # ------------------------------------------------------------------ producers
@@ -44,15 +53,14 @@ MUTATIONS: tuple[Mutation, ...] = (
          "\"base_offset\": result.last_offset if result.error == ErrorCode.NONE else -1,"),),
         "the producer is told the batch's last offset as its base: not where its records are"),
     Mutation("no atomicity across a request", PARTITION, (
-        # a request of several batches is appended batch by batch (Partition._append_in_turn)
-        ("        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n",
-         "        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n"
-         "        start = self.log.log_end_offset\n"),
+        # a small request is appended on the event loop, batch by batch (Partition.append)
+        ("        pos, end = 0, len(buf)\n        now = SYSTEM.wall_ms()\n",
+         "        pos, end = 0, len(buf)\n        now = SYSTEM.wall_ms()\n        start = self.log.log_end_offset\n"),
         ("            if header is None:\n                break\n            if header is _DUPLICATE:\n"
-         "                pos += result.skipped\n                continue\n            job = ",
+         "                pos += result.skipped\n                continue\n            try:",
          "            if header is None:\n                self.log.truncate_to(start)\n"
          "                result.appended_batches = 0\n                break\n            if header is _DUPLICATE:\n"
-         "                pos += result.skipped\n                continue\n            job = ")),
+         "                pos += result.skipped\n                continue\n            try:")),
         "an invalid batch rolls back the batches of the request appended before it"),
     Mutation("each partition of a request succeeds or fails on its own", REPLICAS, (
         ("        return self._await_commit(results, waits, timeout_s) if waits else results\n",
@@ -111,8 +119,8 @@ MUTATIONS: tuple[Mutation, ...] = (
          "return self.log_end_offset"),),
         "read_uncommitted reads to the log end whatever the topic says"),
     Mutation("a leader crash never loses a COMMITTED record", PARTITION, (
-        ("        if self.log.truncate_to(offset):\n            log.warning(\"%s-%d: truncated",
-         "        if False:\n            log.warning(\"%s-%d: truncated"),),
+        ("        if self.log.truncate_to(offset):\n            # what a follower cuts",
+         "        if False:\n            # what a follower cuts"),),
         "a returning former leader keeps its divergent suffix"),
     Mutation("an idempotent acks=all producer across repeated leader crashes", PARTITION, (
         ("            if header.producer_id >= 0:\n                self._track(self.producers, header, memoryview(data)",
@@ -131,6 +139,33 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("        if not isr or not replicas or any(r not in isr for r in replicas):\n            return []",
          "        if not replicas:\n            return []"),),
         "a reassignment drops the old replicas before the new ones caught up"),
+    # ------------------------------------------------------------------ crashes and restarts
+    Mutation("at any moment loses no acknowledged record", "kshim/log/segment.py", (
+        ("        self.rebuild(validate=True)\n        self.open_index_files()\n        self._init_first_append()\n        return False",
+         "        os.ftruncate(self.fd, 0)\n        self.size = 0\n        self.rebuild(validate=True)\n"
+         "        self.open_index_files()\n        self._init_first_append()\n        return False"),),
+        "recovery after a crash drops the active segment's records"),
+    Mutation("is recovered, never deleted, while the broker's first image", REPLICAS, (
+        ("            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))\n        return out",
+         "            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))\n"
+         "        if not out:\n            self._cancel_recovery(next(iter(self.recovering)))\n        return out"),),
+        "the background recovery gives up (deletes) the logs the image being prepared assigns"),
+    Mutation("halfway through a write) of a segment roll", "kshim/log/log.py", (
+        ("            for seg in reversed(self._segments[i + 1:]):\n                seg.delete()",
+         "            for seg in self._segments[i + 1:]:\n                seg.delete()"),),
+        "a truncation deletes the later segments oldest first: a kill part way leaves a hole read as data"),
+    Mutation("metadata of another cluster", REPLICAS, (
+        ("            check_cluster(self.log_dirs, image.cluster_id, self.node_id)\n", ""),),
+        "an image of another cluster id is applied, setting all the data aside"),
+    Mutation("a starting cluster broker answers no client before", "kshim/cluster/broker_process.py", (
+        ("                await tg.start(client.run, config.advertised, port, os.getpid())\n"
+         "                await tg.start(Server(node, faults, requests).serve, listeners)\n",
+         "                await tg.start(Server(node, faults, requests).serve, listeners)\n"
+         "                tg.start_soon(client.run, config.advertised, port, os.getpid())\n"),),
+        "the broker serves with the empty image of its start until it registers"),
+    Mutation("keeps nothing across a crash, by design", "kshim/cli.py", (
+        ("            for left, size in abandoned_dirs():", "            for left, size in []:"),),
+        "a restart after a crash says nothing and leaves the killed broker's data on tmpfs"),
     # ------------------------------------------------------------------ transactions
     Mutation("become visible to read_committed all at once when it commits", "kshim/coordinator/groups/coordinator.py", (
         ("        if not committed or index not in self.loaded:\n            return",
@@ -156,4 +191,160 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("                    if marker is not None and marker.committed:\n                        self._apply_record",
          "                    if False:\n                        self._apply_record"),),
         "a new group coordinator forgets offsets committed in transactions"),
+    # ================================================================== beyond docs/consistency.md
+    # each names the tests that must catch it (`tests`) instead of a row of the document
+    # ------------------------------------------------------------------ producers (the log writer's path)
+    Mutation("no atomicity across a request, also for a request written through the log writer", PARTITION, (
+        # a large request, or one behind another write of its partition: Partition._append_in_turn
+        ("        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n",
+         "        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n"
+         "        start = self.log.log_end_offset\n"),
+        ("            if header is None:\n                break\n            if header is _DUPLICATE:\n"
+         "                pos += result.skipped\n                continue\n            job = ",
+         "            if header is None:\n                self.log.truncate_to(start)\n"
+         "                result.appended_batches = 0\n                break\n            if header is _DUPLICATE:\n"
+         "                pos += result.skipped\n                continue\n            job = ")),
+        "an invalid batch rolls back the batches of the request the log writer wrote before it",
+        tests=("tests/test_log_writer.py::test_a_bad_batch_keeps_the_batches_written_before_it_and_drops_the_rest",),
+        area="producers"),
+    # ------------------------------------------------------------------ security
+    Mutation("a DENY ACL wins over any ALLOW that matches the same principal and operation", "kshim/acls.py", (
+        ("            if acl.permission == Permission.DENY:\n                return False\n            allow = True",
+         "            if acl.permission == Permission.DENY:\n                continue\n            allow = True"),),
+        "DENY ACLs are ignored: an ALLOW lets the denied principal through",
+        tests=("tests/test_acls.py::test_deny_wins_over_allow_whatever_pattern_gives_it",
+               "compat_tests/test_acls.py::test_topic_deny_fails_produce_and_consume_and_hides_the_topic",
+               "compat_tests/test_acls.py::test_group_deny_gives_group_authorization_failed"),
+        area="security"),
+    Mutation("an ALLOW ACL allows only the principal it names", "kshim/acls.py", (
+        ("            if not principal_matches(acl, principal) or acl.host not in (host, WILDCARD):",
+         "            if acl.host not in (host, WILDCARD):"),),
+        "an ACL applies to every principal: alice's ALLOW lets bob in",
+        tests=("tests/test_authorization.py::test_produce_and_fetch_per_principal",
+               "compat_tests/test_acls_sasl.py::test_an_acl_allows_one_principal_and_denies_another"),
+        area="security"),
+    Mutation("SCRAM authenticates only a client whose proof comes from the user's password", "kshim/net/sasl.py", (
+        ("        if not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(), self._cred.stored_key):",
+         "        if False and not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(), self._cred.stored_key):"),),
+        "SCRAM accepts any client proof: a wrong password authenticates",
+        tests=("tests/test_security.py::test_scram_fails_on_a_wrong_password_or_unknown_user",
+               "compat_tests/test_security.py::test_wrong_password_fails_and_is_delayed"),
+        area="security"),
+    Mutation("with connections.max.reauth.ms a SASL session ends, and clients re-authenticate on the same connection",
+             "kshim/net/security.py", (
+        ("        if self.config.max_reauth_ms > 0:\n            lifetime_ms = self.config.max_reauth_ms",
+         "        if False:\n            lifetime_ms = self.config.max_reauth_ms"),),
+        "re-authentication is off: sessions never end, no client re-authenticates",
+        tests=("tests/test_security.py::test_reauthentication_within_the_session_lifetime",
+               "compat_tests/test_security.py::test_clients_reauthenticate_before_their_session_ends"),
+        area="security"),
+    Mutation("an SSL listener requests the client's certificate, verifies it and makes its subject the principal",
+             "kshim/net/tls.py", (
+        ('ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_OPTIONAL',
+         'ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_NONE'),),
+        "--tls-client-auth requested never asks for a certificate: mTLS clients stay User:ANONYMOUS",
+        tests=("compat_tests/test_security.py::test_confluent_ssl_with_client_certificate",),
+        area="security"),
+    # ------------------------------------------------------------------ compaction
+    Mutation("the cleaner cleans only below the last stable offset: an open transaction's records shadow nothing",
+             "kshim/replica/cleaning.py", (
+        ("    return _Candidate(p, p.last_stable_offset,", "    return _Candidate(p, p.log_end_offset,"),),
+        "the broker's cleaner is bounded by the log end: an open transaction's record deletes a committed value",
+        tests=("tests/test_cleaner.py::test_the_brokers_cleaner_stops_at_an_open_transaction",),
+        area="compaction"),
+    Mutation("compaction keeps the latest record of every key", CLEANER, (
+        ("        self.entries[key] = offset\n", "        self.entries.setdefault(key, offset)\n"),),
+        "the cleaner keeps each key's first record of the dirty range, not its latest",
+        tests=("tests/test_cleaner.py::test_keeps_the_latest_record_of_every_key_below_the_active_segment_with_offsets_unchanged",),
+        area="compaction"),
+    Mutation("a tombstone goes delete.retention.ms after its first clean", CLEANER, (
+        ("    retain_deletes = not h.has_delete_horizon or now_ms < h.base_timestamp",
+         "    retain_deletes = True"),),
+        "tombstones are never removed",
+        tests=("tests/test_cleaner.py::test_tombstones_go_delete_retention_ms_after_their_first_clean",),
+        area="compaction"),
+    Mutation("compaction removes the records of aborted transactions", CLEANER, (
+        ("        discardable = discard_records = txns.on_batch(h)  # a batch of an aborted transaction",
+         "        discardable = discard_records = txns.on_batch(h) and False"),),
+        "the cleaner keeps the records of aborted transactions",
+        tests=("tests/test_cleaner.py::test_committed_transactional_records_compact_like_others_and_aborted_ones_go",),
+        area="compaction"),
+    # ------------------------------------------------------------------ share groups
+    Mutation("a share group's record lock expires after group.share.record.lock.duration.ms", SHARE_STATE, (
+        ("            if rec.state == RecordState.ACQUIRED and rec.deadline_ms <= now_ms:",
+         "            if rec.state == RecordState.ACQUIRED and rec.deadline_ms < 0:"),),
+        "record locks never expire: a consumer that stops holds its records for ever",
+        tests=("tests/test_share_state.py::test_lock_expiry_on_a_manual_clock_releases_to_another_member",),
+        area="share groups"),
+    Mutation("each delivery of a share group's record counts, and the delivery limit archives it", SHARE_STATE, (
+        ("            rec.delivery_count += 1\n", ""),),
+        "a redelivered record keeps delivery count 1: the delivery limit never archives it",
+        tests=("tests/test_share_state.py::test_accept_moves_start_release_redelivers_with_count_two",
+               "tests/test_share_state.py::test_delivery_limit_archives_on_the_last_release"),
+        area="share groups"),
+    Mutation("a share partition holds at most group.share.partition.max.record.locks records in flight", SHARE_STATE, (
+        ("            n = 0 if self.end - self.start >= limits.max_locks else max(1, self.start + limits.max_locks - offset)",
+         "            n = last + 1 - offset"),),
+        "max.record.locks is ignored for the records of a batch: the window grows past it",
+        tests=("tests/test_share_state.py::test_max_locks_bounds_the_window",),
+        area="share groups"),
+    # ------------------------------------------------------------------ fault rules
+    Mutation("a timeout fault rule applies the request and withholds only its answer", "kshim/net/server.py", (
+        ("            result = self._late(request, await self._handle(request, peer, security, throttle), rule, peer, started)",
+         "            result = self._late(request, await self._handle(request, peer, security, throttle) if rule.action == "
+         "\"delay\" else error_response(h.api_key, h.api_version, request.body, ErrorCode.NONE), rule, peer, started)"),),
+        "a timeout rule never applies the request (it only withholds an empty answer)",
+        tests=("compat_tests/test_faults.py::test_timeout_applies_the_request_but_withholds_the_answer",),
+        area="fault rules"),
+    Mutation("a fault rule with a count faults that many requests, then is gone", "kshim/faults.py", (
+        ("        return (self.count is not None and self.applied >= self.count) or \\",
+         "        return (self.count is not None and self.applied > self.count) or \\"),),
+        "a counted rule faults one request more than its count",
+        tests=("tests/test_faults.py::test_an_error_rule_fails_count_requests_then_is_gone",
+               "compat_tests/test_faults.py::test_kafka_python_retries_through_injected_not_leader_errors"),
+        area="fault rules"),
+    # ------------------------------------------------------------------ topic configs
+    Mutation("compression.<codec>.level sets the level the broker recompresses at", PARTITION, (
+        ('        self.compression_level = {GZIP: config["compression.gzip.level"]',
+         '        self.compression_level = None and {GZIP: config["compression.gzip.level"]'),),
+        "the topic's compression level is ignored: the codec's default level",
+        tests=("compat_tests/test_topic_configs.py::test_compression_level_applies_when_recompressing",),
+        area="topic configs"),
+    Mutation("a topic's own config wins over the broker's settings, which win over the default",
+             "kshim/configs/resolver.py", (
+        ("        entries[name] = _resolved(definition, chain[0].value, chain[0].source, tuple(chain))",
+         "        top = chain[-2] if len(chain) > 1 else chain[0]\n"
+         "        entries[name] = _resolved(definition, top.value, top.source, tuple(chain))"),),
+        "the broker's setting wins over the topic's override",
+        tests=("tests/test_configs.py::test_topic_override_then_broker_setting_then_default",),
+        area="topic configs"),
+    # ------------------------------------------------------------------ quotas
+    Mutation("a client over its byte-rate quota is throttled for its excess over the whole quota window",
+             "kshim/net/quota_manager.py", (
+        ("        throttle = round((observed - bound) / bound * rate.window_size_ms(now_ms))",
+         "        throttle = round((observed - bound) / bound * self.window_ms)"),),
+        "the throttle time is taken over one sample (1 s) instead of the window: a greedy client gets past its quota",
+        tests=("tests/test_quotas.py::test_throttle_time_is_the_excess_over_the_quota_times_the_window",
+               "tests/test_quotas.py::test_a_greedy_client_that_waits_its_throttle_times_gets_the_quota"),
+        area="quotas"),
+    # ------------------------------------------------------------------ fetch sessions
+    Mutation("an incremental fetch at another epoch than the session's is refused (INVALID_FETCH_SESSION_EPOCH)",
+             "kshim/replica/fetch_sessions.py", (
+        ("    if session.epoch != epoch:", "    if False:"),),
+        "an incremental fetch at any epoch is served",
+        tests=("tests/test_fetch_sessions.py::test_session_errors_and_closing",),
+        area="fetch sessions"),
+    Mutation("an incremental fetch answers a partition whose high watermark moved", "kshim/replica/fetch_sessions.py", (
+        ("        if self.high_watermark != data.high_watermark:\n            respond = True\n",
+         "        if self.high_watermark != data.high_watermark:\n"),),
+        "an incremental fetch leaves out a partition whose only news is its high watermark",
+        tests=("tests/test_fetch_sessions.py::test_incremental_answers_only_partitions_with_news_and_rotates_those_with_records",),
+        area="fetch sessions"),
+    # ------------------------------------------------------------------ connection limits
+    Mutation("max.connections bounds the connections open at once, from any number of addresses",
+             "kshim/net/server.py", (
+        ("        if self.open_connections >= cfg.max_connections:", "        if False:"),),
+        "max.connections is ignored: only the per-address limit holds",
+        tests=("compat_tests/test_connection_limits.py::test_connection_limits_close_extra_connections_at_once",),
+        area="connection limits"),
 )

@@ -1,12 +1,18 @@
-"""Mutation runs for docs/consistency.md: for each rule, patch a copy of the tree with the rule's
-deliberate bug (catalog.py), run the tests the row names against the copy, and report whether
-they caught it ("killed") or not ("SURVIVED"). Slow (minutes per cluster test): run by hand.
+"""Mutation runs: for each rule (docs/consistency.md's rows and the other areas of catalog.py),
+patch a copy of the tree with the rule's deliberate bug, run the tests that claim the rule against
+the copy, and report whether a test's check caught it ("killed": pytest exits 1 and the first
+failure is a failed assertion in a test's body) or not ("SURVIVED"; "ERROR" when the tests failed
+some other way: an import error, a fixture that broke, an exception other than a failed check, a
+timeout). Slow (minutes per cluster test): run by hand; tests/test_mutations.py runs a few cheap
+rows in CI.
 
     python -m tests.mutations.run                 # every row
     python -m tests.mutations.run -k timeout -k acks=0   # rows whose rule contains either phrase
+    python -m tests.mutations.run --area security # the rows of one area (consistency, security, ...)
     python -m tests.mutations.run --baseline      # also run each row's tests unpatched first
 
-Exits 1 if any mutation survived (or a baseline failed, or a patch no longer applies).
+Exits 1 if any mutation survived (or a baseline failed, or a patch no longer applies, or a run
+ended in an ERROR).
 """
 from __future__ import annotations
 
@@ -22,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.mutations.catalog import MUTATIONS, Mutation
+from tests.mutations.outcome import OUTCOME_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "consistency.md"
 TEST_ID = re.compile(r"`((?:compat_tests|tests)/[\w/]+\.py(?:::[\w\[\]-]+)?)`")
-SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.egg-info", "build", ".venv")
+SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.egg-info", "build", ".venv", ".mypy_cache",
+                              ".hypothesis")
 TEST_TIMEOUT_S = 1800
 
 
@@ -48,6 +56,9 @@ def doc_rows(text: str | None = None) -> list[Row]:
 
 
 def row_of(mutation: Mutation, rows: list[Row]) -> Row:
+    """The rule and its tests: the mutation's own (`tests`), or its row of docs/consistency.md."""
+    if mutation.tests:
+        return Row(mutation.row, mutation.tests)
     found = [r for r in rows if mutation.row in r.rule]
     if len(found) != 1:
         raise LookupError(f"{mutation.row!r} is in {len(found)} rows of {DOC.name}, not 1")
@@ -64,29 +75,63 @@ def patched(source: str, mutation: Mutation) -> str:
     return source
 
 
-def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str]:
+@dataclass(frozen=True)
+class Outcome:
+    code: int                        # pytest's exit code; -1: timed out
+    output: str                      # the tail of its output
+    # (phase, "assertion" or the exception's type, test id, "file:line: message")
+    failures: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def by_assertion(self) -> bool:
+        """Failed, and first by a test's own check (not an import, a fixture, a crash)."""
+        return self.code == 1 and bool(self.failures) and self.failures[0][:2] == ("call", "assertion")
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], timeout_s: float = TEST_TIMEOUT_S) -> Outcome:
     """pytest in `tree` (so `python -m kshim` subprocesses import the copy's kshim)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    # -n 0: with the project's xdist workers (pyproject's addopts) a first failure under -x ends
-    # the run as "interrupted" (exit 2), which read as an error, not as a killed mutant
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests],
-                          cwd=tree, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S)
-    return proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:]
+    with tempfile.NamedTemporaryFile("r", prefix="kshim-mutant-outcome-") as report:
+        env[OUTCOME_ENV] = report.name
+        # -n 0: with the project's xdist workers (pyproject's addopts) a first failure under -x ends
+        # the run as "interrupted" (exit 2), which read as an error, not as a killed mutant
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider",
+                                   "-p", "tests.mutations.outcome", *tests],
+                                  cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return Outcome(-1, out[-3000:] + f"\ntimed out after {timeout_s:.0f} s")
+        failures = tuple(tuple(line.split("\t", 3)) for line in report.read().splitlines() if line)
+    return Outcome(proc.returncode, proc.stdout[-3000:] + proc.stderr[-2000:], failures)
 
 
-def verdict(code: int) -> str:
-    return {0: "SURVIVED", 1: "killed"}.get(code, f"ERROR (pytest exit {code})")
+def verdict(outcome: Outcome) -> str:
+    if outcome.code == 0:
+        return "SURVIVED"
+    if outcome.by_assertion:
+        return "killed"
+    if outcome.code == -1:
+        return "ERROR (timed out)"
+    if outcome.code == 1 and outcome.failures:
+        phase, kind = outcome.failures[0][:2]
+        return f"ERROR ({kind} in {phase}, not a failed check)"
+    return f"ERROR (pytest exit {outcome.code})"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-k", action="append", default=[], help="only rows whose rule contains this phrase")
+    parser.add_argument("--area", action="append", default=[],
+                        help=f"only the rows of this area ({', '.join(sorted({m.area for m in MUTATIONS}))})")
     parser.add_argument("--baseline", action="store_true", help="run each row's tests unpatched first")
     parser.add_argument("-v", action="store_true", help="print pytest's output tail for each run")
     args = parser.parse_args(argv)
     rows = doc_rows()
-    chosen = [m for m in MUTATIONS if not args.k or any(k in row_of(m, rows).rule for k in args.k)]
+    chosen = [m for m in MUTATIONS if (not args.k or any(k in row_of(m, rows).rule for k in args.k))
+              and (not args.area or m.area in args.area)]
     failed = False
     results = []
     with tempfile.TemporaryDirectory(prefix="kshim-mutant-") as tmp:
@@ -97,29 +142,33 @@ def main(argv: list[str] | None = None) -> int:
             target = tree / m.path
             original = target.read_text()
             if args.baseline:
-                code, out = run_tests(tree, row.tests)
-                if code:
+                base = run_tests(tree, row.tests)
+                if base.code:
                     failed = True
-                    results.append((m, f"baseline fails ({verdict(code)})", 0.0))
-                    print(f"{m.row}: the unpatched tests fail\n{out}", flush=True)
+                    results.append((m, f"baseline fails ({verdict(base)})", 0.0))
+                    print(f"{m.row}: the unpatched tests fail\n{base.output}", flush=True)
                     continue
             began = time.monotonic()
             try:
                 target.write_text(patched(original, m))
-                code, out = run_tests(tree, row.tests)
+                run = run_tests(tree, row.tests)
             except ValueError as e:
-                code, out = 2, str(e)
+                run = Outcome(2, str(e))
             finally:
                 target.write_text(original)
-            outcome = verdict(code)
-            failed |= code != 1
+            outcome = verdict(run)
+            failed |= outcome != "killed"
             results.append((m, outcome, time.monotonic() - began))
             print(f"{outcome:>10}  {time.monotonic() - began:6.0f}s  {m.row}: {m.breaks}", flush=True)
-            if args.v or code not in (0, 1):
-                print(out, flush=True)
-    print("\n| rule | mutation | outcome |\n|---|---|---|")
+            if run.failures:  # the first failure: which test, how, where
+                phase, kind, test, where = (*run.failures[0], "")[:4]
+                print(f"{'':>20}{'caught by' if outcome == 'killed' else f'{kind} in {phase} of'} {test}"
+                      f"{f' at {where}' if where else ''}", flush=True)
+            if args.v or outcome not in ("killed", "SURVIVED"):
+                print(run.output, flush=True)
+    print("\n| area | rule | mutation | outcome |\n|---|---|---|---|")
     for m, outcome, _ in results:
-        print(f"| {m.row} | {m.breaks} | {outcome} |")
+        print(f"| {m.area} | {m.row} | {m.breaks} | {outcome} |")
     return 1 if failed else 0
 
 
