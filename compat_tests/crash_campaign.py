@@ -57,7 +57,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,7 +71,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, pid_exists, run_ctl
-from compat_tests.kshim_process import TEST_GROUP_DELAY, KshimProcess, wait_until
+from compat_tests.kshim_process import KshimProcess, wait_until
 from kshim.controller import messages as m
 from kshim.ctl import brokers_admin
 from kshim.ctl import compact as ctl_compact
@@ -299,47 +298,19 @@ def restart_cluster(cluster: Cluster) -> None:
     cluster.start()
 
 
-class EphemeralServe:
-    """`kshim serve --ephemeral` (KshimProcess always names a data dir, which --ephemeral refuses)."""
+class EphemeralServe(KshimProcess):
+    """`kshim serve --ephemeral` on a free port; `kill` takes its whole process tree."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.output: list[str] = []
-        self.ready_line = ""
-
-    def start(self) -> "EphemeralServe":
-        self.ready_line = ""
-        self.proc = subprocess.Popen([sys.executable, "-m", "kshim", "serve", "--ephemeral", "--host", "127.0.0.1",
-                                      "--port", "0", "--no-console", *TEST_GROUP_DELAY],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc and self.proc.stdout
-            for line in self.proc.stdout:
-                self.output.append(line.rstrip("\n"))
-                if line.startswith("kshim ready:") and not ready.is_set():
-                    self.ready_line = line.strip()
-                    ready.set()
-            ready.set()
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-        if not ready.wait(30) or not self.ready_line:
-            self.kill()
-            raise RuntimeError("kshim serve --ephemeral did not become ready:\n" + "\n".join(self.output[-30:]))
-        return self
+        super().__init__(None, "--no-console")
 
     @property
-    def bootstrap(self) -> str:
-        return self.ready_line.split("bootstrap", 1)[1].split()[0]
-
-    @property
-    def data_dir(self) -> Path:
+    def ephemeral_dir(self) -> Path:
+        """The directory its ready line names."""
         match = re.search(r"data in (.+?) \(EPHEMERAL", self.ready_line)
         return Path(match.group(1)) if match else Path("/nonexistent")
 
-    def kill(self) -> list[int]:
+    def kill(self) -> list[int]:  # type: ignore[override]
         pids: list[int] = []
         if self.proc and self.proc.poll() is None:
             pids = process_tree(self.proc.pid)
@@ -349,21 +320,8 @@ class EphemeralServe:
                 except ProcessLookupError:
                     pass
             self.proc.wait(10)
-        self._close()
+        self._close_pipe()
         return pids
-
-    def terminate(self) -> int:
-        assert self.proc
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(20)
-        self._close()
-        return code
-
-    def _close(self) -> None:
-        if self.proc and self.proc.stdout and not self.proc.stdout.closed:
-            self._pump.join(5)
-            self.proc.stdout.close()
 
 
 # --- clients -----------------------------------------------------------------------------------
@@ -1133,7 +1091,7 @@ class Campaign:
         not survive, deletes it and starts empty, in a new directory, with none of the old topics,
         records or committed offsets."""
         serve = EphemeralServe().start()
-        first = serve.data_dir
+        first = serve.ephemeral_dir
         self.round.target = "kshim serve --ephemeral"
         try:
             create_topics(serve.bootstrap, [NewTopic(SINGLE, PARTITIONS, 1)])
@@ -1151,7 +1109,7 @@ class Campaign:
         again = EphemeralServe()
         try:
             again.start()
-            second = again.data_dir
+            second = again.ephemeral_dir
             before_ready = again.output[:again.output.index(again.ready_line)] if again.ready_line in again.output \
                 else again.output
             said = [line for line in before_ready if str(first) in line]

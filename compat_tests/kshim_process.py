@@ -16,23 +16,26 @@ TEST_GROUP_DELAY = ("--group-initial-rebalance-delay-ms", "0")
 
 
 class KshimProcess:
-    """`python -m kshim serve` with its own data dir (and no initial rebalance delay unless `extra`
-    sets one: TEST_GROUP_DELAY). Only ever signals the PID it started."""
+    """`python -m kshim serve` with its own data dir, or `--ephemeral` when `data_dir` is None (and
+    no initial rebalance delay unless `extra` sets one: TEST_GROUP_DELAY). Only ever signals the
+    PID it started."""
 
-    def __init__(self, data_dir: Path, *extra: str, port: int = 0) -> None:
+    def __init__(self, data_dir: Path | None, *extra: str, port: int = 0) -> None:
         self.data_dir = data_dir
         self.extra = list(extra)
         self.port = port
         self.proc: subprocess.Popen | None = None
         self.bootstrap = ""
+        self.ready_line = ""
         self.output: list[str] = []
         self.preexec_fn = None  # e.g. a resource limit for the broker process
 
     def start(self) -> "KshimProcess":
         assert self.proc is None or self.proc.poll() is not None, "stop the running broker before starting it again"
-        self.bootstrap = ""  # set again by this start's ready line: a start that fails must not look ready
+        self.bootstrap = self.ready_line = ""  # set by this start's ready line: a failed start must not look ready
+        where = ["--ephemeral"] if self.data_dir is None else ["--data-dir", str(self.data_dir)]
         cmd = [sys.executable, "-m", "kshim", "serve", "--host", "127.0.0.1", "--port", str(self.port),
-               "--data-dir", str(self.data_dir), *self.extra]
+               *where, *self.extra]
         if TEST_GROUP_DELAY[0] not in self.extra:
             cmd += TEST_GROUP_DELAY
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -44,6 +47,7 @@ class KshimProcess:
             for line in self.proc.stdout:
                 self.output.append(line.rstrip("\n"))
                 if line.startswith("kshim ready:") and not ready.is_set():
+                    self.ready_line = line.strip()
                     self.bootstrap = line.split("bootstrap", 1)[1].split()[0]
                     ready.set()
             ready.set()  # process ended

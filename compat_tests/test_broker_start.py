@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 from compat_tests.cluster import Cluster, running
-from compat_tests.kshim_process import wait_until
+from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import METADATA, RawConnection
 
 DEADLINE_S = 30.0
@@ -54,41 +53,24 @@ def test_a_restarted_broker_answers_metadata_only_once_it_has_caught_up(tmp_path
         assert starting.returncode == 0, err
 
 
-def _ephemeral_serve() -> tuple[subprocess.Popen, str, list[str]]:
-    """`kshim serve --ephemeral` on a free port: the process, its bootstrap, its output so far."""
-    proc = subprocess.Popen([sys.executable, "-m", "kshim", "serve", "--ephemeral", "--port", "0", "--no-console"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # bounded: the process prints its ready line or exits
-        lines.append(line)
-        if line.startswith("kshim ready:"):
-            return proc, line.split("bootstrap", 1)[1].split()[0], lines
-    raise AssertionError("kshim serve --ephemeral did not start:\n" + "".join(lines))
-
-
 def test_an_ephemeral_broker_killed_and_started_again_says_its_data_is_gone_and_starts_empty():
     from kafka import KafkaConsumer, KafkaProducer
-    proc, bootstrap, lines = _ephemeral_serve()
+    serve = KshimProcess(None, "--no-console").start()  # --ephemeral
     try:
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        producer = KafkaProducer(bootstrap_servers=serve.bootstrap, acks="all")
         producer.send("kept-nowhere", b"x").get(timeout=30)
         producer.close()
-        left = lines[-1].split("(data in ", 1)[1].split(" (EPHEMERAL")[0]
+        left = serve.ready_line.split("(data in ", 1)[1].split(" (EPHEMERAL")[0]
         assert os.path.isdir(left)
     finally:
-        proc.kill()  # SIGKILL: its cleanup never runs
-        proc.wait(30)
-        proc.stdout.close()
-    again, bootstrap, lines = _ephemeral_serve()
+        serve.kill()  # SIGKILL: its cleanup never runs
+    again = KshimProcess(None, "--no-console").start()
     try:
-        said = [ln for ln in lines if "ephemeral data does not survive a crash" in ln and left in ln]
-        assert said, "".join(lines)
+        said = [ln for ln in again.output if "ephemeral data does not survive a crash" in ln and left in ln]
+        assert said, again.logs()
         assert not os.path.exists(left)  # freed: tmpfs holds it in memory otherwise
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+        consumer = KafkaConsumer(bootstrap_servers=again.bootstrap)
         assert "kept-nowhere" not in consumer.topics()
         consumer.close()
     finally:
-        again.terminate()
-        assert again.wait(30) == 0
-        again.stdout.close()
+        assert again.terminate() == 0
