@@ -23,6 +23,8 @@ by a seeded RNG (the first rounds are one of each kind, shuffled):
     kill-deletion      a topic deleted and a SIGKILL at once; it must stay deleted afterwards
     kill-roll          a SIGKILL the moment a crash-rf3 replica rolls a new segment
     kill-log-dir-move  AlterReplicaLogDirs of a replica, SIGKILL while its copy is made
+    kill-reassignment  a crash-rf1 partition reassigned to another broker, SIGKILL (tree, source or
+                       target) while the target copies it; the move must complete with every record
     single-kill        a single `kshim serve` SIGKILLed under both producers and started again
     ephemeral-kill     `kshim serve --ephemeral` SIGKILLed: the next --ephemeral start names the
                        killed one's directory, says its data is gone, deletes it and starts empty
@@ -95,7 +97,7 @@ READ_S = 60.0
 STABLE_S = 5.0           # high watermarks that stopped moving this long below an acknowledged offset
 FAULT_LABEL = "crash-campaign"
 KINDS = ("kill-tree", "kill-broker", "kill-controller", "kill-recovering", "kill-stopping", "kill-compaction",
-         "kill-deletion", "kill-roll", "kill-log-dir-move", "single-kill", "ephemeral-kill")
+         "kill-deletion", "kill-roll", "kill-log-dir-move", "kill-reassignment", "single-kill", "ephemeral-kill")
 SINGLE_KINDS = ("single-kill", "ephemeral-kill")
 IDEMPOTENT_TAG = b"i"  # values are b"<tag>.<round>.<seq>." + padding; the tag says which producer
 
@@ -538,6 +540,7 @@ class Campaign:
         self.live: list[Producing] = []    # this round's producers: their acknowledgements so far count too
         self.doomed = ""                   # kill-deletion's topic
         self.moving: tuple[int, TP] = (0, ("", 0))  # kill-log-dir-move's replica
+        self.reassigned: tuple[TP, int] = (("", 0), 0)  # kill-reassignment's partition and target
 
     # the cluster
     def start_cluster(self) -> None:
@@ -869,6 +872,33 @@ class Campaign:
             self.moving = (node, tp)
             self.round.target = f"{target} moving {tp[0]}/{tp[1]} of broker {node} to {dest.parent.name}"
             return target
+        if kind == "kill-reassignment":
+            from kafka import TopicPartition as KafkaTP  # type: ignore[import-untyped]
+            from kafka.admin import KafkaAdminClient  # type: ignore[import-untyped]
+            part = rng.choice([p for p in status["partitions"] if p["topic"] == RF1])
+            tp, source = (RF1, part["partition"]), part["replicas"][0]
+            dest = rng.choice([n for n in range(BROKERS) if n != source])
+            target = rng.choice(["tree", str(source), str(dest)])
+            self.snapshot()
+            # the source gives its replica up once the move completes: only the target must hold it then
+            self.snap["must"].get(source, {}).pop(tp, None)
+            kadmin = KafkaAdminClient(bootstrap_servers=self.cluster.bootstrap, request_timeout_ms=30000)
+            try:
+                out = kadmin.alter_partition_reassignments({KafkaTP(tp[0], tp[1]): [dest]})
+            finally:
+                kadmin.close()
+            if any(v is not None for v in out.values()):
+                self.problem(f"AlterPartitionReassignments {tp} {source} -> {dest}: {out}")
+            try:  # killed while the target copies, when the copy is slow enough to be caught at it
+                wait_until(lambda: self.replica_dir(dest, tp) is not None, 2, interval=0.002,
+                           message="the target's replica")
+            except AssertionError:
+                pass
+            time.sleep(rng.uniform(0, 0.05))
+            self.crash(target)
+            self.reassigned = (tp, dest)
+            self.round.target = f"{target} moving {tp[0]}/{tp[1]} from broker {source} to {dest}"
+            return target
         raise ValueError(kind)
 
     def _compact_quietly(self) -> None:
@@ -902,6 +932,14 @@ class Campaign:
             except AssertionError:
                 self.problem(f"{doomed} not deleted 30 s after the restart: "
                              f"{[str(p) for d in self.log_dirs for p in d.glob(f'broker-*/{doomed}-*')]}")
+        if kind == "kill-reassignment":
+            (topic, index), dest = self.reassigned
+            try:
+                wait_until(lambda: self.cluster.partition(topic, index)["replicas"] == [dest], 60,  # type: ignore[union-attr]
+                           interval=0.25, message=f"{topic}/{index} moved to broker {dest}")
+            except AssertionError:
+                self.problem(f"{topic}/{index} not on broker {dest} alone 60 s after the restart: "
+                             f"{self.cluster.partition(topic, index)}")
         if kind == "kill-log-dir-move":
             node, tp = self.moving
 
