@@ -294,12 +294,6 @@ def kill_tree(process: KshimProcess, reap: bool = True) -> list[int]:
     return pids
 
 
-def restart_cluster(cluster: Cluster) -> None:
-    """Start a killed cluster again on its data dir and ports (the first broker's: its base)."""
-    cluster.process.port = cluster.base_port
-    cluster.start()
-
-
 class EphemeralServe(KshimProcess):
     """`kshim serve --ephemeral` on a free port; `kill` takes its whole process tree."""
 
@@ -315,12 +309,7 @@ class EphemeralServe(KshimProcess):
     def kill(self) -> list[int]:  # type: ignore[override]
         pids: list[int] = []
         if self.proc and self.proc.poll() is None:
-            pids = process_tree(self.proc.pid)
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            pids = kill_tree(self, reap=False)
             self.proc.wait(10)
         self._close_pipe()
         return pids
@@ -571,7 +560,7 @@ class Campaign:
 
     def start_tree(self) -> None:
         assert self.cluster is not None
-        restart_cluster(self.cluster)
+        self.cluster.start()  # on its data dir and ports again
 
     def topics(self) -> dict[str, int]:
         out = {RF1: PARTITIONS, RF3: PARTITIONS, COMPACT: 1}

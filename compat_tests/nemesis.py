@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import Cluster, run_ctl, running
-from compat_tests.crash_campaign import commit_group, kill_tree, restart_cluster
+from compat_tests.crash_campaign import commit_group, kill_tree
 from compat_tests.kshim_process import wait_until
 
 TOPIC = "nemesis"
@@ -165,7 +165,7 @@ class Nemesis:
         elif kind == "kill-tree":  # the whole cluster crashes: every acknowledged record must survive it
             kill_tree(self.cluster.process)
             time.sleep(self.rng.uniform(0.5, 4.0))  # down a while, the producer retrying
-            restart_cluster(self.cluster)
+            self.cluster.start()  # on its data dir and ports again
         else:
             if self.rng.random() < 0.5:
                 parts = [p for p in status["partitions"] if p["topic"] == TOPIC and p["leader"] >= 0]

@@ -11,9 +11,13 @@ def ephemeral_dir(prefix: str = "kshim-ephemeral-") -> Path:
     """A new directory for data that must not outlive its process (`kshim serve --ephemeral`, the
     test fixtures): on /dev/shm (tmpfs: memory, no disk writeback) when it is there and writable,
     else in the system's temporary directory. The caller deletes it."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=_base()))
+
+
+def _base() -> Path:
+    """/dev/shm when it is there and writable, else the system's temporary directory."""
     shm = Path("/dev/shm")
-    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
 def abandoned_dirs(prefix: str = "kshim-ephemeral-") -> list[tuple[Path, int]]:
@@ -21,10 +25,8 @@ def abandoned_dirs(prefix: str = "kshim-ephemeral-") -> list[tuple[Path, int]]:
     skips its cleanup): a broker ran there (its `.lock` file is there) and no process holds the
     lock any more. Each with its size in bytes; tmpfs keeps them in memory until deleted."""
     import fcntl  # here: the pytest plugin imports this module before anything else
-    shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
     found = []
-    for d in base.glob(f"{prefix}*"):
+    for d in _base().glob(f"{prefix}*"):
         try:
             fd = os.open(d / ".lock", os.O_RDWR | os.O_CLOEXEC)
         except OSError:

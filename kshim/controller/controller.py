@@ -523,15 +523,15 @@ class Controller:
         for topic in self._topics.values():
             changed = []
             for p in topic.partitions:
-                if p.leader != NO_LEADER and p.leader not in alive and not any(r in alive for r in p.isr) \
-                        and not self._effective(topic)["unclean.leader.election.enable"]:
-                    continue  # its leader stopped cleanly, the last in sync: its return is no election
-                if p.leader == NO_LEADER or p.leader not in alive:
-                    before = p.leader_epoch
-                    self._elect(topic, p, alive)
-                    if p.leader_epoch != before:
-                        p.partition_epoch += 1
-                        changed.append(p)
+                if p.leader in alive:
+                    continue
+                if not any(r in alive for r in p.isr) and not self._effective(topic)["unclean.leader.election.enable"]:
+                    continue  # no one to elect: a cleanly stopped last in-sync leader stays, its return no election
+                before = p.leader_epoch
+                self._elect(topic, p, alive)
+                if p.leader_epoch != before:
+                    p.partition_epoch += 1
+                    changed.append(p)
             if changed:
                 self.store.save_partitions(topic.name, changed)
 
