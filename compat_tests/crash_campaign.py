@@ -78,7 +78,7 @@ from kshim.controller import messages as m
 from kshim.ctl import brokers_admin
 from kshim.ctl import compact as ctl_compact
 from kshim.ctl.faults import FaultClient
-from kshim.faults import replica_client_id
+from kshim.observability.faults import replica_client_id
 
 RF1, RF3, COMPACT, SINGLE, WIDE = "crash-rf1", "crash-rf3", "crash-compact", "crash-single", "crash-wide"
 PARTITIONS = 3

@@ -1,4 +1,4 @@
-"""Request fault rules (kshim.faults) against real clients: each kind of fault, with kafka-python and
+"""Request fault rules (kshim.observability.faults) against real clients: each kind of fault, with kafka-python and
 confluent-kafka, through the Python API (kshim.ctl.faults) and `kshim ctl fault`; the request log
 shows what each client sent and what it was answered."""
 from __future__ import annotations

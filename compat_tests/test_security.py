@@ -20,7 +20,7 @@ from kafka.errors import KafkaError as KafkaPythonError
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import METADATA, RawConnection
 from kshim.ctl.faults import RequestLogClient
-from kshim.net.tls import issue_client_files
+from kshim.security.tls import issue_client_files
 
 pytestmark = pytest.mark.process
 

@@ -23,12 +23,12 @@ from kshim.controller.messages import (
     DescribeQuorum, Election, ElectionResult, ElectLeaders, FeatureUpdate, ListPartitionReassignments,
     OngoingReassignment, Operation, QuorumState, Reassignment, ReassignmentResult, ScramDeletion, ScramResult,
     SetBrokerConfigs, SetClientMetrics, SetGroupConfigs, SetTopicConfigs, UnregisterBroker, UpdateFeatures)
+from kshim.broadcast import Signal
 from kshim.errors import BrokerError, check_topic_name
-from kshim.partition import Partition
-from kshim.producer_ids import ProducerIdManager
-from kshim.replica.cleaning import CleanerSettings
 from kshim.replica import ReplicaManager
-from kshim.signal import Signal
+from kshim.replica.cleaning import CleanerSettings
+from kshim.replica.partition import Partition
+from kshim.replica.producer_ids import ProducerIdManager
 from wire.errors import ErrorCode
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
@@ -237,7 +237,7 @@ class Broker:
         return self.replica_manager.broker_level()
 
     async def allocate_producer_id(self) -> int:
-        """From this broker's block (kshim.producer_ids); BrokerError COORDINATOR_LOAD_IN_PROGRESS
+        """From this broker's block (kshim.replica.producer_ids); BrokerError COORDINATOR_LOAD_IN_PROGRESS
         when it is used up and the controller does not answer."""
         return await self.producer_ids.generate()
 

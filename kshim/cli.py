@@ -28,13 +28,13 @@ from kshim.broker import BrokerConfig
 from kshim.cluster import admin
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_argv, security_config)
-from kshim.configs.security import Listener, SecurityConfigError
-from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
-from kshim.ephemeral import abandoned_dirs, ephemeral_dir
+from kshim.log.ephemeral import abandoned_dirs, ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
-from kshim.requestlog import RequestLog
+from kshim.observability.faults import FaultRules
+from kshim.observability.requestlog import RequestLog
 from kshim.runner import run_server
+from kshim.security.config import Listener, SecurityConfigError
 from kshim.standalone import announce_port, open_standalone
 
 log = logging.getLogger("kshim")
@@ -174,7 +174,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         # one development CA for the whole cluster, made by the supervisor
         tls_files = None
         if security.tls_dev:
-            from kshim.net.tls import dev_files  # cryptography loads only for TLS
+            from kshim.security.tls import dev_files  # cryptography loads only for TLS
             ca, cert, key = dev_files(args.data_dir)
             tls_files = (cert, key, args.tls_ca or ca)
             print(f"kshim tls-dev: clients trust the CA in {ca.resolve()}", flush=True)

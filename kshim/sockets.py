@@ -107,3 +107,21 @@ async def send_buffers(sock: socket.socket, chunks: list) -> None:
     while rest is not None:
         await wait_ready(sock, writable=True)
         rest = send_now(sock, rest)
+
+
+LISTEN_BACKLOG = 128
+
+
+def open_listener(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket: the server's, and the supervisor's check that a broker's port is free."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

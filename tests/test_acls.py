@@ -1,10 +1,10 @@
-"""The authorizer's decisions (kshim.acls), as Kafka's StandardAuthorizer makes them, and the
+"""The authorizer's decisions (kshim.security.acls), as Kafka's StandardAuthorizer makes them, and the
 controller's storage of ACL bindings."""
 from __future__ import annotations
 
 import pytest
 
-from kshim.acls import (AclBinding, AclFilter, AclIndex, AclOperation as Op, Authorizer, AuthorizerConfig,
+from kshim.security.acls import (AclBinding, AclFilter, AclIndex, AclOperation as Op, Authorizer, AuthorizerConfig,
                         InvalidAcl, PatternType as Pat, Permission, ResourceType as RT, host_of, parse_super_users,
                         validate_binding, validate_filter)
 from kshim.broker import BrokerConfig

@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from kshim.acls import AclOperation as Op, AuthorizerConfig, Permission, ResourceType as RT
 from kshim.broker import Broker, BrokerConfig
 from kshim.net.handlers import RequestContext
+from kshim.security.acls import AclOperation as Op, AuthorizerConfig, Permission, ResourceType as RT
 from kshim.standalone import open_standalone
 from tests.nodes import served
 from wire import codec

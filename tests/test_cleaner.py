@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from kshim.broker import BrokerConfig
-from kshim.log import Log, LogConfig
+from kshim.log.log import Log, LogConfig
 from kshim.log.cleaner import CleanAborted, Throttler, clean_log, cleanable_offsets, write_cleaned
 from kshim.replica.cleaning import LogCleaner
 from kshim.standalone import open_standalone

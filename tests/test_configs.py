@@ -11,7 +11,7 @@ from kshim.configs import BROKER_CONFIGS, TOPIC_CONFIGS, BrokerLevel, InvalidCon
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.net.handlers import RequestContext
-from kshim.log import Log, LogConfig
+from kshim.log.log import Log, LogConfig
 from kshim.standalone import open_standalone
 from wire import codec
 from wire.errors import ErrorCode

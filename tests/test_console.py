@@ -1,6 +1,6 @@
 """The console in process: its HTTP server (routes, bounds, server-sent events, actions), the state
 it builds from a source (stale replicas, offsets the controller heard), /metrics merging each
-broker's metrics under a `broker` label, and a broker's own metrics (kshim.net.metrics) from a
+broker's metrics under a `broker` label, and a broker's own metrics (kshim.observability.metrics) from a
 real standalone broker's produce, fetch and replicas."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from kshim.console.console import Console, build_state
 from kshim.console.http import MAX_HEAD_BYTES
 from kshim.console.sources import StandaloneSource
 from kshim.errors import BrokerError
-from kshim.net.metrics import BrokerMetrics
 from kshim.net.server import Server, open_listener
+from kshim.observability.metrics import BrokerMetrics
 from kshim.replication.client import BrokerConnection
 from kshim.standalone import open_standalone
 from tests.nodes import served

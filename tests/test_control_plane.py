@@ -13,11 +13,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kshim.acls import AclBinding, AclFilter
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM, Clock, ManualClock
-from kshim.cluster.image import BrokerInfo, ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo
 from kshim.cluster.admin import BrokerAdmin
+from kshim.cluster.image import BrokerInfo, ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.controller import messages as m
 from kshim.controller import rpc
@@ -26,6 +25,7 @@ from kshim.controller.process import SupervisorService
 from kshim.controller.service import ControllerService
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
+from kshim.security.acls import AclBinding, AclFilter
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
 

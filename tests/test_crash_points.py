@@ -37,14 +37,15 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.clock import SYSTEM
-from kshim.ephemeral import ephemeral_dir
-from kshim.log import LogConfig, log_dirs
+from kshim.log.log import LogConfig
+from kshim.log import log_dirs
 from kshim.log import files as log_files
 from kshim.log.cleaner import write_cleaned
+from kshim.log.ephemeral import ephemeral_dir
 from kshim.log.log_dirs import MOVE_COMPLETE
-from kshim.partition import Partition
 from kshim.replica import cleaning
 from kshim.replica import manager as manager_module
+from kshim.replica.partition import Partition
 from kshim.standalone import open_standalone
 from wire.records import crc_ok, decode_records, encode_batch, iter_batches
 
@@ -53,7 +54,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
-    """On tmpfs when there is one (kshim.ephemeral): the hundreds of crash points written out and
+    """On tmpfs when there is one (kshim.log.ephemeral): the hundreds of crash points written out and
     started here, SQLite's syncs included, cost no disk writeback."""
     path = ephemeral_dir("kshim-crash-points-")
     try:

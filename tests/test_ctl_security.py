@@ -7,10 +7,10 @@ import ssl
 
 import pytest
 
-from kshim.configs.security import SecurityConfig, parse_listeners
 from kshim.ctl.common import CtlError
 from kshim.ctl.security import client_security, from_command_config, parse_properties
-from kshim.net.tls import dev_files
+from kshim.security.config import SecurityConfig, parse_listeners
+from kshim.security.tls import dev_files
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,7 @@
 """The docs state what the code does: the protocol table matches the handler registry."""
 from pathlib import Path
 
-from kshim import protocol_table
+from kshim.net import protocol_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_protocol_table_matches_registry():
     doc = (ROOT / "docs" / "protocol.md").read_text()
     start, end = doc.index(protocol_table.BEGIN), doc.index(protocol_table.END) + len(protocol_table.END)
-    assert doc[start:end] == protocol_table.render(), "regenerate with `python -m kshim.protocol_table`"
+    assert doc[start:end] == protocol_table.render(), "regenerate with `python -m kshim.net.protocol_table`"
 
 
 def test_every_served_version_exists_in_kafka_specs():

@@ -1,4 +1,4 @@
-"""Dormant partitions (kshim.partition, kshim.log.summary): after a clean stop a partition starts
+"""Dormant partitions (kshim.replica.partition, kshim.log.summary): after a clean stop a partition starts
 without opening any file of it, serves its offsets from the summary its stop recorded, and opens
 its log, leader epochs and producer state on first use, so that a broker with 10,000 partitions
 is ready in seconds. What a dormant partition answers must be what the opened log would answer."""
@@ -13,7 +13,7 @@ import pytest
 
 from kshim.broker import Broker, BrokerConfig
 from kshim.configs import resolve
-from kshim.log import OffsetOutOfRange
+from kshim.log.log import OffsetOutOfRange
 from kshim.log.log_dirs import CLEAN_MARKER, take_clean_marker, write_clean_marker
 from kshim.log.summary import LogSummary
 from kshim.standalone import open_standalone

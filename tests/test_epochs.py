@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from kshim.broker import BrokerConfig
+from kshim.log.log import Log, LogConfig
 from kshim.net.handlers import RequestContext
-from kshim.log import Log, LogConfig
 from kshim.log.epochs import (
     CHECKPOINT_NAME, CorruptCheckpoint, LeaderEpochCache, read_checkpoint,
 )
-from kshim.partition import Partition
 from kshim.replica import ReplicaManager
+from kshim.replica.partition import Partition
 from wire import codec
 from wire.errors import ErrorCode
 from wire.headers import RequestHeader

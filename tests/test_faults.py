@@ -1,15 +1,15 @@
-"""Fault rules (kshim.faults), the error answers built for them from the schemas
-(kshim.net.request_shape) and the request log (kshim.requestlog)."""
+"""Fault rules (kshim.observability.faults), the error answers built for them from the schemas
+(kshim.net.request_shape) and the request log (kshim.observability.requestlog)."""
 from __future__ import annotations
 
 import uuid
 
 import pytest
 
-from kshim.faults import MAX_RULES, FaultError, FaultRules, api_key_of
 from kshim.net.handlers import load_handlers, supported_versions
 from kshim.net.request_shape import error_response, request_partitions, response_errors
-from kshim.requestlog import RequestLog
+from kshim.observability.faults import MAX_RULES, FaultError, FaultRules, api_key_of
+from kshim.observability.requestlog import RequestLog
 from wire import codec
 from wire.errors import ErrorCode
 from wire.schema.model import in_range

@@ -3,13 +3,15 @@ wire/ with `ast` (no import is executed).
 
 Top to bottom; a module imports its own layer and the layers below it, never a higher one:
 
-    net                 kshim/net/ (server, connection core, handlers, BrokerServer)
+    net                 kshim/net/ (server, connection core, handlers, BrokerServer), the broker's
+                        metrics and clients' telemetry (kshim/observability/metrics.py, telemetry.py)
     coordinators        kshim/coordinator/ (runtime, groups, transactions)
-    replica management  kshim/broker.py, kshim/producer_ids.py, kshim/replica/, kshim/replication/
-    partition           kshim/partition.py, kshim/producer_state.py, kshim/configs/
+    replica management  kshim/broker.py, kshim/replica/ (the ReplicaManager, producer id blocks), kshim/replication/
+    partition           kshim/replica/partition.py, kshim/replica/producer_state.py, kshim/configs/
     log                 kshim/log/
-    base                kshim/errors.py, kshim/signal.py, kshim/clock.py, kshim/cluster/image.py, kshim/acls.py,
-                        kshim/faults.py, kshim/requestlog.py, kshim/sockets.py, the control-plane
+    base                kshim/errors.py, kshim/broadcast.py, kshim/clock.py, kshim/sockets.py, kshim/cluster/image.py,
+                        kshim/security/ (ACLs, SASL, TLS, a connection's security state, the authorizer's
+                        questions), kshim/observability/ (fault rules, request log), the control-plane
                         schema (kshim/controller/messages.py, schema.py) through which a broker asks
                         the controller
     wire                wire/ (imports nothing from kshim)
@@ -43,15 +45,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes)
-    ("net", ("kshim.net",)),
+LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module prefixes); the longest prefix wins
+    ("net", ("kshim.net",
+             "kshim.observability.metrics",  # a broker's metrics: fed by the server, read from the replicas when scraped
+             "kshim.observability.telemetry")),  # clients' pushed metrics (KIP-714), for the telemetry handlers
     ("coordinators", ("kshim.coordinator",)),
-    ("replica management", ("kshim.broker", "kshim.producer_ids", "kshim.replica", "kshim.replication")),
-    ("partition", ("kshim.partition", "kshim.producer_state", "kshim.configs")),  # topic configs map to LogConfig
+    ("replica management", ("kshim.broker", "kshim.replica", "kshim.replication")),
+    ("partition", ("kshim.replica.partition", "kshim.replica.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
-    ("base", ("kshim.errors", "kshim.signal", "kshim.clock", "kshim.cluster.image", "kshim.acls",  # leaves every layer shares
-              "kshim.faults", "kshim.requestlog",  # a broker's fault rules and request log, consulted at dispatch
-              "kshim.sockets",  # waits on non-blocking sockets: the server's and the broker-to-broker client's
+    ("base", ("kshim.errors", "kshim.broadcast", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
+              "kshim.security",  # ACLs travel in the image; SASL, TLS, a connection's security state, the authorizer
+              "kshim.observability",  # a broker's fault rules and request log, consulted at dispatch
+              "kshim.sockets",  # non-blocking sockets: the server's and the broker-to-broker client's
               "kshim.controller.messages", "kshim.controller.schema")),
     ("wire", ("wire",)),
 ]
@@ -72,8 +77,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.cli", "kshim.net.server"):
         "start-up: `kshim ctl` and `serve --brokers` (the controller process) do not load the server and handlers",
     ("kshim.cli", "kshim.controller.process"): "start-up: only `serve --brokers` runs the controller process",
-    ("kshim.controller.process", "kshim.net.server"):
-        "the controller process only borrows open_listener to check the brokers' ports; it serves no Kafka",
     ("kshim.cluster.broker_process", "kshim.net.server"):
         "start-up: kshim/cli.py imports this module for its options; only a broker process loads the server",
     ("kshim.cluster.broker_process", "kshim.net.broker_server"): "start-up: as kshim.net.server, with it",
@@ -84,8 +87,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.cli", "kshim.cluster.broker_process"): "start-up: only a cluster's `kshim broker` loads its process code",
     ("kshim.cli", "kshim.controller.service"): "start-up: only a cluster's `kshim controller` loads its service",
     ("kshim.dataclass_cache", "kshim"): "`python -m kshim.dataclass_cache` walks the package it is part of",
-    ("kshim.cli", "kshim.net.tls"): "start-up: cryptography loads only when a cluster's supervisor makes the --tls-dev CA",
-    ("kshim.net.server", "kshim.net.tls"):
+    ("kshim.cli", "kshim.security.tls"): "start-up: cryptography loads only when a cluster's supervisor makes the --tls-dev CA",
+    ("kshim.net.server", "kshim.security.tls"):
         "start-up: cryptography (a sixth of the import time) loads only with an SSL or SASL_SSL listener",
     ("kshim.cli", "kshim.console.console"): "start-up: not with --no-console",
     ("kshim.cli", "kshim.console.sources"): "start-up: as kshim.console.console, with it",
@@ -184,11 +187,10 @@ def under(module: str, prefix: str) -> bool:
 
 
 def layer_of(module: str) -> int | None:
-    """Index in LAYERS (0 is the top), None outside the layers."""
-    for index, (_, prefixes) in enumerate(LAYERS):
-        if any(under(module, p) for p in prefixes):
-            return index
-    return None
+    """Index in LAYERS (0 is the top), None outside the layers: the layer of the longest prefix that
+    names the module (kshim.replica.partition is the partition layer, kshim.replica.manager above it)."""
+    matches = [(len(p), index) for index, (_, prefixes) in enumerate(LAYERS) for p in prefixes if under(module, p)]
+    return max(matches)[1] if matches else None
 
 
 def broken_rule(i: Import) -> str | None:
@@ -301,24 +303,24 @@ def _check(modules: dict[str, str]) -> list[str]:
 
 
 def test_the_checker_names_the_module_and_the_import():
-    problems = _check({"kshim.log.segment": "from kshim.partition import Partition\n",
-                       "kshim.partition": "import kshim.log.segment\n"})
-    assert problems == ["kshim.log.segment: kshim/log/segment.py:1 `from kshim.partition import Partition`: "
+    problems = _check({"kshim.log.segment": "from kshim.replica.partition import Partition\n",
+                       "kshim.replica.partition": "import kshim.log.segment\n"})
+    assert problems == ["kshim.log.segment: kshim/log/segment.py:1 `from kshim.replica.partition import Partition`: "
                         "the log layer imports the higher partition layer"]
 
 
 def test_the_checker_sees_type_checking_and_function_imports():
     problems = _check({
-        "kshim.partition": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kshim.net.handlers import x\n",
-        "kshim.net.handlers": "def f():\n    from kshim.partition import Partition\n",
+        "kshim.replica.partition": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kshim.net.handlers import x\n",
+        "kshim.net.handlers": "def f():\n    from kshim.replica.partition import Partition\n",
         "kshim.ctl.status": "from kshim.net.handlers import load_handlers\n",
         "wire.codec": "from kshim.errors import BrokerError\n",
         "kshim.errors": "",
     })
     assert problems == [
-        "kshim.partition: kshim/partition.py:3 `from kshim.net.handlers import x` (under TYPE_CHECKING): "
+        "kshim.replica.partition: kshim/replica/partition.py:3 `from kshim.net.handlers import x` (under TYPE_CHECKING): "
         "the partition layer imports the higher net layer",
-        "kshim.net.handlers: kshim/net/handlers.py:2 `from kshim.partition import Partition` (inside a function): an import "
+        "kshim.net.handlers: kshim/net/handlers.py:2 `from kshim.replica.partition import Partition` (inside a function): an import "
         "inside a function (move it to the top of the module; if that makes a cycle, fix the layering; if it saves "
         "start-up time, list it in LAZY_IMPORTS)",
         "kshim.ctl.status: kshim/ctl/status.py:1 `from kshim.net.handlers import load_handlers`: kshim.ctl is a client "

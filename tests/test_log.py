@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kshim.clock import ManualClock
-from kshim.log import CLEAN_SHUTDOWN_FILE, Log, LogConfig, OffsetOutOfRange
+from kshim.log.log import CLEAN_SHUTDOWN_FILE, Log, LogConfig, OffsetOutOfRange
 from wire.records import (
     LOG_APPEND_TIME, CorruptRecordError, decode_all, encode_batch, iter_batches,
 )

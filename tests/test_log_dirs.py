@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kshim.acls import AuthorizerConfig
 from kshim.broker import Broker, BrokerConfig
 from kshim.log.dirlock import DataDirInUse
 from kshim.log.log_dirs import MOVE_COMPLETE, DuplicateReplica, future_name, open_log_dirs
 from kshim.net.handlers import RequestContext
+from kshim.security.acls import AuthorizerConfig
 from kshim.standalone import open_standalone
 from tests.nodes import served
 from tests.test_admin_handlers import create, new_topic

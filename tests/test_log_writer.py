@@ -12,9 +12,9 @@ import random
 import anyio
 import pytest
 
-from kshim.log import LogConfig
+from kshim.log.log import LogConfig
 from kshim.log.writer import LogWriter
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 from wire.errors import ErrorCode
 from wire.records import decode_all, encode_batch
 
@@ -180,7 +180,7 @@ async def test_a_slow_inline_append_sends_the_data_dir_back_to_the_writer(tmp_pa
     """Appends on the loop that took long, several within a second (the kernel throttling
     writeback), send every append of that data directory through the writer thread for a while."""
     import time
-    from kshim import partition as partition_module
+    from kshim.replica import partition as partition_module
     writer = LogWriter()
     p = leader(tmp_path, writer, segment_bytes=1 << 20)
     p.inline_append_max = 1024

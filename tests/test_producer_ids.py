@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from kshim.clock import ManualClock
 from kshim.controller import controller as controller_module
 from kshim.controller import messages as m
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
-from kshim.clock import ManualClock
 from kshim.errors import BrokerError
-from kshim.producer_ids import ProducerIdManager
+from kshim.replica.producer_ids import ProducerIdManager
 from wire.errors import ErrorCode
 
 

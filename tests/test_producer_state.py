@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kshim.producer_state import (
+from kshim.replica.producer_state import (
     INT32_MAX,
     INVALID_PRODUCER_EPOCH,
     INVALID_RECORD,

@@ -8,13 +8,13 @@ import random
 
 import pytest
 
-from kshim.acls import AclOperation as Op, AuthorizerConfig, ResourceType as RT
 from kshim.broker import BrokerConfig
 from kshim.clock import ManualClock
 from kshim.cluster.image import PartitionInfo, replica_status
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.messages import Reassignment
 from kshim.controller.store import MetadataStore
+from kshim.security.acls import AclOperation as Op, AuthorizerConfig, ResourceType as RT
 from kshim.standalone import open_standalone
 from tests.test_authorization import ADMIN, call, creation, grant, handler, new_topic
 from wire.errors import ErrorCode

@@ -17,8 +17,8 @@ from kshim.broker import Broker, BrokerConfig
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
-from kshim.partition import Partition
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData, ReplicaManager
+from kshim.replica.partition import Partition
 from kshim.standalone import open_standalone
 from wire.errors import ErrorCode
 from wire.records import decode_all, encode_batch

@@ -14,13 +14,13 @@ import anyio
 import pytest
 
 from kshim.broker import Broker, BrokerConfig
-from kshim.net.broker_server import BrokerServer
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
-from kshim.replication.run import run_replication
-from kshim.replication.client import BrokerConnection
+from kshim.net.broker_server import BrokerServer
 from kshim.net.server import Server
+from kshim.replication.client import BrokerConnection
+from kshim.replication.run import run_replication
 from tests.waiting import wait_until
 from wire.errors import ErrorCode
 from wire.records import decode_all, encode_batch
@@ -278,8 +278,8 @@ async def test_high_watermark_never_passes_a_replica_joining_the_isr(tmp_path, m
 
 
 async def test_truncation_keeps_an_idempotent_producers_earlier_batches(tmp_path):
-    from kshim.log import LogConfig
-    from kshim.partition import Partition
+    from kshim.log.log import LogConfig
+    from kshim.replica.partition import Partition
     from kshim.cluster.image import MetadataImage, PartitionInfo
     from kshim.configs import resolve
     p = Partition("t", 0, tmp_path / "t-0", LogConfig(), node_id=0)

@@ -1,5 +1,5 @@
 """SASL mechanisms, the connection's SASL state machine, listeners and TLS principals, in-process
-(kshim/net/sasl.py, kshim/net/security.py, kshim/net/tls.py, kshim/configs/security.py)."""
+(kshim/security/sasl.py, kshim/security/session.py, kshim/security/tls.py, kshim/security/config.py)."""
 from __future__ import annotations
 
 import base64
@@ -11,12 +11,12 @@ import threading
 
 import pytest
 
-from kshim.configs.security import Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users
 from kshim.net.handlers import load_handlers, supported_versions
 from kshim.net.protocol import ConnectionCore, ProtocolError
-from kshim.net.sasl import AuthenticationFailed, OAuthBearerUnsecured, Plain, Scram, ScramCredential, scram_credential
-from kshim.net.security import ConnectionSecurity, SaslState, StaticCredentials
-from kshim.net.tls import certificate_principal, dev_files, issue_client_files, server_context
+from kshim.security.config import Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users
+from kshim.security.sasl import AuthenticationFailed, OAuthBearerUnsecured, Plain, Scram, ScramCredential, scram_credential
+from kshim.security.session import ConnectionSecurity, SaslState, StaticCredentials
+from kshim.security.tls import certificate_principal, dev_files, issue_client_files, server_context
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.unit

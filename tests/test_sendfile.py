@@ -15,7 +15,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kshim.log import Log, LogConfig
+from kshim.log.log import Log, LogConfig
 from kshim.net.server import send_all
 from wire import codec
 from wire.primitives import FileRecords, GatherStream

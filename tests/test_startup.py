@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-DEFERRED = ("cryptography", "prometheus_client", "kshim.ctl.", "kshim.net.tls", "importlib.metadata",
+DEFERRED = ("cryptography", "prometheus_client", "kshim.ctl.", "kshim.security.tls", "importlib.metadata",
             "kshim.console", "crc32c",
             "ctypes.util")  # find_library runs ldconfig in a subprocess: libc is reached with CDLL(None)
 ALLOWED = {"kshim.ctl.common"}  # CtlError, which the console sources catch (it imports wire.errors only)
@@ -37,13 +37,13 @@ def test_the_serve_path_leaves_out_what_serve_may_not_need():
     not only at the import of kshim.cli."""
     loaded = loaded_after("import kshim.cli, kshim.net.broker_server, kshim.net.server\n"
                           "from kshim.net.handlers import load_handlers\nload_handlers()")
-    assert "kshim.coordinator.groups" in loaded and "kshim.net.telemetry" in loaded
+    assert "kshim.coordinator.groups" in loaded and "kshim.observability.telemetry" in loaded
     assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
 
 
 def test_the_pytest_plugin_loads_no_broker_code():
     loaded = loaded_after("import kshim.testing.plugin")
-    assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.ephemeral", "kshim.testing",
+    assert [m for m in loaded if m.startswith(("kshim.", "wire"))] == ["kshim.log", "kshim.log.ephemeral", "kshim.testing",
                                                                       "kshim.testing.plugin"]
 
 

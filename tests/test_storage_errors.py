@@ -108,7 +108,7 @@ async def test_a_full_disk_fails_a_transaction_marker_with_a_retriable_error(tmp
 
 def test_a_full_disk_on_a_follower_leaves_its_log_as_it_was(tmp_path, monkeypatch, caplog):
     from kshim.configs import resolve
-    from kshim.partition import Partition
+    from kshim.replica.partition import Partition
 
     follower = Partition("t", 0, tmp_path / "t-0", resolve({}).log_config(), node_id=1, leader_id=0)
     follower.append_as_follower(encode_batch([(None, b"a")]), 1)

@@ -12,9 +12,9 @@ import pytest
 from kshim.broker import BrokerConfig
 from kshim.clock import ManualClock
 from kshim.ctl.telemetry import render
-from kshim.net import otlp, telemetry
 from kshim.net.handlers import RequestContext
-from kshim.net.telemetry import TelemetryManager
+from kshim.observability import otlp, telemetry
+from kshim.observability.telemetry import TelemetryManager
 from kshim.standalone import open_standalone
 from tests.nodes import served
 from wire import codec, compression

@@ -7,9 +7,9 @@ import anyio
 import pytest
 
 from kshim.broker import BrokerConfig
-from kshim.partition import FollowerState
 from kshim.coordinator.transactions import TxnState
 from kshim.coordinator.transactions.markers import write_here
+from kshim.replica.partition import FollowerState
 from tests.test_transactions import add, coordinated, data, end, init, settle, standalone_topic
 from tests.waiting import wait_until
 from wire.errors import ErrorCode

@@ -1,7 +1,7 @@
 """A broker's local admin socket, ``<broker data dir>/broker.sock``: the control-plane RPC
 (kshim.controller.rpc, operations served by ``Server.BROKER``) for `kshim ctl` commands that concern
 one broker's own replicas or requests and have no Kafka API: `kshim ctl compact`, `kshim ctl fault`
-(this broker's fault rules, kshim.faults), `kshim ctl requests` (its request log, kshim.requestlog),
+(this broker's fault rules, kshim.observability.faults), `kshim ctl requests` (its request log, kshim.observability.requestlog),
 `kshim ctl groups` (the in-flight records of the share partitions it leads),
 for the console (kshim.console) the replicas' offsets and the broker's metrics, and for `kshim ctl groups`
 and `txns` the inter-broker identity they connect with (ClientProperties). Served by `kshim serve`
@@ -22,10 +22,10 @@ from kshim.cluster.image import MetadataImage, replica_status
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
-from kshim.faults import FaultError, FaultRules
 from kshim.log.cleaner import CleanResult
+from kshim.observability.faults import FaultError, FaultRules
+from kshim.observability.requestlog import RequestLog
 from kshim.replica.manager import ReplicaManager
-from kshim.requestlog import RequestLog
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.cluster.admin")

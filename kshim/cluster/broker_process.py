@@ -24,15 +24,15 @@ from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_config)
-from kshim.configs.security import Listener
-from kshim.faults import FaultRules
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
-from kshim.requestlog import RequestLog
-from kshim.runner import run_server
-from kshim.replication.run import run_replication
+from kshim.observability.faults import FaultRules
+from kshim.observability.requestlog import RequestLog
 from kshim.replication.client import BrokerConnection, inter_broker_client
 from kshim.replication.isr import IsrChanges
+from kshim.replication.run import run_replication
+from kshim.runner import run_server
+from kshim.security.config import Listener
 
 log = logging.getLogger("kshim.broker_process")
 

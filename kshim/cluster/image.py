@@ -9,8 +9,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from kshim.acls import AclBinding
 from kshim.errors import BrokerError
+from kshim.security.acls import AclBinding
 from wire.errors import ErrorCode
 
 NO_LEADER = -1
@@ -153,7 +153,7 @@ class MetadataImage:
     features: dict[str, int] = field(hash=False, default_factory=lambda: dict(DEFAULT_FEATURES))
     features_epoch: int = -1
 
-    acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.acls)
+    acls: tuple[AclBinding, ...] = ()  # every broker's authorizer enforces these (kshim.security.acls)
     # SCRAM credentials set with AlterUserScramCredentials, every broker authenticates with them
     scram: tuple[ScramEntry, ...] = ()
     # client quotas set with AlterClientQuotas, in no particular order

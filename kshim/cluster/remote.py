@@ -31,7 +31,7 @@ from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.controller.client import ControllerClient
 from kshim.errors import BrokerError
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 from wire.errors import ErrorCode
 
 

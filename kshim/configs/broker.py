@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kshim.acls import AuthorizerConfig
 from kshim.configs.groups import GroupSettings
-from kshim.configs.security import SecurityConfig
+from kshim.security.acls import AuthorizerConfig
+from kshim.security.config import SecurityConfig
 
 
 @dataclass
@@ -49,7 +49,7 @@ class BrokerConfig:
     # ACLs (docs/security.md): off by default, as in Kafka; then every request is allowed
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # listeners, TLS, SASL (docs/security.md)
-    request_log_entries: int = 10_000  # requests kept in the broker's request log (kshim.requestlog); 0: off
+    request_log_entries: int = 10_000  # requests kept in the broker's request log (kshim.observability.requestlog); 0: off
     # client quotas' rates are measured over this many samples of this many seconds (Kafka's
     # quota.window.num and quota.window.size.seconds)
     quota_window_num: int = 11

@@ -8,11 +8,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TypedDict, cast
 
-from kshim.acls import AuthorizerConfig, InvalidAcl, parse_super_users
 from kshim.configs.broker import BrokerConfig
 from kshim.configs.groups import GroupSettings
 from kshim.errors import BrokerError
-from kshim.configs.security import (
+from kshim.security.acls import AuthorizerConfig, InvalidAcl, parse_super_users
+from kshim.security.config import (
     CLIENT_AUTH, MECHANISMS, Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig

@@ -18,10 +18,10 @@ from typing import Any, Callable, Mapping
 
 from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, InvalidConfig,
                                        broker_definition, topic_definition)
-from kshim.acls import STANDARD_AUTHORIZER
 from kshim.configs.broker import BrokerConfig
 from kshim.configs.groups import GroupSettings, group_definitions
-from kshim.log import LogConfig
+from kshim.log.log import LogConfig
+from kshim.security.acls import STANDARD_AUTHORIZER
 
 
 

@@ -273,7 +273,7 @@ class Console:
 
     async def _fault_action(self, body: dict[str, Any]) -> HttpResponse:
         """{"action": "fault-add", "rule": {...}, "node": ID or null} (a rule as `kshim ctl fault add`
-        takes it, kshim.faults) or {"action": "fault-clear", "id": ID or null, "node": ID or null}."""
+        takes it, kshim.observability.faults) or {"action": "fault-clear", "id": ID or null, "node": ID or null}."""
         node = body.get("node")
         if node is not None and (not isinstance(node, int) or isinstance(node, bool)):
             return HttpResponse.json({"ok": False, "message": "node is a broker id or null (every broker)"}, 400)
@@ -349,7 +349,7 @@ def build_state(source: Source, overview: dict[str, Any], known: dict[int, list[
         "groups": groups.get("groups", []), "group_errors": groups.get("errors", []),
         "transactions": open_txns, "transaction_count": len(txns.get("transactions", [])),
         "transaction_errors": txns.get("errors", []),
-        "faults": faults,  # the brokers' request fault rules (kshim.faults); None when they could not be read
+        "faults": faults,  # the brokers' request fault rules (kshim.observability.faults); None when they could not be read
     }
 
 

@@ -3,7 +3,7 @@
 A Source answers the overview (brokers, the controller, partitions with leader, replicas and ISR,
 as `kshim ctl status` shows them), each broker's replica offsets and metrics (its admin socket,
 kshim.cluster.admin: ReplicaStates, MetricsText), carries out the node actions, and lists, adds
-and clears the brokers' request fault rules (kshim.faults, as `kshim ctl fault` does).
+and clears the brokers' request fault rules (kshim.observability.faults, as `kshim ctl fault` does).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.ctl.common import CtlError
 from kshim.errors import BrokerError
-from kshim.faults import FaultError, FaultRules
+from kshim.observability.faults import FaultError, FaultRules
 from wire.errors import ErrorCode
 
 if TYPE_CHECKING:

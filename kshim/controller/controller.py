@@ -40,21 +40,21 @@ from typing import Callable
 
 import anyio
 
-from kshim.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.clock import SYSTEM, Clock
+from kshim.security.acls import AclBinding, AclFilter, InvalidAcl, validate_binding
 from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, NO_LEADER, SUPPORTED_FEATURES, TRANSACTION_VERSION, BrokerInfo,
     ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo)
 from kshim.configs import client_metrics
-from kshim.configs.groups import check_group_names
 from kshim.configs import BrokerLevel, TopicConfig, check_values, quotas, resolve, validate, validate_broker
+from kshim.configs.groups import check_group_names
 from kshim.controller.messages import (
     DeletedAcls, Election, ElectionResult, FeatureUpdate, FeatureUpgrade, OngoingReassignment, QuorumReplica,
     QuorumState, QuotaAlteration, QuotaAlterationResult, Reassignment, ReassignmentResult, ScramDeletion, ScramResult)
 from kshim.controller.store import (
     STOPPED_PID, BrokerRow, MetadataStore, PartitionRow, PendingDeletion, TopicRecord)
+from kshim.broadcast import Signal
 from kshim.errors import BrokerError, check_topic_name
-from kshim.signal import Signal
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.controller")

@@ -46,10 +46,10 @@ from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 from construct import Construct, ConstructError, Int16sb, Int16ub, Int32sb, Int64sb, Struct, Tell, Terminated
 
-from kshim.acls import AclBinding, AclFilter
 from kshim.cluster.image import MetadataImage, PartitionInfo, QuotaEntityPart, ScramEntry, TopicInfo
 from kshim.controller.schema import Int32, Int64, Nullable, String, codec
 from kshim.errors import BrokerError
+from kshim.security.acls import AclBinding, AclFilter
 from wire.errors import ErrorCode
 
 SIZE_BYTES = 4
@@ -472,7 +472,7 @@ class TelemetryRead(Operation[str], code=181, served_by=Server.BROKER):
 
 @dataclass(frozen=True)
 class FaultAdd(Operation[str], code=140, served_by=Server.BROKER):
-    """`kshim ctl fault add`: a fault rule (kshim.faults, a JSON object) for this broker's requests;
+    """`kshim ctl fault add`: a fault rule (kshim.observability.faults, a JSON object) for this broker's requests;
     answers the rule as stored, with its id, as JSON."""
     rule: str
 
@@ -492,7 +492,7 @@ class FaultClear(Operation[str], code=142, served_by=Server.BROKER):
 
 @dataclass(frozen=True)
 class RequestLogRead(Operation[str], code=143, served_by=Server.BROKER):
-    """`kshim ctl requests`: entries of this broker's request log (kshim.requestlog) numbered after
+    """`kshim ctl requests`: entries of this broker's request log (kshim.observability.requestlog) numbered after
     `since`, at most `limit`; answers {"node", "entries", "dropped", "last", "capacity"} as JSON."""
     since: Int64 = 0
     limit: Int32 = 1000

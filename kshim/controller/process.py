@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 
 import anyio
 
-from kshim.acls import AuthorizerConfig
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
 from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv
@@ -41,6 +40,8 @@ from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
+from kshim.security.acls import AuthorizerConfig
+from kshim.sockets import open_listener
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.cluster")
@@ -484,8 +485,6 @@ async def _answers(path: Path, request: m.Operation) -> bool:
 
 
 def _check_ports(settings: ClusterSettings) -> None:
-    from kshim.net.server import open_listener
-
     for node_id in range(settings.brokers):
         port = settings.port + node_id
         try:

@@ -28,6 +28,7 @@ from typing import Any
 
 import anyio
 
+from kshim.broadcast import Signal
 from kshim.cluster import lifeline
 from kshim.cluster.image import MetadataImage, replica_status
 from kshim.configs.options import positive
@@ -36,7 +37,6 @@ from kshim.controller import rpc
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
-from kshim.signal import Signal
 
 log = logging.getLogger("kshim.controller.process")
 

@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kshim.acls import AclBinding
 from kshim.cluster.image import ScramEntry
+from kshim.security.acls import AclBinding
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -28,13 +28,13 @@ from typing import Callable, Iterator, Mapping, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
+from kshim.broadcast import Signal
 from kshim.cluster.image import BrokerInfo, TopicInfo
 from kshim.configs.broker import BrokerConfig
 from kshim.errors import BrokerError
-from kshim.partition import Partition
 from kshim.replica import PartitionAppend, ReplicaManager, TxnMarker
 from kshim.replica.manager import Metadata
-from kshim.signal import Signal
+from kshim.replica.partition import Partition
 from wire import records
 from wire.errors import ErrorCode
 

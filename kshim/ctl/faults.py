@@ -10,7 +10,7 @@ Python (blocking calls; usable from tests, inside an event loop or not):
     log = RequestLogClient("kshim-data")
     log.read(api="Produce")                       # entries (dicts) of every broker's request log
 
-Rules are those of kshim.faults (actions error, delay, drop, timeout; matched by api, topic,
+Rules are those of kshim.observability.faults (actions error, delay, drop, timeout; matched by api, topic,
 partition, client_id; bounded by after, count, duration_ms). Without `broker=`, a call goes to every
 broker (each holds its own rules and log, and numbers them itself).
 
@@ -36,7 +36,7 @@ from typing import Any, Callable
 from kshim.controller import messages as m
 from kshim.ctl import brokers_admin
 from kshim.ctl.common import CtlError
-from kshim.faults import MAX_DURATION_MS, net_label, replica_client_id
+from kshim.observability.faults import MAX_DURATION_MS, net_label, replica_client_id
 
 FOLLOW_INTERVAL_S = 0.2
 NET_DEFAULT_DURATION_MS = MAX_DURATION_MS  # a network fault lasts until healed, at most a day

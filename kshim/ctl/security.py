@@ -21,11 +21,11 @@ import ssl
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from kshim.configs.security import PROTOCOLS
 from kshim.controller import messages as m
 from kshim.ctl import brokers_admin
 from kshim.ctl.common import CtlError
 from kshim.replication.client import ClientSecurity
+from kshim.security.config import PROTOCOLS
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # what kshim.replication.client authenticates with
 PROPERTIES = ("bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password",

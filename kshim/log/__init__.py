@@ -1,4 +1,3 @@
-"""The on-disk partition log: segments of RecordBatch v2 bytes with Kafka's sparse indexes."""
-from .log import CLEAN_SHUTDOWN_FILE, START_OFFSET_FILE, Log, LogConfig, OffsetOutOfRange
-
-__all__ = ["Log", "LogConfig", "OffsetOutOfRange", "CLEAN_SHUTDOWN_FILE", "START_OFFSET_FILE"]
+"""The on-disk partition log: segments of RecordBatch v2 bytes with Kafka's sparse indexes (log.py),
+recovery, the cleaner, and the data directories that hold them. Imports nothing, so that a module
+of it (the pytest plugin's ephemeral data dirs) loads alone."""

@@ -13,7 +13,7 @@ File formats follow Kafka:
 Entries also live in memory (``array`` columns: compact and bisectable). Index entries are written
 straight to the files with ``os.write`` (they sit in the page cache at once; no fsync here).
 
-Not thread-safe on its own: :class:`kshim.log.Log` serialises access.
+Not thread-safe on its own: :class:`kshim.log.log.Log` serialises access.
 """
 from __future__ import annotations
 

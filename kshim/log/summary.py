@@ -1,6 +1,6 @@
 """What a clean stop records of each log in its log dir's clean-shutdown marker (kshim.log.log_dirs),
 so that the next start can serve the partition without opening a file of it: a dormant partition
-(kshim.partition) answers its offsets, size and leader epoch from here, and opens its log, leader
+(kshim.replica.partition) answers its offsets, size and leader epoch from here, and opens its log, leader
 epochs and producer state on first use.
 
 A log is summarised only when nothing of it lives in memory alone: no transaction open or ended

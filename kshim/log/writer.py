@@ -9,7 +9,7 @@ the GIL, so a thread beside the loop lets it go on.
   is answered on the event loop once the write returned: ``on_done`` runs there, then the job's
   future completes. Nothing changes for a client: acks=1 is answered after the write, as before.
 - The thread takes everything queued, groups it by log in queue order, and lets each log write
-  its jobs (:meth:`kshim.log.Log.write_jobs`): what is queued for one segment goes out in one
+  its jobs (:meth:`kshim.log.log.Log.write_jobs`): what is queued for one segment goes out in one
   vectored write. Jobs of one log are written in the order they were queued: per-partition order
   is the queue's.
 - What is on disk when an answer is sent is what it was before (docs/storage.md): the bytes are in
@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 log = logging.getLogger("kshim.log")
-# slow inline appends (kshim.partition) within a window that send a data directory's appends here
+# slow inline appends (kshim.replica.partition) within a window that send a data directory's appends here
 INLINE_SLOW_COUNT = 3
 
 CLOSE_WAIT_S = 10.0  # close() waits this long for queued jobs to be written
 
 
 class WritableLog(Protocol):
-    """What the writer needs of a log (kshim.log.Log)."""
+    """What the writer needs of a log (kshim.log.log.Log)."""
     def write_jobs(self, jobs: Sequence[WriteJob]) -> None: ...
 
 
@@ -74,7 +74,7 @@ class LogWriter:
         self.writes = 0   # vectored writes issued (rounds x logs), for the benchmarks
         self.jobs = 0
         # until then (monotonic s) even small appends come here: several written on the event loop
-        # were slow (kshim.partition.INLINE_SLOW_S), at the times in inline_slow
+        # were slow (kshim.replica.partition.INLINE_SLOW_S), at the times in inline_slow
         self.inline_paused_until = 0.0
         self.inline_slow: deque[float] = deque(maxlen=INLINE_SLOW_COUNT)
 

@@ -16,9 +16,9 @@ from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.share_partitions.coordinator import ShareCoordinator
 from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.coordinator.transactions import TransactionCoordinator
-from kshim.net.metrics import BrokerMetrics, CoordinatorCounts, count_states
 from kshim.net.quota_manager import QuotaManager
-from kshim.net.telemetry import TelemetryManager
+from kshim.observability.metrics import BrokerMetrics, CoordinatorCounts, count_states
+from kshim.observability.telemetry import TelemetryManager
 from kshim.replication.isr import IsrChanges
 
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.net.security import SASL_AUTHENTICATE_KEY, ConnectionSecurity
+from kshim.security.session import SASL_AUTHENTICATE_KEY, ConnectionSecurity
 from wire import codec
 from wire.headers import API_VERSIONS_KEY, RequestHeader, decode_request_header, encode_response_header
 from wire.primitives import DecodeError, GatherStream

@@ -38,8 +38,6 @@ import anyio
 from anyio.abc import TaskGroup
 
 from kshim.broker import Broker
-from kshim.configs.security import ANONYMOUS, Listener
-from kshim.faults import API_NAMES, FaultRule, FaultRules
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.handlers.throttling import charge_request_time
@@ -47,10 +45,12 @@ from kshim.net.outbox import Outbox
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
 from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
-from kshim.net.sasl import ScramCredential
-from kshim.net.security import ConnectionSecurity, StaticCredentials
-from kshim.requestlog import RequestLog
-from kshim.sockets import ReadWaiter, send_buffers, send_now, wait_ready
+from kshim.observability.faults import API_NAMES, FaultRule, FaultRules
+from kshim.observability.requestlog import RequestLog
+from kshim.security.config import ANONYMOUS, Listener
+from kshim.security.sasl import ScramCredential
+from kshim.security.session import ConnectionSecurity, StaticCredentials
+from kshim.sockets import ReadWaiter, open_listener, send_buffers, send_now, wait_ready
 from wire.errors import ErrorCode
 from wire.primitives import FileRecords
 
@@ -64,7 +64,6 @@ log = logging.getLogger("kshim.server")
 # on CPython 3.11: about 4 us a call on the benchmark machine, a few per request)
 _now = time.monotonic
 
-LISTEN_BACKLOG = 128
 ACCEPT_BACKOFF_S = 0.1
 # the peer went away: reading or writing fails; this ends its connection, quietly
 _PEER_GONE = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError,
@@ -73,20 +72,6 @@ TLS_CHUNK = 256 * 1024  # bytes joined per SSLSocket.send: records are encrypted
 # a read that fills its buffer is followed by another before the reader yields, up to this much
 READ_ON_BYTES = 1 << 20
 TLS_RETRY_S = 0.005  # a TLS read that must write (or the reverse) retries after this: one task per direction
-
-
-def open_listener(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(LISTEN_BACKLOG)
-        sock.setblocking(False)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 SENDFILE_MAX = 1 << 20  # bytes per os.sendfile call: a non-blocking socket takes what fits anyway
@@ -283,7 +268,7 @@ class Server:
         self.tls: ssl.SSLContext | None = None
         self.dev_ca = None  # the CA file clients trust, with --tls-dev
         if security.needs_tls:
-            from kshim.net.tls import server_context  # start-up: cryptography loads only for TLS listeners
+            from kshim.security.tls import server_context  # start-up: cryptography loads only for TLS listeners
             self.tls, self.dev_ca = server_context(security, cfg.data_dir)
         self.bound: list[Listener] = []  # the listeners with the ports they were bound to
 
@@ -413,7 +398,7 @@ class Server:
                 conn = wrapped
             principal = ANONYMOUS
             if isinstance(conn, ssl.SSLSocket):
-                from kshim.net.tls import certificate_principal  # loaded already: see __init__
+                from kshim.security.tls import certificate_principal  # loaded already: see __init__
                 principal = certificate_principal(conn)
             security = ConnectionSecurity(listener, self.broker.config.security, self.credentials, principal)
             core = ConnectionCore(self.supported, self.broker.config.max_request_bytes,
@@ -583,7 +568,7 @@ class Server:
 
     async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity,
                         throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
-        """The request's answer: its handler's, unless a fault rule (kshim.faults) says otherwise;
+        """The request's answer: its handler's, unless a fault rule (kshim.observability.faults) says otherwise;
         timed for the metrics and recorded in the request log."""
         started = time.monotonic()
         metric_started = _now()

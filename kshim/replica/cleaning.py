@@ -36,7 +36,7 @@ from kshim.log.cleaner import (
     CleanAborted, CleanPlan, CleanResult, Throttler, Written, cleanable_offsets, plan_clean, read_checkpoint,
     swap_cleaned, write_checkpoint, write_cleaned,
 )
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 
 log = logging.getLogger("kshim.replica.cleaning")
 

@@ -9,13 +9,13 @@ from typing import Awaitable, Protocol
 
 import anyio
 
+from kshim.clock import SYSTEM
 from kshim.cluster.image import MetadataImage
 from kshim.log.txnindex import AbortedTxn
-from kshim.clock import SYSTEM
-from kshim.partition import OffsetOutOfRange, Partition
+from kshim.replica.partition import OffsetOutOfRange, Partition
 from wire import records
-from wire.primitives import FileRecords
 from wire.errors import ErrorCode
+from wire.primitives import FileRecords
 
 
 

@@ -17,23 +17,23 @@ import anyio
 from kshim.clock import SYSTEM
 from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, TopicConfig, resolve
-from kshim.log import LogConfig
+from kshim.log.log import LogConfig
 from kshim.log.files import fsync_dir, sync_filesystem
 from kshim.log.log_dirs import (MOVE_COMPLETE, DirCopier, future_name, scan, subdirs, take_clean_marker,
                                 write_clean_marker)
-from kshim.log.summary import ActiveEnd, LogSummary
+from kshim.broadcast import Signal
 from kshim.log.meta_properties import check_cluster
 from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets, write_offsets
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
-from kshim.log.writer import LogWriter
 from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
-from kshim.partition import AppendResult, Partition
-from kshim.replica.cleaning import CleanerSettings, LogCleaner
+from kshim.log.summary import ActiveEnd, LogSummary
+from kshim.log.writer import LogWriter
 from kshim.replica import fetch as reads
+from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from kshim.replica.fetch_sessions import DEFAULT_SLOTS, FetchSessionCache
+from kshim.replica.partition import AppendResult, Partition
 from kshim.replica.validation import BatchValidator, Rejection
-from kshim.signal import Signal
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.replica")
@@ -157,7 +157,7 @@ class ReplicaManager:
         self._located: dict[str, Path] = found.located  # replica directory name -> its log dir
         # replica directories the last clean stop closed cleanly (the log dirs' markers, removed
         # here so a crash from now on is seen): opened without recovery, once each, and with a
-        # summary of the log started dormant (opened on first use: kshim.partition)
+        # summary of the log started dormant (opened on first use: kshim.replica.partition)
         self._clean: dict[tuple[Path, str], LogSummary | ActiveEnd] = {}  # by (log dir, replica dir name)
         for d in self.log_dirs:
             self._clean.update(((d, name), end) for name, end in take_clean_marker(d).items())

@@ -26,7 +26,7 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 from construct import Container
 
-from kshim.configs.security import SecurityConfig
+from kshim.security.config import SecurityConfig
 from kshim.sockets import ReadWaiter, send_buffers
 from wire import codec
 from wire.headers import decode_response_header, encode_request_header, frame

@@ -21,13 +21,13 @@ import logging
 import anyio
 
 from kshim.clock import SYSTEM
-from kshim.faults import replica_client_id
 from kshim.log.log import LogClosed
 from kshim.log.writer import Fenced
-from kshim.partition import Partition
+from kshim.observability.faults import replica_client_id
+from kshim.replica.partition import Partition
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection
-from wire.errors import ErrorCode
 from kshim.replication.host import ReplicaHost
+from wire.errors import ErrorCode
 
 
 log = logging.getLogger("kshim.replication.fetcher")

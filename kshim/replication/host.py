@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from kshim.cluster.image import MetadataImage, PartitionInfo
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 
 
 class IsrProposals(Protocol):

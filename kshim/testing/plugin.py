@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from kshim.ephemeral import ephemeral_dir  # the standard library only: no broker code
+from kshim.log.ephemeral import ephemeral_dir  # the standard library only: no broker code
 from kshim.testing import KshimBroker, KshimCluster
 
 if TYPE_CHECKING:  # loaded with the first broker (kshim.testing): this module loads in every pytest run

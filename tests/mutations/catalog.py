@@ -26,7 +26,7 @@ class Mutation:
     area: str = "consistency"           # the group of rules it belongs to (`run --area`)
 
 
-PARTITION, PRODUCE = "kshim/partition.py", "kshim/net/handlers/00_produce.py"
+PARTITION, PRODUCE = "kshim/replica/partition.py", "kshim/net/handlers/00_produce.py"
 REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
 TXN_COORDINATOR = "kshim/coordinator/transactions/coordinator.py"
 CLEANER, SHARE_STATE = "kshim/log/cleaner.py", "kshim/coordinator/share_partitions/state.py"
@@ -208,7 +208,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         tests=("tests/test_log_writer.py::test_a_bad_batch_keeps_the_batches_written_before_it_and_drops_the_rest",),
         area="producers"),
     # ------------------------------------------------------------------ security
-    Mutation("a DENY ACL wins over any ALLOW that matches the same principal and operation", "kshim/acls.py", (
+    Mutation("a DENY ACL wins over any ALLOW that matches the same principal and operation", "kshim/security/acls.py", (
         ("            if acl.permission == Permission.DENY:\n                return False\n            allow = True",
          "            if acl.permission == Permission.DENY:\n                continue\n            allow = True"),),
         "DENY ACLs are ignored: an ALLOW lets the denied principal through",
@@ -216,14 +216,14 @@ MUTATIONS: tuple[Mutation, ...] = (
                "compat_tests/test_acls.py::test_topic_deny_fails_produce_and_consume_and_hides_the_topic",
                "compat_tests/test_acls.py::test_group_deny_gives_group_authorization_failed"),
         area="security"),
-    Mutation("an ALLOW ACL allows only the principal it names", "kshim/acls.py", (
+    Mutation("an ALLOW ACL allows only the principal it names", "kshim/security/acls.py", (
         ("            if not principal_matches(acl, principal) or acl.host not in (host, WILDCARD):",
          "            if acl.host not in (host, WILDCARD):"),),
         "an ACL applies to every principal: alice's ALLOW lets bob in",
         tests=("tests/test_authorization.py::test_produce_and_fetch_per_principal",
                "compat_tests/test_acls_sasl.py::test_an_acl_allows_one_principal_and_denies_another"),
         area="security"),
-    Mutation("SCRAM authenticates only a client whose proof comes from the user's password", "kshim/net/sasl.py", (
+    Mutation("SCRAM authenticates only a client whose proof comes from the user's password", "kshim/security/sasl.py", (
         ("        if not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(), self._cred.stored_key):",
          "        if False and not hmac.compare_digest(hashlib.new(self.algo, client_key).digest(), self._cred.stored_key):"),),
         "SCRAM accepts any client proof: a wrong password authenticates",
@@ -231,7 +231,7 @@ MUTATIONS: tuple[Mutation, ...] = (
                "compat_tests/test_security.py::test_wrong_password_fails_and_is_delayed"),
         area="security"),
     Mutation("with connections.max.reauth.ms a SASL session ends, and clients re-authenticate on the same connection",
-             "kshim/net/security.py", (
+             "kshim/security/session.py", (
         ("        if self.config.max_reauth_ms > 0:\n            lifetime_ms = self.config.max_reauth_ms",
          "        if False:\n            lifetime_ms = self.config.max_reauth_ms"),),
         "re-authentication is off: sessions never end, no client re-authenticates",
@@ -239,7 +239,7 @@ MUTATIONS: tuple[Mutation, ...] = (
                "compat_tests/test_security.py::test_clients_reauthenticate_before_their_session_ends"),
         area="security"),
     Mutation("an SSL listener requests the client's certificate, verifies it and makes its subject the principal",
-             "kshim/net/tls.py", (
+             "kshim/security/tls.py", (
         ('ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_OPTIONAL',
          'ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_NONE'),),
         "--tls-client-auth requested never asks for a certificate: mTLS clients stay User:ANONYMOUS",
@@ -296,7 +296,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a timeout rule never applies the request (it only withholds an empty answer)",
         tests=("compat_tests/test_faults.py::test_timeout_applies_the_request_but_withholds_the_answer",),
         area="fault rules"),
-    Mutation("a fault rule with a count faults that many requests, then is gone", "kshim/faults.py", (
+    Mutation("a fault rule with a count faults that many requests, then is gone", "kshim/observability/faults.py", (
         ("        return (self.count is not None and self.applied >= self.count) or \\",
          "        return (self.count is not None and self.applied > self.count) or \\"),),
         "a counted rule faults one request more than its count",

@@ -44,14 +44,14 @@ from anyio.abc import TaskGroup
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.configs.groups import EffectiveGroupConfig, group_config
-from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
-from kshim.coordinator.groups.consumer_group import ConsumerGroup
-from kshim.coordinator.groups.share_group import ShareGroup
 from kshim.coordinator.groups import group_format
+from kshim.coordinator.groups.consumer_group import ConsumerGroup
 from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.coordinator.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
-from kshim.partition import Partition
+from kshim.coordinator.groups.share_group import ShareGroup
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.replica import PartitionAppend, TxnMarker
+from kshim.replica.partition import Partition
 from wire import records
 from wire.errors import ErrorCode
 

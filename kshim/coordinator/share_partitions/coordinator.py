@@ -29,7 +29,7 @@ from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.coordinator.share_partitions import record_format as fmt
 from kshim.coordinator.share_partitions.record_format import StoredState
 from kshim.coordinator.share_partitions.state import StateBatch
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 from wire import records
 from wire.errors import ErrorCode
 

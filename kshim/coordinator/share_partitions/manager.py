@@ -38,8 +38,8 @@ from kshim.coordinator.share_partitions.persister import SharePersister
 from kshim.coordinator.share_partitions.sessions import ShareSessionCache
 from kshim.coordinator.share_partitions.state import (AckBatch, Acquired, LogBatch, RecordState,
                                                     SharePartitionState, ShareLimits)
-from kshim.partition import OffsetOutOfRange, Partition
-from kshim.signal import Signal
+from kshim.broadcast import Signal
+from kshim.replica.partition import OffsetOutOfRange, Partition
 from wire import records
 from wire.errors import ErrorCode
 

@@ -34,15 +34,15 @@ from typing import Iterable
 import anyio
 from anyio.abc import TaskGroup
 
+from kshim.broadcast import Signal
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
-from kshim.partition import Partition
-from kshim.signal import Signal
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.markers import MarkerWriter
 from kshim.coordinator.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
 from kshim.coordinator.transactions.verification import Verifier
+from kshim.replica.partition import Partition
 from wire import records
 from wire.errors import ErrorCode
 

@@ -39,9 +39,9 @@ from typing import Protocol
 
 import anyio
 
+from kshim.broadcast import Signal
 from kshim.cluster.image import NO_LEADER
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
-from kshim.signal import Signal
 from kshim.replication.client import CONNECTION_LOST, BrokerConnections
 from wire.errors import ErrorCode
 

@@ -53,15 +53,16 @@ from typing import Awaitable
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.configs.quotas import PRODUCER_BYTE_RATE
+from kshim.coordinator.transactions.verification import for_client
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.throttling import charge
 from kshim.net.protocol import ProtocolError
-from kshim.coordinator.transactions.verification import for_client
 from kshim.replica import PartitionAppend, Records
 from kshim.replica.validation import Rejection
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire import records
 from wire.errors import ErrorCode
 

@@ -46,13 +46,14 @@ from typing import Awaitable
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.configs.quotas import CONSUMER_BYTE_RATE
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.throttling import charge, max_in_window, uncharge
 from kshim.replica import FetchParams, FetchPartition, FetchPartitionData
 from kshim.replica.fetch import release
 from kshim.replica.fetch_sessions import FetchContext, new_context
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 1

@@ -25,9 +25,10 @@ import logging
 import anyio
 from construct import Container
 
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
-from kshim.partition import Partition
+from kshim.net.handlers import RequestContext, Response
+from kshim.replica.partition import Partition
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.compression import CorruptRecordError
 from wire.errors import ErrorCode
 

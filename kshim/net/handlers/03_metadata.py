@@ -29,10 +29,11 @@ import uuid
 from construct import Container
 
 from kshim.cluster.image import TopicInfo
-from kshim.acls import AclOperation, ResourceType
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.endpoints import endpoint
+from kshim.security import authz
+from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
 
 API_KEY = 3

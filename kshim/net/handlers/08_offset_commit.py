@@ -26,9 +26,10 @@ from construct import Container
 
 from kshim.cluster.image import TopicInfo
 from kshim.coordinator.groups import GroupCoordinator
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics, topic_key
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 8

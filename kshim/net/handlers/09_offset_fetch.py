@@ -25,9 +25,10 @@ import uuid
 from construct import Container
 
 from kshim.coordinator.groups.offsets_format import OffsetEntry
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import topic_key
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 9

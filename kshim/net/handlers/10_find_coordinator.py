@@ -17,9 +17,10 @@ from construct import Container
 
 from kshim.cluster.image import BrokerInfo
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.endpoints import endpoint
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 10

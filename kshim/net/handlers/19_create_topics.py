@@ -32,11 +32,12 @@ from construct import Container
 from kshim.cluster.image import refuse_internal
 from kshim.configs import resolve
 from kshim.errors import BrokerError, check_topic_name
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
 from kshim.net.handlers.config_resources import config_dict, config_entry
 from kshim.net.handlers.per_topic import each_topic
 from kshim.net.handlers.throttling import MutationQuota
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 

@@ -23,9 +23,10 @@ from construct import Container
 
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
 from kshim.net.handlers.throttling import MutationQuota
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 

@@ -19,9 +19,10 @@ from construct import Container
 
 from kshim.cluster.image import refuse_internal
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
-from kshim.partition import OffsetOutOfRange
+from kshim.net.handlers import RequestContext
+from kshim.replica.partition import OffsetOutOfRange
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.handlers.delete_records")

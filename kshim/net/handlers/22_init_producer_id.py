@@ -1,7 +1,7 @@
 """InitProducerId: hands idempotent and transactional producers a producer id and epoch.
 
 - Without a transactional id: a fresh producer id with epoch 0, as Kafka does, from this broker's
-  block of ids (kshim.producer_ids: the controller hands out blocks from its persisted counter, so
+  block of ids (kshim.replica.producer_ids: the controller hands out blocks from its persisted counter, so
   an id is never reused, even after a crash, and ids keep coming while the controller restarts);
   a v3+ request naming its old id and epoch (KIP-360) also gets a fresh id. With the block used up
   and the controller unreachable: COORDINATOR_LOAD_IN_PROGRESS (clients retry).
@@ -26,9 +26,10 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.txn_common import for_version
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 22

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.txn_common import for_version
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 24

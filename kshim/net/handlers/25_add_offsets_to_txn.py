@@ -15,9 +15,10 @@ from construct import Container
 
 from kshim.coordinator.groups import OFFSETS_TOPIC
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.txn_common import for_version
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 25

@@ -22,8 +22,9 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.coordinator.transactions.markers import REQUEST_TIMEOUT_S, write_here
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 27

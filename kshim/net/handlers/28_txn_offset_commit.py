@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.coordinator.groups import OFFSETS_TOPIC
 from kshim.coordinator.transactions.verification import for_client
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import commit_entries, commit_response, refuse_topics
 from kshim.net.handlers.txn_common import for_version
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 28

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclBinding, AclOperation, InvalidAcl, validate_filter
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.acl_common import check_acl_access, request_filter
+from kshim.security import authz
+from kshim.security.acls import AclBinding, AclOperation, InvalidAcl, validate_filter
 from wire.errors import ErrorCode
 
 API_KEY = 29

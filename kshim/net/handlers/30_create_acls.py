@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclBinding, AclOperation, InvalidAcl, validate_binding
 from kshim.controller.messages import CreateAcls
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.acl_common import check_acl_access
+from kshim.security.acls import AclBinding, AclOperation, InvalidAcl, validate_binding
 from wire.errors import ErrorCode
 
 API_KEY = 30

@@ -12,11 +12,11 @@ from typing import Iterator
 
 from construct import Container
 
-from kshim.acls import AclFilter, AclOperation, InvalidAcl, validate_filter
 from kshim.controller.messages import DeleteAcls, DeletedAcls
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.acl_common import acl_fields, check_acl_access, request_filter
+from kshim.security.acls import AclFilter, AclOperation, InvalidAcl, validate_filter
 from wire.errors import ErrorCode
 
 API_KEY = 31

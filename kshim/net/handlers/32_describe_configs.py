@@ -38,9 +38,10 @@ from construct import Container
 from kshim.configs import client_metrics
 from kshim.configs import Resolved, broker_settings, resolve, resolve_group
 from kshim.errors import BrokerError, check_topic_name
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
 from kshim.net.handlers.config_resources import GROUP, config_entry, target_group
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 32

@@ -29,8 +29,9 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from kshim.net.handlers.config_resources import (BROKER, GROUP, alter_each, config_dict, target_broker, target_group,
                                                 target_topic)
 from wire.errors import ErrorCode

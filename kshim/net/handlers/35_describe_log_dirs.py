@@ -24,9 +24,9 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.net.handlers import RequestContext
-from kshim.net.handlers.authz import cluster_allowed
+from kshim.security.acls import AclOperation
+from kshim.security.authz import cluster_allowed
 from wire.errors import ErrorCode
 
 API_KEY = 35

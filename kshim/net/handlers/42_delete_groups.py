@@ -10,8 +10,9 @@ from __future__ import annotations
 from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 42

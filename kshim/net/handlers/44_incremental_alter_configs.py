@@ -39,8 +39,9 @@ from kshim.configs import client_metrics
 from kshim.configs import LIST, ConfigDef, broker_definition, broker_settings, resolve, resolve_group, topic_definition
 from kshim.configs.groups import group_definition
 from kshim.errors import BrokerError
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from kshim.net.handlers.config_resources import (BROKER, CLIENT_METRICS, GROUP, alter_each, target_broker, target_group,
                                                 target_topic)
 from wire.errors import ErrorCode

@@ -26,10 +26,11 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.controller.messages import Reassignment
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 45

@@ -19,12 +19,13 @@ from collections import Counter
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.cluster.image import ScramEntry
 from kshim.controller.messages import ScramDeletion
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, Response, authz
-from kshim.net.sasl import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, scram_from_salted
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation
+from kshim.security.sasl import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, scram_from_salted
 from wire.errors import ErrorCode
 
 API_KEY = 51

@@ -16,9 +16,10 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.acls import ResourceType
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
 from kshim.net.handlers.endpoints import endpoint
+from kshim.security import authz
+from kshim.security.acls import ResourceType
 from wire.errors import ErrorCode
 
 API_KEY = 60

@@ -14,8 +14,9 @@ from typing import Any
 from construct import Container
 
 from kshim.coordinator.transactions.state import TxnMetadata
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 65

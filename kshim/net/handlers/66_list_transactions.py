@@ -15,8 +15,9 @@ import re
 from construct import Container
 
 from kshim.coordinator.transactions import TxnState
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 66

@@ -18,8 +18,9 @@ from construct import Container
 
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.consumer_group import ConsumerGroup, by_topic
-from kshim.acls import AclOperation, ResourceType
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
 
 API_KEY = 69

@@ -1,5 +1,5 @@
 """GetTelemetrySubscriptions (KIP-714): which metrics this client instance should push, and how
-often (kshim/net/telemetry.py holds the rules; docs/telemetry.md).
+often (kshim/observability/telemetry.py holds the rules; docs/telemetry.md).
 
 - A zero client_instance_id gets a new one drawn by the broker; the answer carries the instance
   id, its subscription id, the metric prefixes asked for (empty: none; `*`: all), the push interval

@@ -26,10 +26,11 @@ from typing import Any, Mapping
 
 from construct import Container
 
-from kshim.acls import AclOperation, ResourceType
 from kshim.cluster.image import TopicInfo
 from kshim.errors import BrokerError, check_topic_name
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
 from wire.primitives import ZERO_UUID
 

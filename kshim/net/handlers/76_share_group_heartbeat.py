@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.cluster.image import SHARE_VERSION
 from kshim.coordinator.groups.consumer_group import HeartbeatResult
 from kshim.coordinator.groups.share_group import validate_share_heartbeat
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.group_common import client_host, heartbeat_answer
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 76

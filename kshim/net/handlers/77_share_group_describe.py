@@ -15,11 +15,12 @@ from typing import Callable, Hashable
 
 from construct import Container
 
-from kshim.acls import AclOperation, ResourceType
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.groups.consumer_group import by_topic
 from kshim.coordinator.groups.share_group import ShareGroup
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
+from kshim.security import authz
+from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
 
 API_KEY = 77

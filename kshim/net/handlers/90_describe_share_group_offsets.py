@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, Response, authz
+from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.share_offsets_common import group_error
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 API_KEY = 90

@@ -22,13 +22,13 @@ from typing import Any, Awaitable, Callable, Mapping, Union
 from construct import Container
 
 from kshim.broker import Broker
-from kshim.configs.security import ANONYMOUS
 from kshim.coordinator.groups import GroupCoordinator
 from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
 from kshim.net.quota_manager import Throttle
-from kshim.net.security import ConnectionSecurity
+from kshim.security.config import ANONYMOUS
+from kshim.security.session import ConnectionSecurity
 from wire.headers import RequestHeader
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]

@@ -1,6 +1,6 @@
 """What DescribeAcls, CreateAcls and DeleteAcls share: the authorizer must be on (else
 SECURITY_DISABLED, as Kafka answers without authorizer.class.name), the principal must be allowed
-on the cluster, and the request's filters become kshim.acls filters.
+on the cluster, and the request's filters become kshim.security.acls filters.
 
 Not a handler module (no NN_ prefix): the registry does not load it.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from construct import Container
 
-from kshim.acls import AclBinding, AclFilter, AclOperation
 from kshim.errors import BrokerError
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclBinding, AclFilter, AclOperation
 from wire.errors import ErrorCode
 
 

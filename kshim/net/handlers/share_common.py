@@ -8,10 +8,11 @@ from typing import Iterable
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.coordinator.share_partitions.state import AckBatch
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
 from kshim.net.handlers.endpoints import endpoint
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 TopicPartition = tuple[uuid.UUID, int]

@@ -2,8 +2,9 @@
 its coordinator, and the share-partition state calls (through the share coordinator)."""
 from __future__ import annotations
 
-from kshim.acls import AclOperation
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 

@@ -7,9 +7,10 @@ from typing import Awaitable, Callable
 
 from construct import Container
 
-from kshim.acls import AclOperation
 from kshim.coordinator.share_partitions.coordinator import StateKey
-from kshim.net.handlers import RequestContext, authz
+from kshim.net.handlers import RequestContext
+from kshim.security import authz
+from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
 
 

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from typing import Any, Iterable
 
-from kshim.faults import API_NAMES
+from kshim.observability.faults import API_NAMES
 from wire.errors import ErrorCode
 
 DEFAULT_CAPACITY = 10_000

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from kshim.clock import SYSTEM, Clock
 from kshim.configs import client_metrics
 from kshim.errors import BrokerError
-from kshim.net import otlp
+from kshim.observability import otlp
 from wire import compression
 from wire.crc import crc32c  # not the package: its __init__ loads importlib.metadata (wire.crc)
 from wire.errors import ErrorCode

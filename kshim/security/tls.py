@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kshim.configs.security import ANONYMOUS, SecurityConfig
+from kshim.security.config import ANONYMOUS, SecurityConfig
 
 log = logging.getLogger("kshim.tls")
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
-from kshim.configs.security import ANONYMOUS, Listener, SecurityConfig
-from kshim.net.sasl import AuthenticationFailed, Credentials, Mechanism, ScramCredential, mechanism, scram_credential
+from kshim.security.config import ANONYMOUS, Listener, SecurityConfig
+from kshim.security.sasl import AuthenticationFailed, Credentials, Mechanism, ScramCredential, mechanism, scram_credential
 from wire.errors import ErrorCode
 from wire.headers import API_VERSIONS_KEY
 

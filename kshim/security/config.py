@@ -116,7 +116,7 @@ class SecurityConfig:
             return {}
         props = {"security.protocol": listener.name}
         if listener.tls:
-            dev = data_dir / "tls"  # kshim.net.tls.DEV_DIR (not imported: it loads cryptography)
+            dev = data_dir / "tls"  # kshim.security.tls.DEV_DIR (not imported: it loads cryptography)
             ca = dev / "ca.pem" if self.tls_dev else self.tls_ca_file
             if ca is not None:
                 props["ssl.ca.location"] = str(Path(ca).resolve())

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 from kshim.cluster.image import MetadataImage
-from kshim.partition import Partition
+from kshim.replica.partition import Partition
 from kshim.replication.isr import IsrChanges
 from wire.codec import message
 

@@ -35,25 +35,25 @@ from typing import Awaitable, Literal, overload
 
 import anyio
 
+from kshim.broadcast import Signal
 from kshim.clock import SYSTEM
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
-from kshim.log import Log, LogConfig, OffsetOutOfRange
-from kshim.log.log import LogClosed
-from kshim.log.summary import ActiveEnd, LogSummary
-from kshim.log.writer import INLINE_SLOW_COUNT, Fenced, LogWriter, WriteJob
+from kshim.log.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint, write_atomic
+from kshim.log.log import LogClosed
+from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.txnindex import AbortedTxn
-from kshim.producer_state import ProducerStateManager
-from kshim.signal import Signal
+from kshim.log.writer import INLINE_SLOW_COUNT, Fenced, LogWriter, WriteJob
+from kshim.replica.producer_state import ProducerStateManager
 from wire import records
 from wire.compression import GZIP, LZ4, ZSTD
-from wire.primitives import FileRecords
 from wire.errors import ErrorCode
+from wire.primitives import FileRecords
 
-log = logging.getLogger("kshim.partition")
+log = logging.getLogger("kshim.replica.partition")
 
 SNAPSHOT_NAME = "producer-state.snapshot"
 HW_CHECKPOINT = "high-watermark"
