@@ -1,8 +1,8 @@
 """The log writer: appends leave the event loop (one thread per data directory).
 
 Why: an append is a page-cache write, and a page-cache write blocks whenever the kernel throttles
-writeback (issue 18's profile: two thirds of a producing broker's time inside ``os.write`` on the
-event loop, while no socket was read and no response sent). ``os.write`` / ``os.writev`` release
+writeback (profiled: two thirds of a producing broker's time inside ``os.write`` on the event
+loop, while no socket was read and no response sent). ``os.write`` / ``os.writev`` release
 the GIL, so a thread beside the loop lets it go on.
 
 - A partition hands a job (its batch bytes, owned by the job) to its data directory's writer and

@@ -235,10 +235,8 @@ PRODUCE_KEY = 0
 # requests whose answer the reader waits for itself when nothing is ahead of it, reading no further
 # request of the connection meanwhile (Kafka mutes a connection while it handles a request): a task
 # and the writer's turn each saved. Clients send the transaction coordinator one of these at a time
-# and wait for its answer. EndTxn was taken out while a Java producer's fatal INVALID_TXN_STATE on
-# transactions v2 was chased; that turned out to be a race in the Java client (docs/transactions.md),
-# not this. Measured back in (session 17, Java client, 1-record transactions v2, alternating with
-# a broker without it, 4 rounds): 1,708-2,111 against 1,814-2,008 txn/s, no gain: left out
+# and wait for its answer. EndTxn is not among them: measured with the Java client's 1-record
+# transactions v2, it gained nothing (1,708-2,111 against 1,814-2,008 txn/s).
 AWAITED_BY_READER = frozenset({24, 25, 28})  # AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit
 # requests that read or write the replicas they name: while some replica a crash left unclean is
 # still being recovered (kshim.replica.manager), one that names it waits for it (recovered first)
