@@ -10,7 +10,6 @@ in ALLOWED_SKIPS; in CI (env CI=true) nothing may skip at all.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,12 +32,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return  # the controller compiled before it started the workers
     import compileall
-    import subprocess
     for package in ("kshim", "wire"):
         compileall.compile_dir(str(ROOT / package), quiet=2, workers=1)
-    # and the dataclass methods' byte code (kshim.dataclass_cache), which PYTHONDONTWRITEBYTECODE
-    # keeps every broker from writing: a third of a broker's start otherwise
-    subprocess.run([sys.executable, "-m", "kshim.dataclass_cache"], cwd=ROOT, capture_output=True, timeout=300)
 
 
 MAX_WORKERS = 4  # each process test starts brokers and clients of its own: more workers only contend

@@ -19,10 +19,6 @@ from pathlib import Path
 
 import anyio
 
-from kshim import dataclass_cache
-
-dataclass_cache.install()  # first: the dataclasses of the modules below take their methods from its file
-
 from kshim import tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin

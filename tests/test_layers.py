@@ -86,7 +86,6 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.cli", "kshim.ctl.commands"): "start-up: only `kshim ctl` loads ctl's commands (and kshim.ctl's clients)",
     ("kshim.cli", "kshim.cluster.broker_process"): "start-up: only a cluster's `kshim broker` loads its process code",
     ("kshim.cli", "kshim.controller.service"): "start-up: only a cluster's `kshim controller` loads its service",
-    ("kshim.dataclass_cache", "kshim"): "`python -m kshim.dataclass_cache` walks the package it is part of",
     ("kshim.cli", "kshim.security.tls"): "start-up: cryptography loads only when a cluster's supervisor makes the --tls-dev CA",
     ("kshim.net.server", "kshim.security.tls"):
         "start-up: cryptography (a sixth of the import time) loads only with an SSL or SASL_SSL listener",
