@@ -1,11 +1,11 @@
 """Connections and requests cannot exhaust the broker (docs/robustness.md): memory follows the bytes
 that arrived and a shared budget, connection counts are capped, quiet and stalled connections are
-closed, and a bystander keeps getting quick answers throughout."""
+closed, and a bystander keeps getting answers throughout, while the others' requests are still
+arriving."""
 from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 from typing import Callable
 from contextlib import ExitStack
@@ -16,9 +16,12 @@ from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection, produce_and_consume
 
 MiB = 1024 * 1024
-# A stalled event loop shows as a bystander waiting for the whole attack (seconds); scheduling noise
-# on a loaded 2-core machine (the suite runs on two workers) reaches ~0.1-0.2 s
-BYSTANDER_WORST_S = 0.5
+# What a bystander's read waits before the test fails: a safety net for an event loop stalled for
+# good (it never answers), far above any answer's time, not a speed bound. That bad input stalls
+# nobody is proven by order: the bystander is answered while the bad input is still in progress;
+# how fast is for the benchmarks (docs/benchmarks.md).
+BYSTANDER_DEADLINE_S = 30.0
+WORK_DEADLINE_S = 120.0  # the work round_trips_during watches must end by then
 
 
 def rss(pid: int) -> int:
@@ -34,34 +37,43 @@ def connect(bootstrap: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
-def worst_api_versions_latency(bootstrap: str, rounds: int = 20) -> float:
-    """The slowest of `rounds` ApiVersions round trips on one fresh connection, in seconds."""
-    worst = 0.0
-    with RawConnection(bootstrap) as conn:
+def bystander(bootstrap: str) -> RawConnection:
+    return RawConnection(bootstrap, timeout=BYSTANDER_DEADLINE_S)
+
+
+def answer(conn: RawConnection, meanwhile: str = "") -> None:
+    """One ApiVersions round trip on the bystander `conn`; no answer in BYSTANDER_DEADLINE_S fails."""
+    try:
+        assert conn.api_versions(3).error_code == 0
+    except TimeoutError:
+        raise AssertionError(f"a bystander's ApiVersions got no answer in {BYSTANDER_DEADLINE_S:.0f} s"
+                             f"{' ' + meanwhile if meanwhile else ''}: the event loop is stalled") from None
+
+
+def answered(bootstrap: str, rounds: int = 1, meanwhile: str = "") -> bool:
+    """`rounds` ApiVersions round trips on a new connection, each answered (else AssertionError)."""
+    with bystander(bootstrap) as conn:
         for _ in range(rounds):
-            start = time.perf_counter()
-            assert conn.api_versions(3).error_code == 0
-            worst = max(worst, time.perf_counter() - start)
-    return worst
+            answer(conn, meanwhile)
+    return True
 
 
-def worst_latency_while(work: Callable[[], None], bootstrap: str) -> float:
-    """Run `work` in a thread; the slowest of a bystander's ApiVersions round trips meanwhile."""
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        finally:
-            done.set()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worst = 0.0
-    while not done.is_set():
-        worst = max(worst, worst_api_versions_latency(bootstrap, 5))
-    worker.join(60)
-    return worst
+def round_trips_during(bootstrap: str, in_progress: Callable[[], bool], done: Callable[[], bool]) -> int:
+    """A bystander's ApiVersions round trips, one at a time, until `done()`: how many began and
+    ended while `in_progress()` held (checked before and after each). While work blocks the event
+    loop, a round trip begun during it ends after it: none counts, however long the work takes."""
+    counted = 0
+    deadline = time.monotonic() + WORK_DEADLINE_S
+    with bystander(bootstrap) as conn:
+        while not done():
+            assert time.monotonic() < deadline, f"the work did not end in {WORK_DEADLINE_S:.0f} s"
+            if not in_progress():
+                time.sleep(0.005)  # polling for the work to begin (or end)
+                continue
+            answer(conn, "while the work was in progress")
+            if in_progress():
+                counted += 1
+    return counted
 
 
 @pytest.fixture
@@ -94,12 +106,13 @@ def test_size_prefixes_and_partial_frames_cost_what_arrived_within_the_shared_bu
                     conn.send(chunk)  # what the broker does not read stays in the kernel's buffers
                 except BlockingIOError:
                     pass
+        # answered while 100 connections are halfway through a request, which they never finish
+        # here: a broker that read a frame to its end before serving others would never answer
+        answered(broker.bootstrap, 20, "while 100 connections were halfway through their requests")
         # the broker has read what its budget allows; the claims alone would be 3.2 GB
-        worst = worst_api_versions_latency(broker.bootstrap)
         grown = rss(broker.pid) - baseline
         assert grown < 200 * MiB, f"RSS grew by {grown / MiB:.0f} MiB for 100 partial frames"
-        assert worst < BYSTANDER_WORST_S, f"a bystander's ApiVersions took {worst * 1000:.0f} ms"
-    wait_until(lambda: worst_api_versions_latency(broker.bootstrap, 3) < BYSTANDER_WORST_S, 20, message="quick answers after")
+    answered(broker.bootstrap, 3, "after the partial frames' connections closed")
     produce_and_consume(broker.bootstrap, topic_name, b"after")
 
 
@@ -127,7 +140,7 @@ def test_connection_limits_close_extra_connections_at_once(broker_factory, topic
 
         def served() -> bool:
             try:
-                return worst_api_versions_latency(broker.bootstrap, 1) < 10
+                return answered(broker.bootstrap)
             except OSError:  # refused: the broker has not counted the close yet
                 return False
 
@@ -149,7 +162,7 @@ def test_idle_and_stalled_connections_are_closed(broker_factory):
 
 def test_an_idle_connection_costs_little(broker_factory):
     broker = broker_factory()
-    worst_api_versions_latency(broker.bootstrap, 1)
+    answered(broker.bootstrap)
     baseline = rss(broker.pid)
     with ExitStack() as stack:
         for _ in range(500):
