@@ -340,10 +340,9 @@ def test_acks_all_gets_not_enough_replicas_once_the_isr_shrank(quick, topic_name
         wait_until(lambda: quick.partition(topic_name)["isr"] == [leader] and listed_isr(up, topic_name) == [leader],
                    TIMEOUT, message=f"the ISR of {topic_name} shrunk to the leader {leader}")
 
-        started = time.monotonic()
+        # refused at once: without retries, a produce left waiting would end as REQUEST_TIMED_OUT
         with pytest.raises(NotEnoughReplicasError):
             acks_all.send(topic_name, b"refused", partition=0).get(timeout=TIMEOUT)
-        assert time.monotonic() - started < 5.0  # refused, not timed out
         assert watermarks(uncommitted, topic_name) == (0, 1)  # nothing appended
 
         assert acks_1.send(topic_name, b"a1", partition=0).get(timeout=TIMEOUT).offset == 1
