@@ -238,7 +238,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
             # `kshim ctl compact, fault, requests`; the replica offsets and metrics of the console
             client_properties = config.security.client_properties(config.data_dir)  # ctl's and the console's
             await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                           node.share.in_flight_list, node.telemetry.instances, client_properties)
+                           node.share_in_flight, node.telemetry.instances, client_properties)
             registered = port
             if config.security.listeners:
                 config.security.listeners = server.bound  # Metadata advertises the bound ports

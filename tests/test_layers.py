@@ -87,6 +87,15 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.cli", "kshim.cluster.broker_process"): "start-up: only a cluster's `kshim broker` loads its process code",
     ("kshim.cli", "kshim.controller.service"): "start-up: only a cluster's `kshim controller` loads its service",
     ("kshim.cli", "kshim.security.tls"): "start-up: cryptography loads only when a cluster's supervisor makes the --tls-dev CA",
+    ("kshim.net.broker_server", "kshim.coordinator.groups"):
+        "start-up: a coordinator is built on first use or once this broker leads a partition of its topic",
+    ("kshim.net.broker_server", "kshim.coordinator.transactions"): "start-up: as kshim.coordinator.groups",
+    ("kshim.net.broker_server", "kshim.coordinator.share_partitions.coordinator"): "start-up: as kshim.coordinator.groups",
+    ("kshim.net.broker_server", "kshim.coordinator.share_partitions.manager"): "start-up: as kshim.coordinator.groups",
+    ("kshim.net.handlers.00_produce", "kshim.coordinator.transactions.verification"):
+        "plain produce loads no transaction code: it comes with the first transactional batch",
+    ("kshim.replica.cleaning", "kshim.log.cleaner"): "start-up: the cleaning code loads when a compacted log is first looked at",
+    ("kshim.replica.cleaning", "kshim.replica.cleaner_process"): "start-up: as kshim.log.cleaner, with it",
     ("kshim.net.server", "kshim.security.tls"):
         "start-up: cryptography (a sixth of the import time) loads only with an SSL or SASL_SSL listener",
     ("kshim.cli", "kshim.console.console"): "start-up: not with --no-console",

@@ -2,13 +2,16 @@
 out what a run may not need, each loaded where it is used (tests/test_layers.py LAZY_IMPORTS says
 why): cryptography (TLS listeners), prometheus_client (the first /metrics scrape), kshim ctl's
 commands and clients, importlib.metadata (--version; the crc32c package's __init__ asks it for
-its version, so wire.crc loads the extension itself). Checked in a fresh interpreter, by module
+its version, so wire.crc loads the extension itself). The broker a plain serve builds loads no
+coordinator until one is used or it leads a partition of the coordinator's internal topic, and
+no cleaning code until a compacted log is looked at. Checked in a fresh interpreter, by module
 names, not by time."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,13 +35,70 @@ def test_import_kshim_cli_leaves_out_what_serve_may_not_need():
     assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
 
 
-def test_the_serve_path_leaves_out_what_serve_may_not_need():
-    """What `kshim serve` imports once the broker runs (its server, coordinators and handler index),
-    not only at the import of kshim.cli."""
-    loaded = loaded_after("import kshim.cli, kshim.net.broker_server, kshim.net.server\n"
-                          "from kshim.net.handlers import load_handlers\nload_handlers()")
-    assert "kshim.coordinator.groups" in loaded and "kshim.observability.telemetry" in loaded
+# loaded on first use (kshim.net.broker_server, kshim.replica.cleaning), not by a plain serve's start
+UNTIL_USED = ("kshim.coordinator.", "re2", "kshim.log.cleaner", "kshim.replica.cleaner_process",
+              "concurrent.futures.process", "multiprocessing")
+
+# the broker as `kshim serve` builds it (kshim.cli._serve): its data dir opened, BrokerServer and
+# Server made, the handler index read
+BUILD_SERVE = """
+import kshim.cli
+from pathlib import Path
+from kshim.broker import BrokerConfig
+from kshim.net.broker_server import BrokerServer
+from kshim.net.handlers import load_handlers
+from kshim.net.server import Server
+from kshim.standalone import open_standalone
+broker = open_standalone(BrokerConfig(data_dir=Path({data_dir!r})))
+node = BrokerServer(broker)
+Server(node)
+load_handlers()
+at_start = sorted(sys.modules)
+"""
+
+
+def deferred(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.startswith(UNTIL_USED)]
+
+
+def test_the_serve_path_leaves_out_what_serve_may_not_need(tmp_path: Path):
+    """What `kshim serve` imports once its broker is built, not only at the import of kshim.cli."""
+    loaded = loaded_after(BUILD_SERVE.format(data_dir=str(tmp_path)) + "broker.close()")
+    assert "kshim.net.server" in loaded and "kshim.observability.telemetry" in loaded
     assert [m for m in loaded if m.startswith(DEFERRED) and m not in ALLOWED] == []
+    assert deferred(loaded) == []
+
+
+def run_json(code: str) -> object:
+    """What `code`, run in a fresh interpreter, prints as JSON on its last line."""
+    out = subprocess.run([sys.executable, "-c", f"import sys, json\n{code}"], capture_output=True, text=True,
+                         timeout=120, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_a_coordinator_loads_on_first_use_and_at_a_restart_that_leads_its_topic(tmp_path: Path):
+    """The group coordinator loads with the first request that needs it (here FindCoordinator's
+    first step: its topic created); after a restart the broker leads `__consumer_offsets`, so it
+    loads at start, before any request, to load the committed offsets. That they are served after
+    a restart: tests/test_groups.py::test_offsets_are_durable_across_reopen and, with clients,
+    compat_tests/test_groups.py::test_kafka_python_commit_survives_restart; that a transaction
+    prepared before a restart completes with no request:
+    tests/test_transactions.py::test_timeout_aborts_and_a_restarted_coordinator_finishes_what_it_prepared."""
+    build = BUILD_SERVE.format(data_dir=str(tmp_path))
+    at_start, after_use = run_json(build + "import anyio\n"
+                                           "anyio.run(node.groups.runtime.ensure)\n"  # what FindCoordinator does first
+                                           "broker.close()\n"
+                                           "print(json.dumps([at_start, sorted(sys.modules)]))")
+    assert deferred(at_start) == []
+    assert "kshim.coordinator.groups.coordinator" in after_use
+    assert "kshim.coordinator.transactions.coordinator" not in after_use  # each coordinator on its own use
+
+    at_restart, loading = run_json(build + "loading = sorted(node.groups.runtime.loading)\n"
+                                           "broker.close()\n"
+                                           "print(json.dumps([at_start, loading]))")
+    assert "kshim.coordinator.groups.coordinator" in at_restart  # loaded before node.groups was read
+    assert "kshim.coordinator.transactions.coordinator" not in at_restart
+    assert loading  # the partitions it leads, to be loaded by its task
 
 
 def test_the_pytest_plugin_loads_no_broker_code():

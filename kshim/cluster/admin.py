@@ -22,7 +22,6 @@ from kshim.cluster.image import MetadataImage, replica_status
 from kshim.controller import messages as m
 from kshim.controller import rpc
 from kshim.errors import BrokerError
-from kshim.log.cleaner import CleanResult
 from kshim.observability.faults import FaultError, FaultRules
 from kshim.observability.requestlog import RequestLog
 from kshim.replica.manager import ReplicaManager
@@ -140,13 +139,13 @@ class BrokerAdmin:
         for p, result in await rm.cleaner.clean_now(r for r in replicas if r.log_config.compact):
             entry: dict = {"topic": p.topic, "partition": p.index, "node": self.broker.node_id,
                            "leader": p.is_leader}
-            if isinstance(result, CleanResult):
+            if isinstance(result, str):  # why the partition was not cleaned
+                entry["error"] = result
+            else:
                 entry.update(cleaned_to=result.end_offset, records_read=result.records_read,
                              records_kept=result.records_kept, bytes_read=result.bytes_read,
                              bytes_written=result.bytes_written, segments_written=result.groups,
                              map_bytes_read=result.map_bytes_read, seconds=round(result.seconds, 3))
-            else:
-                entry["error"] = result
             out.append(entry)
         for p in replicas:
             if not p.log_config.compact:

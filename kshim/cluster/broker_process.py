@@ -122,7 +122,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
                 port = config.port if config.security.listeners else listeners[0][1].getsockname()[1]
                 # `kshim ctl compact, fault, requests`; the console's replica offsets and metrics
                 await tg.start(admin.serve, broker, config.data_dir, node.metrics.exposition, faults, requests,
-                               node.share.in_flight_list, node.telemetry.instances,
+                               node.share_in_flight, node.telemetry.instances,
                                config.security.client_properties(config.data_dir))
                 config.port = port
                 # Registered, with the controller's current image applied, before any request is

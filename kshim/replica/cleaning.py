@@ -16,27 +16,28 @@ clean, spawned: no fork of a threaded broker): in a thread it held the GIL for m
 and every socket read and write of the event loop then waited for it (produce p99 went from 9 ms
 to 0.8 s while a 100 MB log was cleaned). The worker thread only plans the clean (a snapshot of
 the segments and transaction index, under the log's lock) and swaps the result in.
+
+The cleaning code (kshim.log.cleaner, the process pool, kshim.replica.cleaner_process) loads when
+a compacted log is first looked at: a broker without one never loads it (docs/benchmarks.md,
+"Start time").
 """
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 import anyio
 
 from kshim.clock import SYSTEM
-from kshim.log.cleaner import (
-    CleanAborted, CleanPlan, CleanResult, Throttler, Written, cleanable_offsets, plan_clean, read_checkpoint,
-    swap_cleaned, write_checkpoint, write_cleaned,
-)
 from kshim.replica.partition import Partition
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kshim.log.cleaner import CleanPlan, CleanResult, Written
 
 log = logging.getLogger("kshim.replica.cleaning")
 
@@ -67,42 +68,6 @@ class ReplicaSource(Protocol):
     def replicas(self) -> list[Partition]: ...
 
 
-_child_throttler: Throttler | None = None
-_parent = -1
-
-
-class _WatchedThrottler(Throttler):
-    """The cleaner process's throttler, told of every batch read and every write: it also stops
-    the process at once if the broker is gone, so no clean outlives it by more than a batch."""
-
-    def throttle(self, nbytes: int) -> None:
-        if os.getppid() != _parent:
-            os._exit(0)
-        super().throttle(nbytes)
-
-
-def _child_init(parent: int) -> None:
-    """In the cleaner process: exit as soon as the broker is gone (its pipes to us would not tell:
-    the pool's queue keeps a write end here too), checked every 0.2 s by a daemon thread, so a
-    SIGKILLed broker leaves no process behind holding its files or its stdout."""
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(0)
-
-    global _parent
-    _parent = parent
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _write_in_child(plan: CleanPlan, bytes_per_second: int) -> Written:
-    """The cleaner process's task: one throttler for all its cleans (one runs at a time)."""
-    global _child_throttler
-    if _child_throttler is None or _child_throttler.rate != bytes_per_second:
-        _child_throttler = _WatchedThrottler(float(bytes_per_second))
-    return write_cleaned(plan, _child_throttler)
-
-
 class LogCleaner:
     def __init__(self, settings: CleanerSettings) -> None:
         self.settings = settings
@@ -131,11 +96,16 @@ class LogCleaner:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _write(self, plan: CleanPlan) -> Written:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        from kshim.replica.cleaner_process import child_init, write_in_child
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_child_init, initargs=(os.getpid(),))
+                                             initializer=child_init, initargs=(os.getpid(),))
         try:
-            return self._pool.submit(_write_in_child, plan, self.settings.io_max_bytes_per_second).result()
+            return self._pool.submit(write_in_child, plan, self.settings.io_max_bytes_per_second).result()
         except BrokenProcessPool as e:  # killed (OOM, by hand): a new one next time
             self._pool = None
             raise OSError(f"the cleaner process died: {e}") from e
@@ -149,6 +119,7 @@ class LogCleaner:
 
     # ------------------------------------------------------------------ worker thread
     def _clean_due(self, candidates: list[_Candidate]) -> None:
+        from kshim.log.cleaner import cleanable_offsets, read_checkpoint
         now = SYSTEM.wall_ms()
         due = []
         for c in candidates:
@@ -168,6 +139,9 @@ class LogCleaner:
         return [(c.partition, self._clean_one(c, force=True)) for c in candidates]
 
     def _clean_one(self, c: _Candidate, force: bool) -> CleanResult | str:
+        from kshim.log.cleaner import (
+            CleanAborted, cleanable_offsets, plan_clean, read_checkpoint, swap_cleaned, write_checkpoint,
+        )
         p = c.partition
         now = SYSTEM.wall_ms()
         started = time.monotonic()

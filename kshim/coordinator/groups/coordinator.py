@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.configs.groups import EffectiveGroupConfig, group_config
+from kshim.coordinator import OFFSETS_TOPIC
 from kshim.coordinator.groups import group_format
 from kshim.coordinator.groups.consumer_group import ConsumerGroup
 from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
@@ -57,7 +58,6 @@ from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.groups")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 EXPIRY_INTERVAL_MS = 60_000
 
 

@@ -25,6 +25,7 @@ from anyio.abc import TaskGroup
 
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
+from kshim.coordinator import SHARE_STATE_TOPIC
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.coordinator.share_partitions import record_format as fmt
 from kshim.coordinator.share_partitions.record_format import StoredState
@@ -35,7 +36,6 @@ from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.share")
 
-SHARE_STATE_TOPIC = "__share_group_state"
 SHARE_STATE_PARTITIONS = 10  # Kafka's share.coordinator.state.topic.num.partitions is 50
 WRITE_TIMEOUT_S = 30.0
 

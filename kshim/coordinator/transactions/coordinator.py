@@ -37,6 +37,7 @@ from anyio.abc import TaskGroup
 from kshim.broadcast import Signal
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
+from kshim.coordinator import TRANSACTION_TOPIC
 from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.markers import MarkerWriter
@@ -48,7 +49,6 @@ from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.transactions")
 
-TRANSACTION_TOPIC = "__transaction_state"
 WRITE_TIMEOUT_S = 30.0
 COMPLETION_RETRY_S = 0.5
 # AddPartitionsToTxn / AddOffsetsToTxn arriving while the id's previous transaction is still being

@@ -54,7 +54,6 @@ from typing import Awaitable
 from construct import Container
 
 from kshim.configs.quotas import PRODUCER_BYTE_RATE
-from kshim.coordinator.transactions.verification import for_client
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.throttling import charge
@@ -131,7 +130,7 @@ async def _verify(ctx: RequestContext, tid: str | None, entries: list[tuple[str,
     """Ask the transaction coordinator about the entries whose transactional batch would open a
     transaction on its partition; the refusals, by entry. Transactional batches without a
     transactional id: the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers."""
-    verifier = ctx.transactions.verifier
+    verifier = None  # the transaction coordinator's, built by the first transactional batch (not for plain produce)
     producer: tuple[int, int] | None = None
     wanted: dict[int, tuple[str, int]] = {}
     refused: dict[int, Rejection] = {}
@@ -154,10 +153,14 @@ async def _verify(ctx: RequestContext, tid: str | None, entries: list[tuple[str,
             refused[i] = Rejection(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                                    "transactional records of more than one producer in one request", 0)
             continue
+        if verifier is None:
+            verifier = ctx.transactions.verifier
         if verifier.needs(name, index, *producer):
             wanted[i] = (name, index)
-    if not wanted or producer is None or tid is None:
+    if not wanted or producer is None or tid is None or verifier is None:
         return refused
+    # start-up and plain produce: the transaction code loads with the first transactional batch
+    from kshim.coordinator.transactions.verification import for_client
     codes, stale = await verifier.verify(tid, *producer, set(wanted.values()), add=ctx.version >= 12)
     for i, tp in wanted.items():
         answer = codes.get(tp, ErrorCode.NETWORK_EXCEPTION)

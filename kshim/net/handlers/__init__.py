@@ -17,19 +17,21 @@ import re
 import sys
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Union
 
 from construct import Container
 
 from kshim.broker import Broker
-from kshim.coordinator.groups import GroupCoordinator
-from kshim.coordinator.share_partitions.manager import SharePartitionManager
-from kshim.coordinator.transactions import TransactionCoordinator
 from kshim.net.broker_server import BrokerServer
 from kshim.net.quota_manager import Throttle
 from kshim.security.config import ANONYMOUS
 from kshim.security.session import ConnectionSecurity
 from wire.headers import RequestHeader
+
+if TYPE_CHECKING:  # built on first use (kshim.net.broker_server)
+    from kshim.coordinator.groups import GroupCoordinator
+    from kshim.coordinator.share_partitions.manager import SharePartitionManager
+    from kshim.coordinator.transactions import TransactionCoordinator
 
 Response = Union[Mapping[str, Any], None, Awaitable[Mapping[str, Any]]]
 
