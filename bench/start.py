@@ -1,32 +1,53 @@
-"""Start-to-ready time of one broker: `python -m kshim serve` on a fresh data dir until its
-`kshim ready` line, N runs (default 5), median and spread. Also `python -c "import kshim.cli"`,
-the import alone, and `kshim ctl --help`, a command that starts no broker.
+"""Start to ready of one broker, a baseline revision against the working tree, side by side.
 
-    python bench/start.py [--runs 5] [-- extra serve options]
-    python bench/start.py --checkout ../before --checkout . [--runs 7]
+Each round starts, in turn, `python -m kshim serve --ephemeral --port 0` of a baseline revision (a
+git worktree of --base) and of this checkout, each measured from the exec to its `kshim ready:`
+line (what the pytest plugin and compat_tests/kshim_process.py wait for), then, with --peer-mock,
+librdkafka's mock cluster (bench/mock_cluster.py) from the exec to its `BOOTSTRAP=` line, for
+scale. Rounds alternate the targets so that both see the same load; the table gives per target
+the median and p90 wall time to ready, the CPU seconds the process had spent then (load changes
+them less than the wall time) and the ratio of medians to the baseline.
 
-With --checkout (repeatable), only the start to ready is measured, of each checkout's own
-`kshim` (its directory first on the path, with this interpreter) in turn, run after run, so that
-a change is compared with its base under the same load.
+    python bench/start.py [--base REV] [--rounds 10] [--peer-mock] [--json PATH] [-- serve options]
 
-Each run is a new process on a free port (--port 0) and a new data dir, stopped with SIGTERM once
-ready; every wait has a deadline. Besides wall time, each line gives the CPU seconds (user + system)
-the process spent until then, which a machine loaded by other work changes much less than the
-wall time. Numbers: docs/benchmarks.md ("Start time").
+Before the rounds each tree's kshim and wire are compiled to byte code and each target is started
+once unmeasured with byte-code writing on, so every target starts warm (as an installed package
+does: pip compiles it). Each process runs with its tree first on the path and is stopped with
+SIGTERM by its PID once ready; every wait has a deadline. Figures: docs/benchmarks.md ("Start time").
 """
 from __future__ import annotations
 
 import argparse
+import compileall
+import json
 import os
-import resource
+import selectors
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+# the revision this benchmark was written against: the start before it loaded less
+DEFAULT_BASE = "d09eb44"
 READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+MAX_ROUNDS = 100
+
+
+@dataclass
+class Target:
+    name: str
+    argv: list[str]
+    ready_prefix: str
+    cwd: Path
+    env: dict[str, str]
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
 
 def cpu_s(pid: int) -> float:
@@ -36,59 +57,109 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve_once(extra: list[str], checkout: Path | None = None) -> tuple[float, float]:
-    with tempfile.TemporaryDirectory(prefix="kshim-start-") as tmp:
-        started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "kshim", "serve", "--port", "0", "--data-dir",
-                                 str(Path(tmp) / "data"), *extra], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, cwd=checkout)
-        try:
-            assert proc.stdout is not None
-            deadline = started + READY_TIMEOUT_S
-            for line in proc.stdout:  # ends when the process does
-                if line.startswith("kshim ready:"):
-                    return time.monotonic() - started, cpu_s(proc.pid)
-                if time.monotonic() > deadline:
-                    break
-            raise RuntimeError("kshim serve did not print its ready line")
-        finally:
-            proc.terminate()
-            proc.wait(30)
-
-
-def command_once(argv: list[str]) -> tuple[float, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def start_once(target: Target, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall s, CPU s) from the exec to the target's ready line; the process is stopped after."""
     started = time.monotonic()
-    subprocess.run([sys.executable, *argv], check=True, capture_output=True, timeout=READY_TIMEOUT_S)
-    wall = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    proc = subprocess.Popen(target.argv, cwd=target.cwd, env=env or target.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        pending = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while (left := started + READY_TIMEOUT_S - time.monotonic()) > 0:
+                if not sel.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break  # the process ended before its ready line
+                pending += chunk
+                lines = pending.split(b"\n")
+                pending = lines.pop()
+                for line in lines:
+                    if line.decode(errors="replace").startswith(target.ready_prefix):
+                        return time.monotonic() - started, cpu_s(proc.pid)
+        raise RuntimeError(f"{target.name}: no {target.ready_prefix!r} line within {READY_TIMEOUT_S:.0f} s")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
 
 
-def summary(name: str, runs: list[tuple[float, float]]) -> str:
-    wall, cpu = [w for w, _ in runs], [c for _, c in runs]
-    return (f"{name:<28} wall median {statistics.median(wall):.3f} s (min {min(wall):.3f}, max {max(wall):.3f})  "
-            f"cpu median {statistics.median(cpu):.3f} s  ({len(runs)} runs)")
+def kshim_target(name: str, tree: Path, extra: list[str]) -> Target:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return Target(name, [sys.executable, "-m", "kshim", "serve", "--ephemeral", "--port", "0", *extra],
+                  "kshim ready:", tree, env)
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[-1] if len(values) > 1 else values[0]
+
+
+def summary(targets: list[Target]) -> list[dict]:
+    base = statistics.median(targets[0].wall)
+    return [{"target": t.name, "runs": len(t.wall), "ready_median_s": statistics.median(t.wall),
+             "ready_p90_s": p90(t.wall), "cpu_median_s": statistics.median(t.cpu),
+             "ratio": statistics.median(t.wall) / base} for t in targets]
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| target | ready median s | ready p90 s | CPU median s | ratio to base |", "|---|---:|---:|---:|---:|"]
+    out += [f"| {r['target']} | {r['ready_median_s']:.3f} | {r['ready_p90_s']:.3f} | {r['cpu_median_s']:.3f} "
+            f"| {r['ratio']:.2f}x |" for r in rows]
+    return "\n".join(out)
+
+
+def add_worktree(rev: str, parent: Path) -> Path:
+    path = parent / "base"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(path), rev],
+                   check=True, timeout=120)
+    return path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--checkout", type=Path, action="append", default=[],
-                        help="a kshim source tree to start (repeatable): start to ready only, alternating")
-    parser.add_argument("extra", nargs="*", help="options for kshim serve (after --)")
-    args = parser.parse_args()
-    if args.checkout:
-        runs: dict[Path, list[tuple[float, float]]] = {c: [] for c in args.checkout}
-        for _ in range(args.runs):
-            for checkout in args.checkout:  # `python -m` puts the working directory first on the path
-                runs[checkout].append(serve_once(args.extra, checkout.resolve()))
-        for checkout, measured in runs.items():
-            print(summary(f"{checkout}: start to ready", measured))
-        return
-    print(summary("import kshim.cli", [command_once(["-c", "import kshim.cli"]) for _ in range(args.runs)]))
-    print(summary("kshim ctl --help", [command_once(["-m", "kshim", "ctl", "--help"]) for _ in range(args.runs)]))
-    print(summary("kshim serve: start to ready", [serve_once(args.extra) for _ in range(args.runs)]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--base", default=DEFAULT_BASE, help=f"baseline git revision (default {DEFAULT_BASE})")
+    ap.add_argument("--rounds", type=int, default=10, help=f"alternating rounds, at most {MAX_ROUNDS} (default 10)")
+    ap.add_argument("--peer-mock", action="store_true", help="also start librdkafka's mock cluster, for scale")
+    ap.add_argument("--json", metavar="PATH", help="write every run and the summary there")
+    ap.add_argument("extra", nargs="*", help="options for kshim serve (after --)")
+    args = ap.parse_args()
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        ap.error(f"--rounds must be 1..{MAX_ROUNDS}")
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], check=True,
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="kshim-start-") as tmp:
+        base_tree = add_worktree(rev, Path(tmp))
+        try:
+            targets = [kshim_target(f"kshim {rev} (base)", base_tree, args.extra),
+                       kshim_target("kshim working tree", ROOT, args.extra)]
+            if args.peer_mock:
+                targets.append(Target("librdkafka mock cluster", [sys.executable, str(ROOT / "bench" / "mock_cluster.py")],
+                                      "BOOTSTRAP=", ROOT, dict(os.environ)))
+            for tree in (base_tree, ROOT):
+                for package in ("kshim", "wire"):
+                    compileall.compile_dir(str(tree / package), quiet=2)
+            for target in targets:  # warm: byte code and any cache a revision writes as it runs
+                start_once(target, {k: v for k, v in target.env.items() if k != "PYTHONDONTWRITEBYTECODE"})
+            for _ in range(args.rounds):
+                for target in targets:
+                    wall, cpu = start_once(target)
+                    target.wall.append(wall)
+                    target.cpu.append(cpu)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], check=False,
+                           timeout=120)
+    rows = summary(targets)
+    print(f"start to ready, {args.rounds} alternating rounds: `kshim serve --ephemeral --port 0 {' '.join(args.extra)}`")
+    print(markdown(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"base": rev, "rounds": args.rounds, "summary": rows,
+                                               "runs": {t.name: {"wall_s": t.wall, "cpu_s": t.cpu} for t in targets}},
+                                              indent=1))
 
 
 if __name__ == "__main__":

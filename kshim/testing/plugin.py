@@ -7,7 +7,7 @@ Fixtures:
   next test's broker starts in the background while a test runs, and the first one as soon as
   pytest collects a module that names `kshim_broker` (before importing it) or a test that uses it,
   so a test waits for none or for what is left of a start (a cold
-  start is bound by Python importing kshim, about 1 s on a 2-core CI machine: docs/benchmarks.md);
+  start is bound by Python importing kshim: docs/benchmarks.md, "Start time");
   `--kshim-no-spare` turns that off.
 - `kshim_faults`, `kshim_requests`: the broker's fault rules and request log (marked at the test's
   start, so `kshim_requests.new()` gives this test's requests).
