@@ -20,6 +20,7 @@ from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, read_offs
 from kshim.net.broker_server import BrokerServer
 from kshim.net.server import Server
 from kshim.replica import manager as manager_module
+from kshim.replica import recovery as recovery_module
 from kshim.replication.client import BrokerConnection
 from kshim.standalone import open_standalone
 from tests.test_restart import batch, crash, filled
@@ -67,7 +68,7 @@ class Gate:
                 self.opened.append(info.index)
             return real(rm, topic, info, level, log_dir, log_config)
         monkeypatch.setattr(manager_module.ReplicaManager, "_open_replica", gated)
-        monkeypatch.setattr(manager_module, "RECOVERY_BATCH", 1)
+        monkeypatch.setattr(recovery_module, "RECOVERY_BATCH", 1)
 
 
 @asynccontextmanager
@@ -115,7 +116,7 @@ async def test_a_request_waits_for_its_partition_which_is_recovered_first_while_
         async def last() -> None:  # the last partition in the queue
             answer.append(await produce(conn, N - 1, b"three"))
         tg.start_soon(last)
-        await wait_until(lambda: ("t", N - 1) in rm._recover_first)
+        await wait_until(lambda: ("t", N - 1) in rm._recovery.asked)
         gate.permits.release()  # the first partition's batch (held) ends; the asked one goes next
         await wait_until(lambda: answer)
         assert answer == [(ErrorCode.NONE, 2)]

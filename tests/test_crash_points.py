@@ -44,7 +44,7 @@ from kshim.log.cleaner import write_cleaned
 from kshim.log.ephemeral import ephemeral_dir
 from kshim.log.log_dirs import MOVE_COMPLETE
 from kshim.replica import cleaning
-from kshim.replica import manager as manager_module
+from kshim.replica import moves as moves_module
 from kshim.replica.partition import Partition
 from kshim.standalone import open_standalone
 from wire.records import crc_ok, decode_records, encode_batch, iter_batches
@@ -758,7 +758,7 @@ async def test_a_kill_at_any_point_of_a_replica_move_loses_nothing_acknowledged(
     """AlterReplicaLogDirs: the copy's rounds (appends going on between and during them), the
     last round with the source closed, the move-complete marker, the renames, the reopen; and
     the start that finishes a complete move (its own crash points too)."""
-    monkeypatch.setattr(manager_module, "MOVE_FINAL_BYTES", 300)  # a few rounds before the last
+    monkeypatch.setattr(moves_module, "MOVE_FINAL_BYTES", 300)  # a few rounds before the last
     crashes = Crashes(monkeypatch)
     node = tmp_path / "live"
     broker = broker_at(node)
@@ -785,7 +785,7 @@ async def test_a_move_of_a_replica_whose_last_move_was_killed_before_its_marker_
     future directory). The replica's next move must not carry that marker into its new copy: a
     kill during that copy would make the start take the half-made copy for a complete one and
     delete the source."""
-    monkeypatch.setattr(manager_module, "MOVE_FINAL_BYTES", 300)
+    monkeypatch.setattr(moves_module, "MOVE_FINAL_BYTES", 300)
     crashes = Crashes(monkeypatch)
     node = tmp_path / "live"
     broker = broker_at(node)
@@ -907,7 +907,7 @@ async def test_a_truncation_while_a_move_flushes_its_source_is_not_missed(tmp_pa
     its tail alone would be copied), but the event loop also runs while the source is flushed
     before the last round; a follower's truncation and appends then must not leave the copy with
     the truncated bytes under the new ones."""
-    monkeypatch.setattr(manager_module, "MOVE_FINAL_BYTES", 1 << 20)  # one round, then the last
+    monkeypatch.setattr(moves_module, "MOVE_FINAL_BYTES", 1 << 20)  # one round, then the last
     node = tmp_path / "live"
     broker = broker_at(node)
     try:

@@ -171,7 +171,7 @@ async def test_alter_replica_log_dirs_needs_alter_on_the_cluster(tmp_path):
 
 
 async def test_a_move_under_appends_loses_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr("kshim.replica.manager.MOVE_FINAL_BYTES", 4096)  # several rounds
+    monkeypatch.setattr("kshim.replica.moves.MOVE_FINAL_BYTES", 4096)  # several rounds
     broker = open_on(tmp_path)
     manager = broker.replica_manager
     sent: list[bytes] = []

@@ -58,7 +58,7 @@ class BrokerConfig:
     # and the bounds of the group configs (kshim.configs.groups)
     group_settings: GroupSettings = field(default_factory=GroupSettings)
     # logs a crash left unclean are recovered after the start, while the other partitions serve
-    # (kshim.replica.manager); set by the serving processes, which run BrokerServer (its task
+    # (kshim.replica.recovery); set by the serving processes, which run BrokerServer (its task
     # recovers them); off: every log is opened before the first image is applied, as a test expects
     recover_in_background: bool = False
 

@@ -239,7 +239,7 @@ PRODUCE_KEY = 0
 # transactions v2, it gained nothing (1,708-2,111 against 1,814-2,008 txn/s).
 AWAITED_BY_READER = frozenset({24, 25, 28})  # AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit
 # requests that read or write the replicas they name: while some replica a crash left unclean is
-# still being recovered (kshim.replica.manager), one that names it waits for it (recovered first)
+# still being recovered (kshim.replica.recovery), one that names it waits for it (recovered first)
 WAITS_FOR_RECOVERY = frozenset({0, 1, 2, 21, 23, 27, 34, 61, 78, 79})  # Produce, Fetch, ListOffsets,
 # DeleteRecords, OffsetForLeaderEpoch, WriteTxnMarkers, AlterReplicaLogDirs, DescribeProducers, ShareFetch,
 # ShareAcknowledge

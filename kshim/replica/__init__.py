@@ -20,7 +20,8 @@ map requests to these calls and results to responses; coordinators write through
   watermark moves and leadership changes on the asked partitions set, and re-reads everything
   when woken. Records are the bytes the log read, passed through without copying.
 """
+from kshim.replica.appends import PartitionAppend, Records, TxnMarker
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchPartitionData
-from kshim.replica.manager import PartitionAppend, Records, ReplicaManager, TxnMarker
+from kshim.replica.manager import ReplicaManager
 
 __all__ = ["FetchParams", "FetchPartition", "FetchPartitionData", "PartitionAppend", "Records", "ReplicaManager", "TxnMarker"]

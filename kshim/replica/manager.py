@@ -1,38 +1,42 @@
 """The ReplicaManager: the partition replicas hosted on this broker, opened, reconfigured and
-removed as metadata images say, and the one way handlers and coordinators reach them."""
+removed as metadata images say, and the one way handlers and coordinators reach them.
+
+Its parts with state or a path of their own are in modules beside it: the write path
+(kshim.replica.appends) and the read path (kshim.replica.fetch), the background recovery of logs
+a crash left unclean (kshim.replica.recovery) and replica moves between log dirs
+(kshim.replica.moves). This module keeps the hosting (opening replicas from the log dirs,
+applying images, removals), the leader ladder, housekeeping and the clean stop."""
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
 import anyio
 
 from kshim.clock import SYSTEM
-from kshim.cluster.image import INTERNAL_TOPICS, MetadataImage, PartitionInfo, TopicInfo
+from kshim.cluster.image import MetadataImage, PartitionInfo, TopicInfo
 from kshim.configs import BrokerLevel, TopicConfig, resolve
 from kshim.log.log import LogConfig
-from kshim.log.files import fsync_dir, sync_filesystem
-from kshim.log.log_dirs import (MOVE_COMPLETE, DirCopier, future_name, scan, subdirs, take_clean_marker,
-                                write_clean_marker)
-from kshim.broadcast import Signal
+from kshim.log.files import sync_filesystem
+from kshim.log.log_dirs import scan, subdirs, take_clean_marker, write_clean_marker
 from kshim.log.meta_properties import check_cluster
 from kshim.log.offset_checkpoint import REPLICATION_OFFSET_CHECKPOINT, format_offsets, read_offsets, write_offsets
 from kshim.log.partition_dir import DirDeleter, read_topic_id, write_topic_id
-from kshim.log.recompress import CorruptRecordError, needs_recompression, recompress
 from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.writer import LogWriter
 from kshim.replica import fetch as reads
+from kshim.replica.appends import Appender, PartitionAppend, Records, TxnMarker
 from kshim.replica.cleaning import CleanerSettings, LogCleaner
 from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from kshim.replica.fetch_sessions import DEFAULT_SLOTS, FetchSessionCache
-from kshim.replica.partition import AppendResult, Partition
+from kshim.replica.moves import ReplicaMove, ReplicaMover, log_dir_online
+from kshim.replica.partition import Partition
+from kshim.replica.recovery import BackgroundRecovery
 from kshim.replica.validation import BatchValidator, Rejection
 from wire.errors import ErrorCode
 
@@ -53,62 +57,9 @@ LEADERSHIPS_LOGGED = 10  # leaderships taken in one image logged a line each; mo
 # with 1 thread against 82 s with 8 (cold page cache) and 36 s against 68 s (warm); a clean start
 # of all of them 22 s against 44 s.
 OPEN_THREADS = 1
-# Logs a crash left unclean are recovered in the background (recover_in_background) in batches of
-# at most this many replicas or this long: a request waiting for one is served within a batch
-RECOVERY_BATCH = 32
-RECOVERY_BATCH_S = 0.05
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-# a replica move copies in rounds off the event loop until a round copies at most this much; the
-# last round runs on the event loop with the source closed (appends wait that long)
-MOVE_FINAL_BYTES = 1 << 20
-MOVE_MAX_ROUNDS = 50
 
 TopicPartition = tuple[str, int]
-Records = bytes | memoryview | None
-VALID_ACKS = (0, 1, -1)
-
-
-@dataclass(slots=True)
-class PartitionAppend:
-    """One partition's outcome of an append."""
-    error: ErrorCode = ErrorCode.NONE
-    message: str | None = None
-    base_offset: int = -1  # of the first batch, appended now or earlier (a retried duplicate)
-    last_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1  # -1 when the append was refused before reaching the partition
-    # the records are in the leader's log: an error is from the wait for COMMITTED, and they may
-    # still be committed
-    appended: bool = False
-
-    @property
-    def not_led_here(self) -> bool:
-        """The partition is unknown, or not (or no longer) led by this broker."""
-        return self.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMarker:
-    """A COMMIT or ABORT control batch ending a producer's transaction on a partition."""
-    producer_id: int
-    producer_epoch: int
-    committed: bool
-    coordinator_epoch: int
-    transaction_version: int = 1  # 2 (KIP-1228): the coordinator bumped the epoch, so it must be newer
-
-
-@dataclass(eq=False)
-class ReplicaMove:
-    """A replica being copied to another log directory of this broker (Kafka's future replica)."""
-    topic: str
-    index: int
-    destination: Path  # the log dir it moves to
-    future: Path  # <destination>/<topic>-<index>.<hex>-future
-    copier: DirCopier
-    copied_end_offset: int = 0  # the future copy has the log up to here (for its offset lag)
-    started: bool = False
-    cancelled: bool = False
-    done: anyio.Event | None = field(default=None)
 
 
 class Metadata(Protocol):
@@ -166,33 +117,22 @@ class ReplicaManager:
         self._saved_hw: dict[tuple[Path, str], int] = {}
         for d in self.log_dirs:
             self._saved_hw.update(((d, name), hw) for name, hw in read_offsets(d / REPLICATION_OFFSET_CHECKPOINT).items())
-        self._resume_moves: dict[str, Path] = found.pending_moves  # interrupted moves, restarted once opened
+        # replica moves between log dirs; interrupted ones (found by scan) restart once opened
+        self._mover = ReplicaMover(self.log_dirs, self.deleter, self._replicas, self._located, found.pending_moves)
         # Replica directories no clean stop vouched for (kill -9, a crash): with recover_in_background
-        # (a serving broker, which runs recover_deferred) they are not opened with the image that
-        # assigns them but recovered after, off the event loop, while the others already serve
-        # (Kafka's log recovery runs before its broker serves at all). Keys in `recovering` are
-        # hosted but not open yet: partition() has none; requests that name them wait for them
-        # (wait_recovered), and are recovered first. Coordinator topics ("__...") are opened at once.
-        self._unclean: set[tuple[Path, str]] = set()
+        # (a serving broker, which runs recover_deferred) they are recovered in the background
+        # (kshim.replica.recovery) while the others already serve.
+        unclean: set[tuple[Path, str]] = set()
         if recover_in_background:
-            self._unclean = {(d, name) for name, d in found.located.items() if (d, name) not in self._clean}
-        self.recovering: dict[TopicPartition, Path] = {}  # key -> its log dir
-        self._recover_first: dict[TopicPartition, None] = {}  # asked for by a request (ordered)
-        self._recovered = Signal()  # a batch of recovering replicas was installed
-        self._image_applied = Signal()  # apply_image ran (recovery waits for an image naming its replicas)
-        self._recovery_due = Signal()  # replicas were deferred
-        self._recovery_batch: list[tuple[TopicPartition, Partition | None]] = []  # opened, not installed yet
-        # AlterReplicaLogDirs for a replica not hosted yet: where it goes once created (Kafka's
-        # preferred log dir)
-        self._preferred: dict[TopicPartition, Path] = {}
-        self.moves: dict[TopicPartition, ReplicaMove] = {}
-        self._moves_changed = Signal()
+            unclean = {(d, name) for name, d in found.located.items() if (d, name) not in self._clean}
+        self._recovery = BackgroundRecovery(self, self.deleter, self._located, unclean)
         # told of every transaction marker this broker appended once it is COMMITTED (Kafka's
         # group coordinator learns of transaction completions on its partitions the same way)
         self.marker_listeners: list[Callable[[str, int, TxnMarker, int], None]] = []
         # appends off the event loop (kshim.log.writer): one writer thread per data directory,
         # once start_writers() was called by the serving broker (direct users append in place)
         self._writers: dict[Path, LogWriter] | None = None
+        self._appender = Appender(self)
 
     def start_writers(self) -> None:
         """From now on, produce and replication appends go through the log writers."""
@@ -242,25 +182,11 @@ class ReplicaManager:
 
     def _unopened(self, image: MetadataImage) -> list[tuple[TopicInfo, PartitionInfo]]:
         """The replicas `image` gives this broker that are neither open, prepared nor being
-        recovered; those it finds a crash left unclean are deferred to recover_deferred (_defer)."""
+        recovered; those it finds a crash left unclean are deferred to recover_deferred."""
         return [(topic, info) for topic in image.topics.values() for info in topic.partitions
                 if self.node_id in info.replicas and (topic.name, info.index) not in self._replicas
                 and (topic.name, info.index) not in self._prepared
-                and (topic.name, info.index) not in self.recovering and not self._defer(topic, info)]
-
-    def _defer(self, topic: TopicInfo, info: PartitionInfo) -> bool:
-        """Whether this replica's opening is left to recover_deferred: a log a crash left
-        unclean, at a start with recover_in_background (see __init__)."""
-        if not self._unclean or topic.name.startswith("__"):
-            return False
-        name = f"{topic.name}-{info.index}"
-        log_dir = self._located.get(name)
-        if log_dir is None or (log_dir, name) not in self._unclean:
-            return False
-        self._unclean.discard((log_dir, name))
-        self.recovering[(topic.name, info.index)] = log_dir
-        self._recovery_due.fire()
-        return True
+                and (topic.name, info.index) not in self.recovering and not self._recovery.defer(topic, info)]
 
     def _open_chunk(self, chunk: list[tuple[TopicInfo, PartitionInfo]], level: BrokerLevel,
                     placed: Mapping[TopicPartition, Path]) -> list[Partition]:
@@ -317,75 +243,21 @@ class ReplicaManager:
             await anyio.to_thread.run_sync(finish, removed[start:start + OPEN_CHUNK])
 
     # ------------------------------------------------------------------ recovery after a crash
+    @property
+    def recovering(self) -> dict[TopicPartition, Path]:
+        """Replicas hosted here whose logs a crash left unclean, not open yet: key -> its log dir
+        (kshim.replica.recovery). partition() has none of them."""
+        return self._recovery.recovering
+
     async def recover_deferred(self, on_installed: Callable[[], None] | None = None) -> None:
-        """For as long as the broker serves: open, in a worker thread, the replicas a crash left
-        unclean (see __init__) once an image assigns them, those a request waits for first, in
-        batches installed on the event loop with the image of then; `on_installed` is called after
-        each (the broker tells its fetchers and coordinators). A cluster's broker gets its first
-        image after it serves, a standalone one before."""
-        while True:
-            while not self.recovering:
-                await self._recovery_due.wait()
-            await self._recover_all(on_installed)
+        """For as long as the broker serves: recover, in the background, the replicas a crash left
+        unclean (BackgroundRecovery.run); `on_installed` is called after each batch is hosted."""
+        await self._recovery.run(on_installed)
 
-    async def _recover_all(self, on_installed: Callable[[], None] | None) -> None:
-        started, installed = time.monotonic(), 0
-        log.info("recovering %d replicas in the background", len(self.recovering))
-        try:
-            while self.recovering:  # bounded: each round takes keys out or waits for the next image
-                batch = self._next_recovery_batch()
-                if not batch:
-                    await self._image_applied.wait()
-                    continue
-                await anyio.to_thread.run_sync(self._open_recovering, batch)
-                opened, self._recovery_batch = self._recovery_batch, []
-                installed += self._install_recovered(opened)
-                if on_installed is not None:
-                    on_installed()
-        except BaseException:
-            for _, replica in self._recovery_batch:  # stopping: opened but never served
-                if replica is not None:
-                    replica.discard()
-            self._recovery_batch = []
-            raise
-        log.info("recovered %d replicas in the background in %.1f s", installed, time.monotonic() - started)
-
-    def _next_recovery_batch(self) -> list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]:
-        """The next replicas to recover, those requests wait for first, with the applied image's
-        state. Empty when none is in that image yet: the image that deferred them is still being
-        prepared (prepare_image awaits its openings before apply_image makes it the broker's).
-        Only apply_image, with a whole current image, ever gives a recovering replica up."""
-        image = self.metadata.image
-        out: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]] = []
-        first = [k for k in self._recover_first if k in self.recovering]
-        self._recover_first.clear()
-        taken: set[TopicPartition] = set()
-        for key in itertools.chain(first, self.recovering):  # the asked ones, then in order
-            if len(out) >= RECOVERY_BATCH:
-                break
-            topic = image.topics.get(key[0])
-            if topic is None or key[1] >= len(topic.partitions) or key in taken:
-                continue
-            taken.add(key)
-            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))
-        return out
-
-    def _open_recovering(self, batch: list[tuple[TopicPartition, TopicInfo, PartitionInfo, Path]]) -> None:
-        """In a worker thread: open (recover) the batch, one after the other, for at most
-        RECOVERY_BATCH_S; each goes to _recovery_batch as it is (None: it failed). Touches no
-        dict the event loop iterates."""
-        level, deadline = self.broker_level(), time.monotonic() + RECOVERY_BATCH_S
-        for key, topic, info, log_dir in batch:
-            try:
-                replica = self._open_replica(topic, info, level, log_dir)
-                if info.leader == self.node_id:
-                    replica.assign_leader_epoch(info.leader_epoch)
-            except OSError:
-                log.exception("cannot recover %s-%d; tried again with the next metadata image", *key)
-                replica = None
-            self._recovery_batch.append((key, replica))
-            if time.monotonic() >= deadline:
-                break
+    async def wait_recovered(self, keys: Iterable[tuple[str, int | None]]) -> None:
+        """Returns once none of `keys` (a request's partitions) is still being recovered; those
+        that are are recovered next."""
+        await self._recovery.wait_recovered(keys)
 
     def _install_recovered(self, opened: list[tuple[TopicPartition, Partition | None]]) -> int:
         """Host the replicas recover_deferred opened, as apply_image would have, with the image of
@@ -397,7 +269,7 @@ class ReplicaManager:
             log_dir = self.recovering.pop(key, None)
             if replica is None:
                 continue
-            if log_dir is None:  # apply_image gave it up meanwhile (_cancel_recovery): removed
+            if log_dir is None:  # apply_image gave it up meanwhile (BackgroundRecovery.cancel): removed
                 self._finish_removal(replica, "no longer assigned to this broker")
                 continue
             if topic is None or topic.topic_id != replica.topic_id:
@@ -413,7 +285,6 @@ class ReplicaManager:
             if replica.apply_partition_state(info, image):
                 leaders.append(replica)
         _log_leaderships(leaders)
-        self._recovered.fire()
         return hosted
 
     def _host(self, key: TopicPartition, replica: Partition) -> None:
@@ -421,31 +292,7 @@ class ReplicaManager:
         the background); an interrupted move of it starts again."""
         self._replicas[key] = replica
         self._located[replica.directory.name] = replica.directory.parent
-        self._preferred.pop(key, None)
-        resume = self._resume_moves.pop(replica.directory.name, None)
-        if resume is not None:
-            self.alter_log_dir(key[0], key[1], resume)
-
-    def _cancel_recovery(self, key: TopicPartition) -> None:
-        """A recovering replica the image no longer assigns here: deleted like any removed one
-        (by _install_recovered if its batch is being opened)."""
-        log_dir = self.recovering.pop(key)
-        self._located.pop(f"{key[0]}-{key[1]}", None)
-        if not any(k == key for k, _ in self._recovery_batch):
-            self.deleter.remove(log_dir / f"{key[0]}-{key[1]}", "no longer assigned to this broker "
-                                "(removed before its recovery after a crash)")
-        self._recovered.fire()
-
-    async def wait_recovered(self, keys: Iterable[tuple[str, int | None]]) -> None:
-        """Returns once none of `keys` (a request's partitions) is still being recovered; those
-        that are are recovered next."""
-        waiting = [(t, i) for t, i in keys if i is not None and (t, i) in self.recovering]
-        if not waiting:
-            return
-        for key in waiting:
-            self._recover_first[key] = None
-        while any(k in self.recovering for k in waiting):  # bounded: every batch takes keys out
-            await self._recovered.wait()
+        self._mover.hosted(key, replica)
 
     def apply_image(self, image: MetadataImage, *, defer_removal: bool = False) -> None:
         """Open, reconfigure or remove local replicas as the image assigns them; with
@@ -469,7 +316,7 @@ class ReplicaManager:
                     self._finish_removal(self._removed.pop())  # its directory is needed now
                     replica = None
                 if replica is None:
-                    if key in self.recovering or self._defer(topic, info):
+                    if key in self.recovering or self._recovery.defer(topic, info):
                         continue  # installed by recover_deferred, with the image of then
                     replica = self._prepared.pop(key, None)
                     if replica is not None and replica.topic_id != topic.topic_id:
@@ -487,7 +334,7 @@ class ReplicaManager:
         for key in [k for k in self._replicas if k not in wanted]:
             self._remove(key)
         for key in [k for k in self.recovering if k not in wanted]:
-            self._cancel_recovery(key)
+            self._recovery.cancel(key)
         if not defer_removal:
             for replica in self._removed:
                 self._finish_removal(replica)
@@ -498,7 +345,7 @@ class ReplicaManager:
         if not self._strays_checked and image.version > 0:
             self._strays_checked = True
             self._remove_strays(image)
-        self._image_applied.fire()
+        self._recovery.image_applied.fire()
 
     @staticmethod
     def _delete_delay_ms(level: BrokerLevel) -> int:
@@ -523,7 +370,7 @@ class ReplicaManager:
             name = f"{topic}-{index}"
             located = self._located.get(name)
             if located is None:
-                located = self._preferred.get((topic, index))
+                located = self._mover.preferred.get((topic, index))
                 if located is None or located not in counts:
                     if online is None:  # a dir that cannot be written takes no new replica
                         online = [x for x in self.log_dirs if self.log_dir_online(x)] or self.log_dirs
@@ -618,9 +465,7 @@ class ReplicaManager:
     def _remove(self, key: TopicPartition) -> None:
         replica = self._replicas.pop(key)
         self._located.pop(replica.directory.name, None)
-        move = self.moves.get(key)
-        if move is not None:
-            move.cancelled = True
+        self._mover.cancel(key)
         replica.retire()  # whoever waits on it stops waiting now; the files go next
         self._removed.append(replica)
 
@@ -646,110 +491,23 @@ class ReplicaManager:
 
     def log_dir_online(self, log_dir: Path) -> bool:
         """Whether the directory can take writes (exists, is a directory, writable)."""
-        return log_dir.is_dir() and os.access(log_dir, os.W_OK | os.X_OK)
+        return log_dir_online(log_dir)
+
+    @property
+    def moves(self) -> dict[TopicPartition, ReplicaMove]:
+        """The replica moves between log dirs under way (kshim.replica.moves)."""
+        return self._mover.moves
 
     def alter_log_dir(self, topic: str, index: int, log_dir: Path) -> ErrorCode:
         """AlterReplicaLogDirs for one replica (Kafka's ReplicaManager.alterReplicaLogDirs): start
         moving it to `log_dir` (an absolute path among log_dirs), cancelling a move elsewhere."""
-        if log_dir not in self.log_dirs:
-            return ErrorCode.LOG_DIR_NOT_FOUND
-        if not self.log_dir_online(log_dir):
-            return ErrorCode.KAFKA_STORAGE_ERROR
-        key = (topic, index)
-        replica = self._replicas.get(key)
-        if replica is None:
-            self._preferred[key] = log_dir  # created there if it comes here later (as Kafka does)
-            return ErrorCode.REPLICA_NOT_AVAILABLE
-        move = self.moves.get(key)
-        if move is not None:
-            if move.destination == log_dir:
-                return ErrorCode.NONE
-            move.cancelled = True  # its task deletes its copy
-            del self.moves[key]
-        if self.log_dir_of(replica) == log_dir:
-            return ErrorCode.NONE
-        name = replica.directory.name
-        future = log_dir / future_name(name, uuid.uuid4().hex)
-        self.moves[key] = ReplicaMove(topic, index, log_dir, future, DirCopier(replica.directory, future))
-        log.info("moving replica %s from %s to %s", name, self.log_dir_of(replica), log_dir)
-        self._moves_changed.fire()
-        return ErrorCode.NONE
+        return self._mover.alter(topic, index, log_dir)
 
     async def run_moves(self) -> None:
         """Replica moves between log dirs, one at a time (Kafka's ReplicaAlterLogDirsThread)."""
-        while True:
-            move = next((m for m in self.moves.values() if not m.started), None)
-            if move is None:
-                await self._moves_changed.wait()
-                continue
-            move.started = True
-            try:
-                await self._move(move)
-            except OSError as e:
-                log.warning("moving %s-%d to %s failed: %s", move.topic, move.index, move.destination, e)
-                self.deleter.remove(move.future, "the move failed")
-            finally:
-                if self.moves.get((move.topic, move.index)) is move:
-                    del self.moves[(move.topic, move.index)]
-                self._moves_changed.fire()
+        await self._mover.run()
 
-    async def _move(self, move: ReplicaMove) -> None:
-        key = (move.topic, move.index)
-        replica = self._replicas.get(key)
-        if replica is None:
-            return
-        for _ in range(MOVE_MAX_ROUNDS):
-            if move.cancelled or self._replicas.get(key) is not replica:
-                self.deleter.remove(move.future, "the move was cancelled")
-                return
-            truncations, end = replica.log.truncations, replica.log_end_offset
-            try:
-                copied = await anyio.to_thread.run_sync(move.copier.sync)
-            except FileNotFoundError:
-                if self._replicas.get(key) is not replica:  # deleted while copying
-                    self.deleter.remove(move.future, "the replica was removed while it moved")
-                    return
-                raise
-            if replica.log.truncations != truncations:
-                move.copier.reset()  # a truncated segment keeps its inode: copy everything again
-                continue
-            move.copied_end_offset = end
-            if copied <= MOVE_FINAL_BYTES:
-                break
-        # fsync the source off the event loop first: closing it in _swap then has little left to sync
-        truncations = replica.log.truncations
-        await anyio.to_thread.run_sync(replica.log.flush)
-        if move.cancelled or self._replicas.get(key) is not replica:
-            self.deleter.remove(move.future, "the move was cancelled")
-            return
-        if replica.log.truncations != truncations:
-            move.copier.reset()  # truncated while it flushed: the last round copies everything
-        self._swap(replica, move)
-
-    def _swap(self, replica: Partition, move: ReplicaMove) -> None:
-        """The last round, on the event loop so nothing appends meanwhile (Kafka does it under the
-        partition's lock): close the source log, copy what is left, mark the copy complete, rename
-        the source away and the copy into place, reopen the log there."""
-        source = replica.directory
-        target = move.destination / source.name
-        replica.close_for_move()
-        try:
-            move.copier.sync(final=True)
-            marker = move.future / MOVE_COMPLETE
-            with open(marker, "wb") as f:
-                os.fsync(f.fileno())
-            fsync_dir(move.future)
-        except OSError:
-            replica.reopen_at(source)  # the source is untouched: it stays the replica
-            raise
-        # from here the copy is the replica (a restart finishes the move: kshim.log.log_dirs.scan)
-        self.deleter.remove(source, f"moved to {move.destination}", topic_id=replica.topic_id)
-        os.replace(move.future, target)
-        (target / MOVE_COMPLETE).unlink()
-        self._located[source.name] = move.destination
-        replica.reopen_at(target)
-        log.info("moved replica %s to %s (%d bytes copied)", source.name, move.destination, move.copier.bytes_copied)
-
+    # ------------------------------------------------------------------ the leader ladder
     def requires_keys(self, topic: str, index: int) -> bool:
         """Whether records appended to this replica must all have keys (a compacted topic)."""
         replica = self._replicas.get((topic, index))
@@ -776,7 +534,7 @@ class ReplicaManager:
         epoch_error = replica.leader_epoch_error(current_leader_epoch)
         return epoch_error if epoch_error else replica
 
-    # ------------------------------------------------------------------ appends
+    # ------------------------------------------------------------------ appends (kshim.replica.appends)
     def append(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
                topic_errors: Mapping[str, ErrorCode] | None = None, internal_topics_allowed: bool = False,
                rejected: Mapping[int, Rejection] | None = None
@@ -788,148 +546,7 @@ class ReplicaManager:
         Clients never append to internal topics (Kafka's internalTopicsAllowed=false): their
         partitions answer INVALID_TOPIC_EXCEPTION. `rejected` (from `validator.check`): entries
         whose batches from a bad one on are not stored; that one's error is their answer."""
-        if acks not in VALID_ACKS:
-            message = f"acks must be 0, 1 or -1, got {acks}"
-            return [PartitionAppend(ErrorCode.INVALID_REQUIRED_ACKS, message) for _ in entries]
-        errors: list[ErrorCode | None] = []
-        failed: dict[int, PartitionAppend] = {}
-        late: dict[int, Rejection] = {}  # answered after appending the good batches before them
-        kept: list[tuple[str, int, Records]] = []
-        for i, (topic, index, data) in enumerate(entries):
-            error = (topic_errors or {}).get(topic)
-            if not internal_topics_allowed and topic in INTERNAL_TOPICS:
-                error = ErrorCode.INVALID_TOPIC_EXCEPTION
-            errors.append(error)
-            bad = rejected.get(i) if rejected else None
-            if bad is not None and not error:
-                if not bad.valid_bytes:
-                    failed[i] = PartitionAppend(bad.error, bad.message)
-                else:
-                    data = memoryview(data)[:bad.valid_bytes] if data is not None else data
-                    late[i] = bad
-            kept.append((topic, index, data))
-        jobs = self._recompressions(kept, errors, failed)
-        if jobs:
-            return self._append_recompressed(acks, timeout_s, kept, errors, jobs, failed, late)
-        return self._append_all(acks, timeout_s, kept, errors, failed, late)
-
-    def _recompressions(self, entries: Sequence[tuple[str, int, Records]], errors: Sequence[ErrorCode | None],
-                        failed: Mapping[int, PartitionAppend]) -> dict[int, tuple[int, int | None]]:
-        """Entries (by position) whose batches this broker must recompress for compression.type,
-        with the codec and level."""
-        jobs = {}
-        for i, (topic, index, data) in enumerate(entries):
-            partition = self._replicas.get((topic, index))
-            if (not data or errors[i] or i in failed or partition is None
-                    or partition.compression_codec is None or not partition.is_leader):
-                continue
-            if needs_recompression(data, partition.compression_codec):
-                jobs[i] = (partition.compression_codec, partition.compression_level)
-        return jobs
-
-    async def _append_recompressed(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
-                                   errors: Sequence[ErrorCode | None], jobs: dict[int, tuple[int, int | None]],
-                                   failed: dict[int, PartitionAppend], late: Mapping[int, Rejection]
-                                   ) -> list[PartitionAppend]:
-        """Recompress in a worker thread (CPU-bound; other connections go on meanwhile), then append
-        as usual. The records are copied first: the request frame's buffer is not ours across an await."""
-        owned = [(topic, index, bytes(data) if isinstance(data, memoryview) else data) for topic, index, data in entries]
-
-        def work() -> dict[int, bytes | PartitionAppend]:
-            done: dict[int, bytes | PartitionAppend] = {}
-            for i, (codec, level) in jobs.items():
-                data = owned[i][2]
-                assert data is not None
-                try:
-                    done[i] = recompress(data, codec, level)
-                except CorruptRecordError as e:
-                    done[i] = PartitionAppend(ErrorCode.CORRUPT_MESSAGE, f"recompressing for compression.type: {e}")
-            return done
-
-        done = await anyio.to_thread.run_sync(work)
-        ready: list[tuple[str, int, Records]] = []
-        for i, (topic, index, data) in enumerate(owned):
-            outcome = done.get(i)
-            if isinstance(outcome, PartitionAppend):
-                failed[i] = outcome
-            ready.append((topic, index, outcome if isinstance(outcome, bytes) else data))
-        results = self._append_all(acks, timeout_s, ready, errors, failed, late)
-        return results if isinstance(results, list) else await results
-
-    def _append_all(self, acks: int, timeout_s: float, entries: Sequence[tuple[str, int, Records]],
-                    errors: Sequence[ErrorCode | None], failed: Mapping[int, PartitionAppend],
-                    late: Mapping[int, Rejection]) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
-        results: list[PartitionAppend | Awaitable[PartitionAppend]] = []
-        # the replicas as they were at the append: one removed while its write is out still
-        # ends its acks=all wait (no longer leader)
-        replicas: list[Partition | None] = []
-        written = False  # some write was handed to the log writer: the answer waits for it
-        for i, (topic, index, data) in enumerate(entries):
-            replicas.append(self._replicas.get((topic, index)))
-            result = failed.get(i) or self._append_one(acks, topic, index, data, errors[i])
-            if not isinstance(result, PartitionAppend):
-                written = True
-            results.append(result)
-        if written:
-            return self._when_written(acks, timeout_s, replicas, results, late)
-        return self._settle(acks, timeout_s, replicas, results, late)  # type: ignore[arg-type]
-
-    def _settle(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
-                results: list[PartitionAppend], late: Mapping[int, Rejection]
-                ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
-        waits = []
-        for i, result in enumerate(results):
-            bad = late.get(i)
-            if bad is not None and not result.error:
-                result.error, result.message = bad.error, bad.message
-            replica = replicas[i]
-            if acks == -1 and result.appended and replica is not None:
-                if replica.high_watermark > result.last_offset:
-                    # COMMITTED as it was appended (an ISR of this replica alone): answered now, so
-                    # the Produce needs no task and no loop turn, as acks=1
-                    _committed(result, replica)
-                else:
-                    waits.append((result, replica))
-        return self._await_commit(results, waits, timeout_s) if waits else results
-
-    async def _when_written(self, acks: int, timeout_s: float, replicas: Sequence[Partition | None],
-                            pending: list[PartitionAppend | Awaitable[PartitionAppend]],
-                            late: Mapping[int, Rejection]) -> list[PartitionAppend]:
-        """Every write is already handed out (the writer coalesces them); await them in order."""
-        results = [r if isinstance(r, PartitionAppend) else await r for r in pending]
-        settled = self._settle(acks, timeout_s, replicas, results, late)
-        return settled if isinstance(settled, list) else await settled
-
-    def _append_one(self, acks: int, topic: str, index: int, data: Records,
-                    topic_error: ErrorCode | None) -> PartitionAppend | Awaitable[PartitionAppend]:
-        if topic_error:
-            return PartitionAppend(topic_error)
-        partition = self.get_partition_or_error(topic, index)
-        if isinstance(partition, ErrorCode):
-            return PartitionAppend(partition, f"broker {self.node_id} does not lead {topic}-{index}"
-                                   if partition == ErrorCode.NOT_LEADER_OR_FOLLOWER else None)
-        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
-            return PartitionAppend(ErrorCode.NOT_ENOUGH_REPLICAS, f"ISR {list(partition.isr)} is smaller than "
-                                   f"min.insync.replicas={partition.min_insync_replicas}")
-        appended = partition.submit_append(data)
-        if not isinstance(appended, AppendResult):
-            return self._outcome_when_written(topic, index, appended, partition)
-        return _logged(topic, index, _outcome(appended, partition))
-
-    @staticmethod
-    async def _outcome_when_written(topic: str, index: int, pending: Awaitable[AppendResult],
-                                    partition: Partition) -> PartitionAppend:
-        return _logged(topic, index, _outcome(await pending, partition))
-
-    async def _await_commit(self, results: list[PartitionAppend], waits: list[tuple[PartitionAppend, Partition]],
-                            timeout_s: float) -> list[PartitionAppend]:
-        deadline = time.monotonic() + max(timeout_s, 0)  # anyio.current_time() on asyncio, without its lookups
-        for result, partition in waits:
-            if await partition.wait_committed(result.last_offset, max(deadline - time.monotonic(), 0)):
-                _committed(result, partition)
-            else:
-                _not_committed(result, partition)
-        return results
+        return self._appender.append(acks, timeout_s, entries, topic_errors, internal_topics_allowed, rejected)
 
     async def append_and_wait(self, topic: str, index: int, records: bytes | TxnMarker, timeout_s: float,
                               on_appended: Callable[[PartitionAppend], None] | None = None) -> PartitionAppend:
@@ -937,54 +554,13 @@ class ReplicaManager:
         the partition's from_coordinator checks, or a transaction marker. Returns once the records
         are COMMITTED (error NONE) or not within `timeout_s`. `on_appended` runs right after a
         successful append, before the wait."""
-        result, partition = self._coordinator_append(topic, index, records)
-        if partition is None:
-            return result
-        if on_appended is not None:
-            on_appended(result)
-        return await self._coordinator_committed(topic, index, records, result, partition, timeout_s)
+        return await self._appender.append_and_wait(topic, index, records, timeout_s, on_appended)
 
     async def append_markers_and_wait(self, tps: list[tuple[str, int]], marker: TxnMarker,
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         """`append_and_wait` of one marker on several partitions: all appended first, then each
         waited for in turn (together they last as long as the slowest, with no task per partition)."""
-        deadline = time.monotonic() + timeout_s  # as anyio.current_time(), without a getpid per call
-        if self.recovering:
-            with anyio.move_on_after(timeout_s):
-                await self.wait_recovered(tps)
-        appended = [(tp, *self._coordinator_append(*tp, marker)) for tp in tps]
-        codes: dict[tuple[str, int], ErrorCode] = {}
-        for tp, result, partition in appended:
-            if partition is not None:
-                result = await self._coordinator_committed(*tp, marker, result, partition,
-                                                           max(deadline - time.monotonic(), 0))
-            codes[tp] = result.error
-        return codes
-
-    def _coordinator_append(self, topic: str, index: int,
-                            records: bytes | TxnMarker) -> tuple[PartitionAppend, Partition | None]:
-        """The append of `append_and_wait`; the partition None when nothing was appended."""
-        partition = self.get_partition_or_error(topic, index)
-        if isinstance(partition, ErrorCode):
-            return PartitionAppend(partition), None
-        if isinstance(records, TxnMarker):
-            appended = partition.append_marker(records.producer_id, records.producer_epoch, records.committed,
-                                               records.coordinator_epoch, records.transaction_version)
-        else:
-            appended = partition.append(records, from_coordinator=True)
-        result = _outcome(appended, partition)
-        return result, partition if result.appended else None
-
-    async def _coordinator_committed(self, topic: str, index: int, records: bytes | TxnMarker,
-                                     result: PartitionAppend, partition: Partition,
-                                     timeout_s: float) -> PartitionAppend:
-        """The wait of `append_and_wait`: until COMMITTED, then a marker's listeners are told."""
-        if not await partition.wait_committed(result.last_offset, timeout_s):
-            _not_committed(result, partition)
-        elif isinstance(records, TxnMarker):
-            for listener in self.marker_listeners:
-                listener(topic, index, records, result.last_offset)
-        return result
+        return await self._appender.append_markers_and_wait(tps, marker, timeout_s)
 
     # ------------------------------------------------------------------ reads
     def fetch(self, params: FetchParams, asked: list[FetchPartition]) -> FetchResult | Awaitable[FetchResult]:
@@ -1109,36 +685,6 @@ def _log_leaderships(leaders: list[Partition]) -> None:
 def _wake_all(replicas: list[Partition]) -> None:
     for replica in replicas:
         replica.wake()
-
-
-def _logged(topic: str, index: int, result: PartitionAppend) -> PartitionAppend:
-    if result.error:
-        log.info("produce to %s-%d failed: %s %s", topic, index, result.error.name, result.message or "")
-    return result
-
-
-def _outcome(result: AppendResult, partition: Partition) -> PartitionAppend:
-    return PartitionAppend(result.error, result.message, result.base_offset, result.last_offset,
-                           result.log_append_time, partition.log_start_offset,
-                           appended=result.error == ErrorCode.NONE and result.last_offset >= 0)
-
-
-def _committed(result: PartitionAppend, partition: Partition) -> None:
-    """An acks=all append is COMMITTED: its answer, unless the ISR fell below min.insync.replicas."""
-    if len(partition.isr) < partition.min_insync_replicas:
-        result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
-            f"appended, but the ISR {list(partition.isr)} fell below min.insync.replicas="
-            f"{partition.min_insync_replicas}")
-
-
-def _not_committed(result: PartitionAppend, partition: Partition) -> None:
-    """Why appended records were not COMMITTED in time: leadership moved, or followers are slow."""
-    if not partition.is_leader:
-        result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, (
-            "leadership moved before the records were committed")
-    else:
-        result.error, result.message = ErrorCode.REQUEST_TIMED_OUT, (
-            "not all in-sync replicas had the records before the timeout; they may still be committed")
 
 
 def _write_hw_files(files: list[tuple[Path, str]], fsync: bool) -> list[bool]:

@@ -28,6 +28,7 @@ class Mutation:
 
 PARTITION, PRODUCE = "kshim/replica/partition.py", "kshim/net/handlers/00_produce.py"
 REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
+APPENDS, RECOVERY = "kshim/replica/appends.py", "kshim/replica/recovery.py"
 TXN_COORDINATOR = "kshim/coordinator/transactions/coordinator.py"
 CLEANER, SHARE_STATE = "kshim/log/cleaner.py", "kshim/coordinator/share_partitions/state.py"
 
@@ -37,7 +38,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("            raise ProtocolError(f\"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata\")\n        return None",
          "            raise ProtocolError(f\"acks=0 produce failed for {failed[:3]}: closing so the producer refreshes metadata\")\n        return {\"responses\": responses, \"throttle_time_ms\": 0}"),),
         "acks=0 requests get a response"),
-    Mutation("`acks=1` answers once the leader has appended", REPLICAS, (
+    Mutation("`acks=1` answers once the leader has appended", APPENDS, (
         ("        appended = partition.submit_append(data)\n",
          "        appended = partition.submit_append(data) if acks != 1 else AppendResult(\n"
          "            base_offset=partition.log_end_offset, last_offset=partition.log_end_offset)\n"),),
@@ -62,7 +63,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "                result.appended_batches = 0\n                break\n            if header is _DUPLICATE:\n"
          "                pos += result.skipped\n                continue\n            try:")),
         "an invalid batch rolls back the batches of the request appended before it"),
-    Mutation("each partition of a request succeeds or fails on its own", REPLICAS, (
+    Mutation("each partition of a request succeeds or fails on its own", APPENDS, (
         ("        return self._await_commit(results, waits, timeout_s) if waits else results\n",
          "        first = next((r.error for r in results if r.error), ErrorCode.NONE)\n"
          "        for r in results:\n            r.error = first\n"
@@ -98,15 +99,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("acks=1 records are UNCOMMITTED until the in-sync followers have them", "kshim/net/handlers/02_list_offsets.py", (
         ("        return partition.read_bound(isolation_level), -1", "        return partition.read_bound(0), -1"),),
         "ListOffsets latest answers the log end offset under read_committed"),
-    Mutation("acks=all with in-sync followers that do not fetch", REPLICAS, (
+    Mutation("acks=all with in-sync followers that do not fetch", APPENDS, (
         ("        result.error, result.message = ErrorCode.REQUEST_TIMED_OUT, (",
          "        result.error, result.message = ErrorCode.NONE, ("),),
         "acks=all answers success at the timeout though the records are not COMMITTED"),
-    Mutation("acks=all when the ISR is smaller than `min.insync.replicas`", REPLICAS, (
+    Mutation("acks=all when the ISR is smaller than `min.insync.replicas`", APPENDS, (
         ("        if acks == -1 and len(partition.isr) < partition.min_insync_replicas:",
          "        if acks == -1 and len(partition.isr) < partition.min_insync_replicas and partition.append(data):"),),
         "NOT_ENOUGH_REPLICAS after appending the records"),
-    Mutation("NOT_ENOUGH_REPLICAS_AFTER_APPEND", REPLICAS, (
+    Mutation("NOT_ENOUGH_REPLICAS_AFTER_APPEND", APPENDS, (
         ("    if len(partition.isr) < partition.min_insync_replicas:\n        result.error, result.message = "
          "ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND",
          "    if False:\n        result.error, result.message = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND"),),
@@ -145,10 +146,10 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        os.ftruncate(self.fd, 0)\n        self.size = 0\n        self.rebuild(validate=True)\n"
          "        self.open_index_files()\n        self._init_first_append()\n        return False"),),
         "recovery after a crash drops the active segment's records"),
-    Mutation("is recovered, never deleted, while the broker's first image", REPLICAS, (
+    Mutation("is recovered, never deleted, while the broker's first image", RECOVERY, (
         ("            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))\n        return out",
          "            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))\n"
-         "        if not out:\n            self._cancel_recovery(next(iter(self.recovering)))\n        return out"),),
+         "        if not out:\n            self.cancel(next(iter(self.recovering)))\n        return out"),),
         "the background recovery gives up (deletes) the logs the image being prepared assigns"),
     Mutation("halfway through a write) of a segment roll", "kshim/log/log.py", (
         ("            for seg in reversed(self._segments[i + 1:]):\n                seg.delete()",
