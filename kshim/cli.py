@@ -50,7 +50,7 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-CTL_HELP = "control a running cluster (kshim serve --brokers N)"  # kshim.ctl.commands.HELP
+CTL_HELP = "inspect and disturb a running kshim serve: a single broker or a --brokers N cluster"  # kshim.ctl.commands.HELP
 # the cluster's internal commands, named in the command list of every run; their modules load only
 # for themselves (kshim.cluster.broker_process.HELP, kshim.controller.service.HELP)
 BROKER_HELP = "(internal) run one broker of a cluster; `kshim serve --brokers N` starts these"

@@ -1,14 +1,17 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster
-(or a single `kshim serve`: status, groups, txns, compact, fault and requests). Every command takes
---json for machine-readable output (JSON is the default of those that print data).
+(or a single `kshim serve`: status, groups, txns, compact, telemetry, fault and requests). Every
+command takes --json for machine-readable output (JSON is the default of those that print data).
 
-Every command but `groups`, `txns` and `compact` is one request to the supervisor (`kshim serve --brokers N`)
-over <data-dir>/supervisor.sock, which asks the controller what it needs. Process commands (kill,
-start, pause, resume) are carried out by the supervisor, on the processes it started: ctl itself
-never signals anything. `groups` and `txns`
-ask the brokers with the Kafka protocol (found through the controller, connecting over the
-inter-broker listener as the inter-broker user; or --bootstrap for any Kafka cluster, with
---command-config FILE for its credentials: docs/security.md).
+`status` and the node commands (kill, start, pause, resume, isolate, heal) are one request to the
+supervisor (`kshim serve --brokers N`) over <data-dir>/supervisor.sock, which asks the controller
+what it needs; a single `kshim serve` answers `status` on <data-dir>/broker.sock. Process commands
+(kill, start, pause, resume) are carried out by the supervisor, on the processes it started: ctl
+itself never signals anything. `compact`, `telemetry`, `fault`, `net` and `requests` call each
+broker's admin socket (<data-dir>/broker-i/broker.sock, or a single `kshim serve`'s
+<data-dir>/broker.sock). `groups` and `txns` ask the brokers with the Kafka protocol (found
+through the controller, connecting over the inter-broker listener as the inter-broker user; or
+--bootstrap for any Kafka cluster, with --command-config FILE for its credentials:
+docs/security.md).
 
     status [--table]   JSON (or a table): the controller (pid, state, restarts), brokers,
                        partitions, leaders, ISRs, reassignments under way, each replica's state

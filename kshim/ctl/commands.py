@@ -9,20 +9,22 @@ import kshim.ctl
 from kshim.ctl import compact, faults, groups, status, telemetry, txns
 from kshim.ctl.common import CtlError
 
-HELP = "control a running cluster (kshim serve --brokers N)"
+HELP = "inspect and disturb a running kshim serve: a single broker or a --brokers N cluster"
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     assert kshim.ctl.__doc__
     p = sub.add_parser("ctl", help=HELP,
-                       description="Inspect and disturb a running `kshim serve --brokers N` cluster through its "
-                                   "controller.", epilog=kshim.ctl.__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0],
+                       description="Inspect and disturb a running `kshim serve`, a single broker or a "
+                                   "`--brokers N` cluster.\nkill, start, pause, resume, isolate, heal and net "
+                                   "need a cluster; the other commands work on both.",
+                       epilog=kshim.ctl.__doc__.split("\n\n", 1)[1].rsplit("\n\n", 1)[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", type=Path, default=Path("kshim-data"),
-                   help="the cluster's data dir, as given to serve (default ./kshim-data)")
+                   help="the data dir given to kshim serve (default ./kshim-data)")
     commands = p.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
     status_parser = commands.add_parser("status", help="brokers and partitions as JSON",
-                                 description="Print the cluster's brokers and partitions as JSON.")
+                                 description="Print the brokers and partitions as JSON.")
     status_parser.add_argument("--table", action="store_true", help="a human-readable table instead of JSON")
     status_parser.add_argument("--json", action="store_true", help="JSON (the default)")
     helps = {"kill": "SIGKILL a broker", "start": "start a stopped broker again",
