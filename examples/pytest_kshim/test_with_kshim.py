@@ -1,6 +1,6 @@
 """A test suite of your own against kshim, with the kshim pytest plugin's fixtures.
 
-    pip install kshim kafka-python      # the plugin registers itself (entry point pytest11)
+    pip install . pytest kafka-python   # from the kshim checkout; the plugin registers itself (pytest11)
     pytest examples/pytest_kshim
 
 (From a checkout without installing kshim: `python -m pytest -p kshim.testing.plugin examples/pytest_kshim`.)
