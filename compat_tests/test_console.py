@@ -6,7 +6,9 @@ The browser test produces, pauses a follower with the page's own button, produce
 watches the leader's bar grow an UNCOMMITTED region (high watermark below the log end) while the
 paused follower's bar stands still; then the ISR shrinks, the region becomes COMMITTED, and the
 page's resume button brings the follower back into the ISR at the leader's log end. The page is
-never reloaded: every change arrives over server-sent events. On a single broker, /metrics is
+never reloaded: every change arrives over server-sent events. On another cluster, a page opened
+after a follower was paused while nobody watched shows the offsets `kshim ctl status` shows for
+it, and the brokers' abnormal states in colour. On a single broker, /metrics is
 scraped after produce, consume and an open transaction, which the console's state lists with its
 partition's last stable offset below the high watermark.
 
@@ -28,9 +30,10 @@ from playwright.sync_api import sync_playwright
 from kafka.admin import KafkaAdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from compat_tests.cluster import Cluster, running
+from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection
+from wire.errors import ErrorCode
 from wire.records import encode_batch
 
 CHROMIUM = "/usr/bin/chromium"
@@ -236,6 +239,66 @@ def test_browser_shows_replication_as_a_follower_is_paused_and_resumed(tmp_path,
         assert sample(metrics, "kafka_server_replicamanager_isrexpands_total", broker=str(leader)) >= 1
         for node in range(3):
             assert sample(metrics, "kafka_log_log_logendoffset", broker=str(node), topic="clicks", partition="0") == 30
+        page.close()
+
+
+def cell_color(page: Page, node: int, column: str) -> str:
+    """The text colour of a broker row's cell, by its column heading."""
+    return page.evaluate("""([node, column]) => {
+        const heads = [...document.querySelectorAll("#brokers th")].map((th) => th.textContent);
+        const row = document.querySelector(`tr[data-broker="${node}"]`);
+        return getComputedStyle(row.children[heads.indexOf(column)]).color;
+    }""", [node, column])
+
+
+def test_page_shows_what_ctl_status_shows_of_a_broker_paused_while_nobody_watched(tmp_path, browser):
+    """A follower paused while no page was open shows on the page the offsets `kshim ctl status`
+    shows for it, not older ones the console read before; a broker's abnormal states (paused,
+    fenced, isolated) stand out from the normal ones; the fault form shows a whole error name."""
+    with running(Cluster(tmp_path / "cluster", 3)) as cluster:
+        url = console_url(cluster.process)
+        admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            admin.create_topics([NewTopic("quiet", 1, 3)])
+        finally:
+            admin.close()
+        produce(cluster.bootstrap, "quiet", 10, "all")
+        # the console reads every broker once (an action refreshes it) and then nobody watches it,
+        # as when a page was closed a while ago: it asks the brokers nothing more
+        status, answer = post(url + "action", b'{"action": "fault-clear", "id": null, "node": null}',
+                              "application/json")
+        assert status == 200 and answer["ok"], answer
+        produce(cluster.bootstrap, "quiet", 5, "all")
+        leader = cluster.partition("quiet")["leader"]
+        follower, other = [n for n in range(3) if n != leader]
+        wait_until(lambda: cluster.partition("quiet")["replica_offsets"].get(str(follower), {}).get("log_end_offset")
+                   == 15, timeout=30, message=f"ctl status: broker {follower} at log end 15")
+        assert run_ctl(cluster.data_dir, "pause", str(follower)).returncode == 0
+        expected = cluster.partition("quiet")["replica_offsets"][str(follower)]  # its last heartbeat's
+
+        page = Page(browser, url)
+        shown = wait_page(page, lambda: (r := replica(page, "quiet", follower)).get("leo") and r,
+                          f"broker {follower}'s replica on the page")
+        assert shown["stale"], shown
+        assert (shown["leo"], shown["hw"]) == (str(expected["log_end_offset"]), str(expected["high_watermark"])), \
+            f"the page shows {shown}, `kshim ctl status` {expected}"
+
+        # abnormal states in colour: paused (the process), fenced (registered), isolated
+        assert cell_color(page, follower, "process") != cell_color(page, leader, "process")
+        page.wait_for_selector(f'tr[data-broker="{follower}"][data-alive="false"]')  # the session timeout
+        assert cell_color(page, follower, "registered") != cell_color(page, leader, "registered")
+        page.click(f'button[data-action="isolate"][data-node="{other}"]')
+        page.wait_for_selector(f'tr[data-broker="{other}"][data-isolated="true"]')
+        assert cell_color(page, other, "isolated") != cell_color(page, leader, "isolated")
+        assert cell_color(page, other, "isolated") == cell_color(page, follower, "process")
+
+        # the fault form's error field shows the default name, and the longest, whole
+        def error_field_fits(value: str) -> bool:
+            page.fill("#f-error", value)
+            return page.evaluate("(() => { const i = document.getElementById('f-error'); "
+                                 "return i.scrollWidth <= i.clientWidth; })()")
+        longest = max((e.name for e in ErrorCode), key=len)
+        assert error_field_fits("NOT_LEADER_OR_FOLLOWER") and error_field_fits(longest), longest
         page.close()
 
 

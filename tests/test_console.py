@@ -211,6 +211,28 @@ def test_a_silent_broker_keeps_its_last_offsets_marked_stale():
     assert r1["is_leader"] and r1["log_end_offset"] is None  # nothing known of it at all
 
 
+def test_a_silent_broker_shows_the_offsets_of_its_last_heartbeat():
+    """`kshim ctl status` shows the log end and high watermark of a broker's last heartbeat; the
+    console's own last answer from it may be older (it asks only while watched): the page shows
+    what ctl status shows, with the last stable offset only when that answer is as recent."""
+    source = FakeSource()
+    known = {0: [{"topic": "t", "partition": 0, "log_start_offset": 1, "last_stable_offset": 8,
+                  "high_watermark": 10, "log_end_offset": 10}]}
+
+    def shown(reported: dict[str, int]) -> dict[str, Any]:
+        overview = {"brokers": [], "partitions": [{"topic": "t", "partition": 0, "leader": 1, "leader_epoch": 2,
+                                                   "replicas": [0, 1], "isr": [0, 1],
+                                                   "replica_offsets": {"0": reported}}]}
+        state = build_state(source, overview, known, fresh={1}, groups={}, txns={}, faults=None)
+        return state["partitions"][0]["replica_states"][0]
+
+    r0 = shown({"log_end_offset": 15, "high_watermark": 14})
+    assert (r0["stale"], r0["log_start_offset"], r0["last_stable_offset"], r0["high_watermark"],
+            r0["log_end_offset"]) == (True, 1, None, 14, 15)
+    r0 = shown({"log_end_offset": 10, "high_watermark": 10})
+    assert (r0["last_stable_offset"], r0["high_watermark"], r0["log_end_offset"]) == (8, 10, 10)
+
+
 # ------------------------------------------------------------------------------------ a broker's metrics
 @pytest.fixture
 def standalone(tmp_path) -> Iterator[Broker]:

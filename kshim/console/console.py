@@ -3,7 +3,9 @@ itself (server-sent events), as JSON, and as Prometheus metrics.
 
 - Every POLL_S: the overview (brokers, controller, partitions) and each live broker's replica
   offsets (log start, last stable offset, high watermark, log end). A broker that does not answer
-  in time (paused, killed, starting) keeps its last known offsets, marked stale.
+  in time (paused, killed, starting) shows its last known offsets, marked stale: the log end and
+  high watermark of its last heartbeat to the controller (those of `kshim ctl status`), which are
+  newer than the console's last answer from it when nobody watched meanwhile.
 - Every GROUPS_POLL_S: consumer groups (members, assignments, committed offsets, lag) and
   transactions, asked of the brokers with the Kafka protocol, as `kshim ctl groups` and `kshim
   ctl txns` do, with the inter-broker identity (its listener's TLS and SASL user).
@@ -318,8 +320,9 @@ def build_state(source: Source, overview: dict[str, Any], known: dict[int, list[
                 fresh: set[int], groups: dict[str, Any], txns: dict[str, Any],
                 faults: list[dict[str, Any]] | None) -> dict[str, Any]:
     """The page's state: the overview, each partition's replicas with their offsets (fresh from
-    their broker, else its last answer marked stale, else the log end and high watermark the
-    controller heard in its heartbeats), groups and open transactions."""
+    their broker; for a broker that does not answer, the log end and high watermark the controller
+    heard in its last heartbeat, as `kshim ctl status` shows them, else its broker's last answer,
+    marked stale), groups and open transactions."""
     by_replica = {(r["topic"], r["partition"], node): r for node, rs in known.items() for r in rs}
     partitions = []
     for p in overview.get("partitions", []):
@@ -327,14 +330,21 @@ def build_state(source: Source, overview: dict[str, Any], known: dict[int, list[
         for node in p["replicas"]:
             r = by_replica.get((p["topic"], p["partition"], node))
             reported = p.get("replica_offsets", {}).get(str(node))
+            stale = node not in fresh
             entry: dict[str, Any] = {"node": node, "in_isr": node in p["isr"], "is_leader": node == p["leader"],
-                                     "stale": node not in fresh}
-            if r is not None:
+                                     "stale": stale}
+            if r is not None and not (stale and reported is not None):
                 entry.update({k: r[k] for k in ("log_start_offset", "last_stable_offset", "high_watermark",
                                                  "log_end_offset")})
             elif reported is not None:
-                entry.update(log_start_offset=None, last_stable_offset=None, high_watermark=reported["high_watermark"],
-                             log_end_offset=reported["log_end_offset"])
+                # a silent broker's last heartbeat: the console may have last asked it long before
+                # (it polls only while watched), the heartbeats came until it stopped
+                last = r or {}
+                same = (last.get("high_watermark"), last.get("log_end_offset")) == \
+                    (reported["high_watermark"], reported["log_end_offset"])
+                entry.update(log_start_offset=last.get("log_start_offset"),
+                             last_stable_offset=last.get("last_stable_offset") if same else None,
+                             high_watermark=reported["high_watermark"], log_end_offset=reported["log_end_offset"])
             else:
                 entry.update(log_start_offset=None, last_stable_offset=None, high_watermark=None, log_end_offset=None)
             replicas.append(entry)

@@ -31,6 +31,8 @@ PAGE = r"""<!doctype html>
   button:disabled { opacity: .35; cursor: default; }
   .state-running { color: var(--committed); } .state-paused { color: var(--uncommitted); }
   .state-dead { color: #c62828; }
+  .state-isolated { color: var(--uncommitted); }
+  #fault-form input.wide { width: 30em; }  /* the longest error name, whole */
   .partition { margin: 8px 0 14px; }
   .partition .title { font-weight: 600; }
   .partition .title span { font-weight: normal; color: var(--muted); margin-left: 10px; }
@@ -86,7 +88,7 @@ PAGE = r"""<!doctype html>
     topic <input id="f-topic" size="10">
     partition <input id="f-partition" size="3">
     client id <input id="f-client" size="8">
-    error <input id="f-error" size="22" value="NOT_LEADER_OR_FOLLOWER">
+    error <input id="f-error" class="wide" value="NOT_LEADER_OR_FOLLOWER">
     delay ms <input id="f-delay" size="6" value="200">
     count <input id="f-count" size="3">
     duration ms <input id="f-duration" size="7">
@@ -128,8 +130,9 @@ function renderBrokers(s) {
     const buttons = acts.map((a) => `<button data-action="${a}" data-node="${b.id}" ${canDo(a, b) ? "" : "disabled"}>${a}</button>`).join("");
     h += `<tr data-broker="${b.id}" data-process="${esc(b.process)}" data-alive="${b.alive}" data-isolated="${b.isolated}">` +
          `<td>${b.id}</td><td>${esc(b.host)}:${b.port}</td><td>${b.pid || "-"}</td>` +
-         `<td class="${processClass(b.process)}">${esc(b.process)}</td><td>${b.alive ? "alive" : "fenced"}</td>` +
-         `<td>${b.isolated ? "yes" : "no"}</td><td>${b.epoch}</td><td>${buttons}</td></tr>`;
+         `<td class="${processClass(b.process)}">${esc(b.process)}</td>` +
+         `<td class="${b.alive ? "" : "state-dead"}">${b.alive ? "alive" : "fenced"}</td>` +
+         `<td class="${b.isolated ? "state-isolated" : ""}">${b.isolated ? "yes" : "no"}</td><td>${b.epoch}</td><td>${buttons}</td></tr>`;
   }
   if (s.mode === "cluster" && acts.includes("kill")) {
     const c = s.controller || {};
