@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kshim.clock import ManualClock
-from kshim.controller import controller as controller_module
 from kshim.controller import messages as m
+from kshim.controller import state as controller_state
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.store import MetadataStore
 from kshim.errors import BrokerError
@@ -75,7 +75,7 @@ async def test_a_restarted_controller_never_hands_out_an_id_twice(tmp_path):
 
 def test_image_versions_keep_increasing_across_controller_restarts_faster_than_the_clock(tmp_path, monkeypatch):
     """A ManualClock that never moves: versions cannot come from the wall clock alone."""
-    monkeypatch.setattr(controller_module, "VERSION_RANGE", 3)  # reserved 3 at a time: ranges run out
+    monkeypatch.setattr(controller_state, "VERSION_RANGE", 3)  # reserved 3 at a time: ranges run out
     clock = ManualClock()
 
     def controller() -> Controller:

@@ -127,16 +127,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("            if header.producer_id >= 0:\n                self._track(self.producers, header, memoryview(data)",
          "            if False:\n                self._track(self.producers, header, memoryview(data)"),),
         "followers do not replicate producer state: a new leader takes retries for new batches"),
-    Mutation("leaders are elected from the ISR only", "kshim/controller/controller.py", (
+    Mutation("leaders are elected from the ISR only", "kshim/controller/elections.py", (
         ("        in_sync = [r for r in p.replicas if r in p.isr and r in alive]",
          "        in_sync = [r for r in p.replicas if r in alive]"),),
         "any alive replica may be elected leader"),
-    Mutation("an admin's preferred leader election", "kshim/controller/controller.py", (
+    Mutation("an admin's preferred leader election", "kshim/controller/elections.py", (
         ("            if preferred not in p.isr or preferred not in alive or not self._holds_the_leaders_log(topic, p, preferred):",
          "            if preferred not in alive:"),),
         "a preferred election hands leadership to an out-of-sync replica"),
     Mutation("a partition reassignment completes only once every target replica is in the ISR",
-             "kshim/controller/controller.py", (
+             "kshim/controller/reassignments.py", (
         ("        if not isr or not replicas or any(r not in isr for r in replicas):\n            return []",
          "        if not replicas:\n            return []"),),
         "a reassignment drops the old replicas before the new ones caught up"),
