@@ -1,5 +1,5 @@
 """`kshim ctl --data-dir D <command>`: look at and disturb a running `kshim serve --brokers N` cluster
-(or a single `kshim serve`: status, groups, txns, compact, telemetry, fault and requests). Every
+(or a single `kshim serve`: status, groups, txns, scram, compact, telemetry, fault and requests). Every
 command takes --json for machine-readable output (JSON is the default of those that print data).
 
 `status` and the node commands (kill, start, pause, resume, isolate, heal) are one request to the
@@ -8,7 +8,7 @@ what it needs; a single `kshim serve` answers `status` on <data-dir>/broker.sock
 (kill, start, pause, resume) are carried out by the supervisor, on the processes it started: ctl
 itself never signals anything. `compact`, `telemetry`, `fault`, `net` and `requests` call each
 broker's admin socket (<data-dir>/broker-i/broker.sock, or a single `kshim serve`'s
-<data-dir>/broker.sock). `groups` and `txns` ask the brokers with the Kafka protocol (found
+<data-dir>/broker.sock). `groups`, `txns` and `scram` ask the brokers with the Kafka protocol (found
 through the controller, connecting over the inter-broker listener as the inter-broker user; or
 --bootstrap for any Kafka cluster, with --command-config FILE for its credentials:
 docs/security.md).
@@ -32,6 +32,11 @@ docs/security.md).
                        transactions: coordinator, state, producer, running time, partitions;
                        --producers TOPIC: each partition's producers and open transactions;
                        --abort TXN_ID: abort its open transaction by hand, fencing its producer
+    scram add USER --mechanism SCRAM-SHA-256|SCRAM-SHA-512 [--password P | --password-stdin]
+              [--iterations N]
+    scram list [USER...] | scram delete USER --mechanism M
+                       SCRAM users (AlterUserScramCredentials, DescribeUserScramCredentials;
+                       the salted password is computed here); also --bootstrap, --command-config
     compact TOPIC [PARTITION]
                        clean a compacted topic's logs now on every broker (also a single
                        `kshim serve`): each broker's <data dir>/broker.sock; JSON per replica

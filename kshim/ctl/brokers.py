@@ -160,8 +160,7 @@ def addresses_from_cluster(data_dir) -> list[tuple[str, int]]:
     try:
         s = status(data_dir)
     except CtlError as e:
-        raise CtlError(f"{e}; for a single broker (`kshim serve` without --brokers) or any Kafka "
-                       "cluster give --bootstrap HOST:PORT") from None
+        raise CtlError(f"{e}; for any other Kafka cluster give --bootstrap HOST:PORT") from None
     brokers = sorted(s["brokers"], key=lambda b: not b.get("alive", True))
     if not brokers:
         raise CtlError(f"the cluster in {data_dir} has no brokers")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import kshim.ctl
-from kshim.ctl import compact, faults, groups, status, telemetry, txns
+from kshim.ctl import compact, faults, groups, scram, status, telemetry, txns
 from kshim.ctl.common import CtlError
 
 HELP = "inspect and disturb a running kshim serve: a single broker or a --brokers N cluster"
@@ -40,6 +40,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         c.add_argument("--json", action="store_true", help="print what was done as a JSON object")
     groups.add_parser(commands)
     txns.add_parser(commands)
+    scram.add_parser(commands)
     compact.add_parser(commands)
     telemetry.add_parser(commands)
     faults.add_parsers(commands)
@@ -60,6 +61,8 @@ def main(args: argparse.Namespace) -> int:
         return groups.main(args)
     if args.ctl_command == "txns":
         return txns.main(args)
+    if args.ctl_command == "scram":
+        return scram.main(args)
     if args.ctl_command == "compact":
         return compact.main(args)
     if args.ctl_command == "telemetry":

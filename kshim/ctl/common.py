@@ -9,6 +9,7 @@ from wire.errors import ErrorCode
 # the client id each command's Kafka connections send, so a broker's logs tell them apart
 GROUPS_CLIENT_ID = "kshim-ctl-groups"
 TXNS_CLIENT_ID = "kshim-ctl-txns"
+SCRAM_CLIENT_ID = "kshim-ctl-scram"
 
 
 class CtlError(Exception):
