@@ -15,38 +15,41 @@ Offsets only grow: a batch starts at or after the end of the previous one. They 
 until the log cleaner (cleaner.py, compacted topics) removes whole batches, leaving gaps; recovery
 treats a batch whose offsets go back as the end of valid data. Cleaned segments are swapped in
 with Kafka's ``.cleaned`` -> ``.swap`` -> rename sequence (:meth:`Log.replace_segments`), and
-:meth:`Log._open` completes or discards a half-done swap.
+the open completes or discards a half-done swap.
 
 All public methods take the log's lock, so a Log may be shared with worker threads
 (batch_headers() reads outside it: do not truncate or delete while iterating).
+
+The Log's parts: this module holds its state, appends, reads, flushes, close and the cleaner's
+swap; opening its directory (recovery at open, the file names) is kshim.log.loader, the checks
+of the batches an append brings kshim.log.batches, the deletion of records (truncation,
+retention, a reset) kshim.log.retention, its settings kshim.log.config. Their names the rest of
+kshim uses (LogConfig, CLEAN_SHUTDOWN_FILE, ...) are importable from here.
 """
 from __future__ import annotations
 
 import logging
 import os
 import random
-import re
-import struct
 import threading
 import time
 from bisect import bisect_right
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Literal, Sequence, overload
 
-from wire.crc import crc32c
-
 from wire.primitives import FileRecords
-from wire.records import (
-    ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MIN_BATCH_LENGTH, BatchHeader,
-    CorruptRecordError, read_header, record_times,
-)
+from wire.records import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, CorruptRecordError, read_header, record_times
 
-from .segment import (
-    IDX_ENTRY, INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIDX_ENTRY, TIMEINDEX_SUFFIX, TMP_SUFFIX, Segment, scan,
-)
+from .segment import IDX_ENTRY, INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIDX_ENTRY, TIMEINDEX_SUFFIX, Segment, scan
 from kshim.clock import SYSTEM, Clock
+from kshim.log.batches import follower_metas, leader_metas, unpack_header
+from kshim.log.config import LogConfig
 from kshim.log.files import fsync_dir, save_checkpoint
+from kshim.log.loader import (
+    CLEAN_SHUTDOWN_FILE, CLEANED_SUFFIX, SEGMENT_SUFFIXES, START_OFFSET_FILE, SWAP_SUFFIX, load_segments,
+    read_start_offset,
+)
+from kshim.log.retention import SegmentDeletion
 from kshim.log.summary import ActiveEnd, LogSummary
 from kshim.log.txnindex import TXNINDEX_SUFFIX, AbortedTxn
 
@@ -57,20 +60,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kshim.log")
 
-CLEAN_SHUTDOWN_FILE = ".kshim-clean-shutdown"
-START_OFFSET_FILE = "log-start-offset"
-_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
-_INDEX_NAME = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$")
-_SWAP_NAME = re.compile(r"^(\d{20})\.log\.swap$")
-CLEANED_SUFFIX = ".cleaned"  # a cleaned segment being written (discarded at open)
-SWAP_SUFFIX = ".swap"        # a cleaned segment ready to replace its originals (completed at open)
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
-_DAY_MS = 24 * 3600 * 1000
-# The append hot path unpacks the 61-byte batch header with one precompiled struct (the layout of
-# wire.records.BatchHeader) and patches the base offset itself: a few hundred ns cheaper per batch
-# than read_header() + set_base_offset().
-_unpack_header = struct.Struct(">qiibIhiqqqhii").unpack_from
-_pack_q = struct.Struct(">q").pack_into
 RETIRED_GRACE_S = 60.0  # replaced segments' files stay open this long for lock-free readers
 _SMALL_READ = 64 * 1024  # reads up to this size are cut in memory; larger ones are read exactly
 # Fetch's file regions (read(regions=True)): a piece smaller than this is copied (a pread costs
@@ -91,32 +80,6 @@ class OffsetOutOfRange(Exception):
         self.log_end_offset = log_end_offset
 
 
-@dataclass
-class LogConfig:
-    segment_bytes: int = 1 << 30              # segment.bytes
-    segment_ms: int = 7 * _DAY_MS             # segment.ms
-    retention_ms: int = 7 * _DAY_MS           # retention.ms, -1 = unlimited
-    retention_bytes: int = -1                 # retention.bytes, -1 = unlimited
-    index_interval_bytes: int = 4096          # index.interval.bytes
-    flush_messages: int | None = None         # flush.messages: fsync after this many records; None = never
-    flush_ms: int | None = None               # flush.ms: fsync once the last flush is this old; None = never
-    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes: a segment whose index is full rolls
-    segment_jitter_ms: int = 0                # segment.jitter.ms: random amount taken off segment.ms per segment
-    # cleanup.policy: delete (retention) and/or compact (kshim.log.cleaner); both false is not allowed
-    compact: bool = False
-    delete: bool = True
-    delete_retention_ms: int = _DAY_MS        # delete.retention.ms: tombstones live this long once cleaned
-    min_cleanable_ratio: float = 0.5          # min.cleanable.dirty.ratio
-    min_compaction_lag_ms: int = 0            # min.compaction.lag.ms
-    max_compaction_lag_ms: int = (1 << 63) - 1  # max.compaction.lag.ms
-
-    @property
-    def roll_ms(self) -> int:
-        """Age at which the active segment rolls: segment.ms, or max.compaction.lag.ms if smaller on
-        a compacted log (Kafka's LogConfig.maxSegmentMs), so the cleaner can reach every record."""
-        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
-
-
 def _draw_jitter(config: LogConfig) -> int:
     """A segment's share of segment.jitter.ms, as Kafka's LogConfig.randomSegmentJitter."""
     if config.segment_jitter_ms <= 0:
@@ -134,63 +97,7 @@ class LogClosed(ValueError):
     """An append to a log that was closed (the replica was removed, or the broker is stopping)."""
 
 
-def _leader_metas(batch: bytearray | memoryview | bytes, pos: int, end: int, base: int) -> tuple[list, int, int]:
-    """Patch the base offsets of the whole batches in ``batch[pos:end]`` (writable) from ``base`` on:
-    (their metas, positions relative to pos; the last offset; the record count)."""
-    if end - pos >= HEADER_SIZE:
-        h = _unpack_header(batch, pos)
-        size = h[1] + LOG_OVERHEAD
-        if size == end - pos and h[3] == MAGIC and h[1] >= MIN_BATCH_LENGTH and h[6] >= 0:
-            # the hot path: exactly one batch
-            _pack_q(batch, pos, base)
-            last = base + h[6]
-            return [(0, size, last, h[8])], last, h[12]
-    next_offset = base
-    metas = []
-    records = 0
-    p = pos
-    while p < end:
-        h = read_header(batch, p)
-        size = h[1] + LOG_OVERHEAD
-        if p + size > end or h[6] < 0:
-            raise CorruptRecordError(f"malformed batch at {p}")
-        _pack_q(batch, p, next_offset)
-        last = next_offset + h[6]
-        metas.append((p - pos, size, last, h[8]))
-        records += h[12]
-        next_offset = last + 1
-        p += size
-    if not metas:
-        raise ValueError("no record batch to append")
-    return metas, next_offset - 1, records
-
-
-def _follower_metas(data: bytes | bytearray | memoryview, expected: int) -> tuple[list, int, int]:
-    """Check the whole batches a follower fetched: each follows on from ``expected`` (a gap is
-    fine: the leader's cleaner removed whole batches), CRCs match. (metas, last offset, records);
-    no metas for empty data."""
-    metas = []
-    records = 0
-    p, end = 0, len(data)
-    mv = memoryview(data)
-    while p < end:
-        h = read_header(data, p)
-        size = h[1] + LOG_OVERHEAD
-        if p + size > end or h[6] < 0:
-            raise CorruptRecordError(f"malformed batch at {p}")
-        if h[0] < expected:
-            raise ValueError(f"batch at offset {h[0]} does not follow on at {expected}")
-        if crc32c(mv[p + ATTRIBUTES_OFFSET:p + size]) != h[4]:
-            raise CorruptRecordError(f"CRC mismatch in batch at offset {h[0]}")
-        last = h[0] + h[6]
-        metas.append((p, size, last, h[8]))
-        records += h[12]
-        expected = last + 1
-        p += size
-    return metas, expected - 1, records
-
-
-class Log:
+class Log(SegmentDeletion):
     config: LogConfig
     log_start_offset: int   # first offset readable
     log_end_offset: int     # next offset to assign
@@ -222,47 +129,18 @@ class Log:
 
     # ================================================================== open / recovery
     def _open(self, vouched: ActiveEnd | None) -> None:
-        """``vouched``: the (base offset, size) of the active segment the log dir's clean-shutdown
-        marker recorded for this log (the caller removed the marker): clean if the segment is still
-        that one at that size (else something wrote it after the stop). A marker of the log's own
-        (a log closed alone: a replica move) vouches too."""
-        clean = False
-        names = os.listdir(self._dir)
-        if CLEAN_SHUTDOWN_FILE in names:
-            os.unlink(os.path.join(self._dir, CLEAN_SHUTDOWN_FILE))  # from here on, a crash must be detectable
-            names.remove(CLEAN_SHUTDOWN_FILE)
-            clean = True
-        if any(n.endswith(CLEANED_SUFFIX) or n.endswith(SWAP_SUFFIX) for n in names):
-            self._finish_swaps()  # an interrupted clean (rare): list again after it
-            names = os.listdir(self._dir)
-        # what the directory held at open: the partition's own files (checkpoints, snapshot) are
-        # read only when listed here (no failed open per missing file at a start of thousands)
-        self.files_at_open = frozenset(names)
-        bases = sorted(int(m.group(1)) for n in names if (m := _SEGMENT_NAME.match(n)))
-        have = set(bases)
-        for name in names:  # leftovers: interrupted index rewrites, index files of deleted segments
-            m = _INDEX_NAME.match(name)
-            if name.endswith(TMP_SUFFIX) or name.endswith(".deleted") or (m and int(m.group(1)) not in have):
-                os.unlink(os.path.join(self._dir, name))
+        """The directory's segments (kshim.log.loader: recovery at open; ``vouched``: the active
+        segment's end as the log dir's clean-shutdown marker recorded it), then the log start
+        offset: the checkpointed one, unless the segments start later."""
+        loaded = load_segments(self._dir, self.config.index_interval_bytes, vouched, self._clock)
+        self.files_at_open = loaded.files_at_open
+        self.recovered = loaded.recovered
+        self._segments = loaded.segments
+        self._bases = [seg.base_offset for seg in loaded.segments]
+        if loaded.swapped:
+            self._dir_dirty = True
         interval = self.config.index_interval_bytes
-        for i, base in enumerate(bases):
-            seg = Segment.open(self._dir, base, interval)
-            self._segments.append(seg)
-            self._bases.append(base)
-            if i + 1 < len(bases):
-                seg.next_offset = bases[i + 1]
-                seg.open_inactive()
-            else:
-                if vouched is not None and (base, seg.size) == vouched:
-                    clean = True
-                elif vouched is not None and not clean:
-                    log.warning("%s: written after its clean-shutdown marker (active segment %d of %d "
-                                "bytes, the marker says %d of %d): recovered", self._dir, base,
-                                seg.size, *vouched)
-                self.recovered = not seg.open_active(clean)
-                if seg.first_append_ms is None and seg.size:
-                    seg.first_append_ms = self._clock()
-        checkpoint = self._read_start_offset() if START_OFFSET_FILE in names else None
+        checkpoint = read_start_offset(self._dir) if START_OFFSET_FILE in self.files_at_open else None
         if not self._segments:
             start = checkpoint or 0
             self._segments.append(Segment.create(self._dir, start, interval))
@@ -282,59 +160,6 @@ class Log:
         if checkpoint is not None and checkpoint != self.log_start_offset:
             self._write_start_offset()  # none is needed while the log starts at its first segment
 
-    def _finish_swaps(self) -> None:
-        """Recovery of an interrupted clean (Kafka's): ``.cleaned`` files were never committed, so
-        they go; a ``<base>.log.swap`` was complete when renamed, so the swap is finished: the
-        segments it replaces (base offsets in [base, its next offset)) go and it takes their place."""
-        names = os.listdir(self._dir)
-        for name in names:
-            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not _SWAP_NAME.match(name)
-                                                 and not os.path.exists(os.path.join(
-                                                     self._dir, name[:20] + LOG_SUFFIX + SWAP_SUFFIX))):
-                os.unlink(os.path.join(self._dir, name))  # index swaps without their log swap too
-        for name in sorted(names):
-            m = _SWAP_NAME.match(name)
-            if not m:
-                continue
-            base = int(m.group(1))
-            swap = os.path.join(self._dir, name)
-            fd = os.open(swap, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                end = base
-                for _, h, _ in scan(fd, 0, os.fstat(fd).st_size, chunk=1 << 16):
-                    end = h[0] + h[6] + 1
-            finally:
-                os.close(fd)
-            for other in os.listdir(self._dir):
-                om = _SEGMENT_NAME.match(other)
-                if om and base <= int(om.group(1)) < max(end, base + 1):
-                    stem = os.path.join(self._dir, om.group(1))
-                    for suffix in _SEGMENT_SUFFIXES:
-                        try:
-                            os.unlink(stem + suffix)
-                        except FileNotFoundError:
-                            pass
-            stem = os.path.join(self._dir, m.group(1))
-            for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX):
-                if os.path.exists(stem + suffix + SWAP_SUFFIX):
-                    os.replace(stem + suffix + SWAP_SUFFIX, stem + suffix)
-            os.replace(swap, stem + LOG_SUFFIX)
-            fsync_dir(self._dir)
-            self._dir_dirty = True
-
-    def _read_start_offset(self) -> int | None:
-        try:
-            with open(os.path.join(self._dir, START_OFFSET_FILE)) as f:
-                return int(f.read().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-
-    def _write_start_offset(self) -> None:
-        # on a full disk the offset stays in memory and is saved at the next flush check
-        self._start_offset_unsaved = not save_checkpoint(
-            os.path.join(self._dir, START_OFFSET_FILE), f"{self.log_start_offset}\n", "log start offset")
-        self._dir_dirty = True
-
     # ================================================================== appends
     def append(self, batch: bytearray | memoryview, pos: int = 0, length: int | None = None) -> tuple[int, int]:
         """Leader append of the whole batches in ``batch[pos:pos+length]``: each batch's base offset
@@ -347,7 +172,7 @@ class Log:
             if self._closed:
                 raise LogClosed("log is closed")
             base = self.log_end_offset
-            metas, last, records = _leader_metas(batch, pos, end, base)
+            metas, last, records = leader_metas(batch, pos, end, base)
             data = batch if pos == 0 and end == len(batch) else memoryview(batch)[pos:end]
             self._append(data, metas, last, records)
             return base, last
@@ -359,7 +184,7 @@ class Log:
         with self._write_lock, self._lock:
             if self._closed:
                 raise LogClosed("log is closed")
-            metas, last, records = _follower_metas(data, self.log_end_offset)
+            metas, last, records = follower_metas(data, self.log_end_offset)
             if metas:
                 self._append(memoryview(data), metas, last, records)
             return self.log_end_offset
@@ -427,9 +252,9 @@ class Log:
                 if job.still_valid is not None and not job.still_valid():
                     raise Fenced("leadership changed before the write")
                 if job.leader:
-                    metas, last, records = _leader_metas(data, 0, len(data), next_offset)
+                    metas, last, records = leader_metas(data, 0, len(data), next_offset)
                 else:
-                    metas, last, records = _follower_metas(data, next_offset)
+                    metas, last, records = follower_metas(data, next_offset)
                     if not metas:
                         raise ValueError("no record batch to append")
             except (CorruptRecordError, ValueError, Fenced) as e:
@@ -441,7 +266,7 @@ class Log:
                     and last - seg.base_offset <= INT32_MAX):
                 break
             job.metas, job.last, job.records = metas, last, records
-            job.base = next_offset if job.leader else _unpack_header(data, 0)[0]
+            job.base = next_offset if job.leader else unpack_header(data, 0)[0]
             planned.append(job)
             size += nbytes
             next_offset = last + 1
@@ -456,12 +281,12 @@ class Log:
             data = job.data
             base = self.log_end_offset
             if job.leader:
-                metas, last, records = _leader_metas(data, 0, len(data), base)
+                metas, last, records = leader_metas(data, 0, len(data), base)
             else:
-                metas, last, records = _follower_metas(data, base)
+                metas, last, records = follower_metas(data, base)
                 if not metas:
                     raise ValueError("no record batch to append")
-                base = _unpack_header(data, 0)[0]
+                base = unpack_header(data, 0)[0]
             self._append(memoryview(data), metas, last, records)
             job.base, job.last, job.error = base, last, None
         except (OSError, CorruptRecordError, ValueError, Fenced) as e:
@@ -695,62 +520,8 @@ class Log:
                     break
         return found
 
-    # ================================================================== truncation / deletion
-    def truncate_to(self, offset: int) -> bool:
-        """Drop everything at or after ``offset`` (replication's divergence truncation). An offset
-        inside a batch truncates to that batch's base offset, since batches are kept whole; the log
-        end offset becomes that base. The log start offset follows if it ends up beyond the end.
-        Returns whether anything was dropped."""
-        with self._write_lock, self._lock:
-            if offset >= self.log_end_offset:
-                return False
-            i = bisect_right(self._bases, offset) - 1
-            if i < 0:
-                self._reset_at(offset)
-                return True
-            # newest first: a crash part way leaves a prefix of the log, never a hole that a
-            # start would take for data (the segments after it would still be read)
-            for seg in reversed(self._segments[i + 1:]):
-                seg.delete()
-            del self._segments[i + 1:]
-            del self._bases[i + 1:]
-            seg = self._segments[i]
-            pos = seg.position_of(offset)
-            if pos is None:
-                pos, new_next = seg.size, seg.next_offset
-            else:  # the batch holding `offset`, or (a gap left by cleaning) the first after it
-                with seg.reading() as fd:
-                    new_next = min(offset, read_header(os.pread(fd, HEADER_SIZE, pos), 0)[0])
-            self.truncations += 1
-            seg.truncate(pos, new_next)
-            if seg.size and seg.first_append_ms is None:
-                seg.first_append_ms = self._clock()
-            self.log_end_offset = seg.next_offset
-            self.size_bytes = sum(s.size for s in self._segments)
-            self._dir_dirty = True
-            if self.log_start_offset > self.log_end_offset:
-                self.log_start_offset = self.log_end_offset
-                self._write_start_offset()
-            return True
-
-    def reset_to(self, offset: int) -> None:
-        """Start over, empty, at ``offset``: a follower whose whole log lies below the leader's
-        log start offset (retention or DeleteRecords moved on while it was away)."""
-        with self._write_lock, self._lock:
-            self._reset_at(offset)
-
-    def _reset_at(self, offset: int) -> None:
-        """Delete every segment and start empty at ``offset`` (log start = log end = offset)."""
-        self.truncations += 1
-        for seg in self._segments:
-            seg.delete()
-        self._segments = [Segment.create(self._dir, offset, self.config.index_interval_bytes)]
-        self._bases = [offset]
-        self.log_start_offset = self.log_end_offset = offset
-        self.size_bytes = 0
-        self._dir_dirty = True
-        self._write_start_offset()
-
+    # ================================================================== log start offset
+    # (the deletions of segments, here and by truncation and retention: kshim.log.retention)
     def advance_start_offset(self, offset: int) -> None:
         """DeleteRecords: make ``offset`` the first readable offset (persisted) and delete the
         segments entirely below it. Never moves backwards; beyond the log end is OffsetOutOfRange."""
@@ -764,75 +535,11 @@ class Log:
             self._delete_front(self._count_below(offset))
             self._write_start_offset()
 
-    def _count_below(self, offset: int) -> int:
-        n = 0
-        for seg in self._segments:
-            if seg.next_offset > offset:
-                break
-            n += 1
-        return n
-
-    def _delete_front(self, n: int) -> int:
-        """Delete the n oldest segments. Taking the active one too means rolling first (as Kafka
-        does), so the log keeps an empty active segment at its end offset."""
-        if n >= len(self._segments):
-            if self._segments[-1].size:
-                self._roll()
-            else:
-                n = len(self._segments) - 1  # keep the empty active segment (it is the log end)
-        if n <= 0:
-            return 0
-        doomed = self._segments[:n]
-        del self._segments[:n]
-        del self._bases[:n]
-        for seg in doomed:
-            self.size_bytes -= seg.size
-            seg.delete()
+    def _write_start_offset(self) -> None:
+        # on a full disk the offset stays in memory and is saved at the next flush check
+        self._start_offset_unsaved = not save_checkpoint(
+            os.path.join(self._dir, START_OFFSET_FILE), f"{self.log_start_offset}\n", "log start offset")
         self._dir_dirty = True
-        first = self._segments[0].base_offset
-        if first > self.log_start_offset:
-            self.log_start_offset = first
-            self._write_start_offset()
-        return n
-
-    def apply_retention(self, now_ms: int | None = None, *, max_offset: int | None = None) -> int:
-        """Delete the oldest whole segments whose largest timestamp is older than retention.ms,
-        then the oldest while the log is larger than retention.bytes. Only segments entirely below
-        ``max_offset`` (the high watermark; None = log end) qualify. A fully expired log becomes
-        empty (active segment rolled first) with log start = log end. Returns segments deleted."""
-        # the active segment may roll here: not while the log writer writes to it (skipped this
-        # round then; retention runs every second)
-        if not self._write_lock.acquire(blocking=False):
-            return 0
-        try:
-            with self._lock:
-                if self._closed:
-                    return 0
-                now = self._clock() if now_ms is None else now_ms
-                cfg = self.config
-                upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-                deleted = 0
-                if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
-                    return 0
-                if cfg.retention_ms >= 0:
-                    n = 0
-                    for seg in self._segments:
-                        if not seg.size or seg.next_offset > upper or now - seg.largest_timestamp() <= cfg.retention_ms:
-                            break
-                        n += 1
-                    deleted += self._delete_front(n)
-                if cfg.retention_bytes >= 0:
-                    diff = self.size_bytes - cfg.retention_bytes
-                    n = 0
-                    for seg in self._segments:
-                        if not seg.size or seg.next_offset > upper or diff < seg.size:
-                            break
-                        diff -= seg.size
-                        n += 1
-                    deleted += self._delete_front(n)
-                return deleted
-        finally:
-            self._write_lock.release()
 
     # ================================================================== config / flush / close
     def update_config(self, config: LogConfig) -> None:
@@ -937,8 +644,8 @@ class Log:
         """Swap in the cleaned segment written as ``<cleaned_stem>.log.cleaned`` (plus its index
         files, same suffix) for ``old``, contiguous segments of this log. Crash-safe as Kafka's
         replaceSegments: ``.cleaned`` -> ``.swap`` (the commit point), the old files go, ``.swap`` ->
-        the live name; :meth:`_finish_swaps` redoes the rest after a crash. False (nothing done)
-        if the log changed under the cleaner: ``old`` no longer all here, or a truncation."""
+        the live name; kshim.log.loader.finish_swaps redoes the rest after a crash. False (nothing
+        done) if the log changed under the cleaner: ``old`` no longer all here, or a truncation."""
         with self._lock:
             if self._closed or truncations != self.truncations or not old:
                 return False
@@ -955,7 +662,7 @@ class Log:
                     os.replace(cleaned_stem + suffix + CLEANED_SUFFIX, stem + suffix + SWAP_SUFFIX)
             fsync_dir(self._dir)
             for seg in old:
-                for suffix in _SEGMENT_SUFFIXES:
+                for suffix in SEGMENT_SUFFIXES:
                     try:
                         os.unlink(seg.stem + suffix)
                     except FileNotFoundError:

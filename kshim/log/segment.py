@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 from wire.crc import crc32c
 
-from kshim.log.files import TMP_SUFFIX, write_in_place  # one suffix for every temporary file: Log._open removes leftovers
+from kshim.log.files import TMP_SUFFIX, write_in_place  # one suffix for every temporary file: the loader removes leftovers
 from kshim.log.open_files import OPEN_SEGMENTS
 from kshim.log.txnindex import TXNINDEX_SUFFIX, TxnIndex
 from wire.records import (

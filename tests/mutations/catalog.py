@@ -151,7 +151,7 @@ MUTATIONS: tuple[Mutation, ...] = (
          "            out.append((key, topic, topic.partitions[key[1]], self.recovering[key]))\n"
          "        if not out:\n            self.cancel(next(iter(self.recovering)))\n        return out"),),
         "the background recovery gives up (deletes) the logs the image being prepared assigns"),
-    Mutation("halfway through a write) of a segment roll", "kshim/log/log.py", (
+    Mutation("halfway through a write) of a segment roll", "kshim/log/retention.py", (
         ("            for seg in reversed(self._segments[i + 1:]):\n                seg.delete()",
          "            for seg in self._segments[i + 1:]:\n                seg.delete()"),),
         "a truncation deletes the later segments oldest first: a kill part way leaves a hole read as data"),
