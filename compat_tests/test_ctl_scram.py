@@ -1,7 +1,9 @@
 """`kshim ctl scram add/list/delete` as a real subprocess against a single `kshim serve` and a
 2-broker cluster, each with a PLAINTEXT listener (ctl's, the inter-broker one) and a SASL_PLAINTEXT
 one: a user added with ctl authenticates with SCRAM-SHA-256 in confluent-kafka on every broker,
-`list` shows it, and once `delete` removed it the client's authentication fails."""
+`list` shows it, and once `delete` removed it the client's authentication fails. A SASL listener
+without users warns once at start, and no longer once a user exists (stored credentials come with
+the first metadata image)."""
 from __future__ import annotations
 
 import json
@@ -123,3 +125,51 @@ def test_errors_are_one_line_and_exit_1(tmp_path):
         assert (unknown.returncode, unknown.stderr) == (1, "kshim ctl scram: nobody has no SCRAM credential\n")
     nothing = ctl(tmp_path / "nowhere", "list")
     assert nothing.returncode == 1 and nothing.stderr.count("\n") == 1 and "no kshim is running" in nothing.stderr
+
+
+# -- the start-up warning of a SASL listener without users ---------------------------------------
+def no_users_warnings(log: str) -> list[str]:
+    return [line for line in log.splitlines() if " WARNING " in line and "has no SASL user" in line]
+
+
+def test_a_sasl_listener_without_users_warns_once_until_a_user_exists(tmp_path):
+    proc = KshimProcess(tmp_path / "data", "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0")
+    try:
+        proc.start()
+        warned = no_users_warnings(proc.logs())
+        assert len(warned) == 1, proc.logs()
+        assert "listener SASL_PLAINTEXT" in warned[0]
+        assert f"kshim ctl --data-dir {proc.data_dir} scram add NAME --mechanism SCRAM-SHA-256" in warned[0]
+        added = ctl(proc.data_dir, "add", "alice", "--mechanism", "SCRAM-SHA-256", "--password-stdin", stdin=PASSWORD)
+        assert added.returncode == 0, added.stderr
+        assert proc.terminate() == 0
+        proc.output.clear()
+        proc.start()  # the stored credential comes with the first image
+        assert proc.terminate() == 0
+        assert no_users_warnings(proc.logs()) == [] and "stopped cleanly" in proc.logs(), proc.logs()
+    finally:
+        proc.kill()
+
+
+def test_a_cluster_broker_warns_after_its_first_image_only_without_credentials(tmp_path):
+    """A cluster's broker has its stored SCRAM credentials only once it registered: each warns in
+    its broker.log without any; one restarted after `ctl scram add` does not."""
+    base = free_port_block(4)
+    c = Cluster(tmp_path / "cluster", 2, "--listeners",
+                f"PLAINTEXT://127.0.0.1:{base},SASL_PLAINTEXT://127.0.0.1:{base + 2}", base_port=base)
+    with running(c):
+        logs = [c.data_dir / f"broker-{i}" / "broker.log" for i in range(2)]
+        for log in logs:
+            warned = wait_until(lambda: no_users_warnings(log.read_text()), DEADLINE_S, message=f"the warning in {log}")
+            assert len(warned) == 1 and f"kshim ctl --data-dir {c.data_dir} scram add" in warned[0]
+        added = ctl(c.data_dir, "add", "alice", "--mechanism", "SCRAM-SHA-256", "--password-stdin", stdin=PASSWORD)
+        assert added.returncode == 0, added.stderr
+        for command in ("kill", "start"):
+            done = subprocess.run([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(c.data_dir), command, "1"],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        # the section of its last start, once it serves: after its first image
+        restarted = wait_until(lambda: (lambda last: "listening on" in last and last)(
+            logs[1].read_text().rsplit("--- ", 1)[1]), DEADLINE_S, message="broker 1 serving again")
+        assert "starting broker 1" in restarted
+        assert no_users_warnings(restarted) == []

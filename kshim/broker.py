@@ -9,7 +9,9 @@ local replicas.
 """
 from __future__ import annotations
 
+import logging
 import uuid
+from pathlib import Path
 from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import anyio
@@ -29,9 +31,12 @@ from kshim.replica import ReplicaManager
 from kshim.replica.cleaning import CleanerSettings
 from kshim.replica.partition import Partition
 from kshim.replica.producer_ids import ProducerIdManager
+from kshim.security.config import SecurityConfig
 from wire.errors import ErrorCode
 
 __all__ = ["Broker", "BrokerConfig", "BrokerError", "ControllerClient", "check_topic_name"]
+
+log = logging.getLogger("kshim")
 
 R = TypeVar("R")
 
@@ -249,3 +254,48 @@ class Broker:
         self.replica_manager.close()
         for hook in self.close_hooks:
             hook()
+
+
+# ---------------------------------------------------------------------- SASL listeners without users
+PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")  # those that need a user (OAUTHBEARER does not)
+
+
+def missing_sasl_users(security: SecurityConfig, image: MetadataImage, ctl_data_dir: Path) -> str | None:
+    """Why no client can authenticate on the SASL listeners with the PLAIN and SCRAM mechanisms
+    enabled, and how to add a user; None when one of them has a user. `--sasl-users` serve PLAIN and
+    SCRAM; stored SCRAM credentials (`image`) serve their mechanism."""
+    listeners = [listener for listener in security.listeners if listener.sasl]
+    enabled = [m for m in security.sasl_mechanisms if m in PASSWORD_MECHANISMS]
+    if not listeners or not enabled or security.users:
+        return None
+    scram = [m for m in enabled if m != "PLAIN"]
+    if any(entry.mechanism in scram for entry in image.scram):
+        return None
+    names = ", ".join(listener.url() if listener.port else listener.name for listener in listeners)  # 0: not bound yet
+    problem = (f"listener {names} has no SASL user for {', '.join(enabled)}: no client can authenticate with "
+               f"these mechanisms")
+    if not scram:  # PLAIN checks the passwords given at start only
+        return f"{problem}; give users with --sasl-users FILE (name:password lines)"
+    inter = security.inter_broker()
+    if inter is not None and inter.sasl:  # where ctl connects, with no user to connect as
+        return (f"{problem}; start with a first user (--sasl-users FILE, --inter-broker-user NAME), then add "
+                f"more with `kshim ctl --data-dir {ctl_data_dir} scram add NAME --mechanism {scram[0]} --password-stdin`")
+    return (f"{problem}; add one with `kshim ctl --data-dir {ctl_data_dir} scram add NAME --mechanism {scram[0]} "
+            f"--password-stdin` (docs/security.md)")
+
+
+def warn_without_sasl_users(broker: Broker, ctl_data_dir: Path) -> None:
+    """Log missing_sasl_users once, when the first image is applied: stored SCRAM credentials come
+    with it (a cluster's broker has none before it registered)."""
+    warned = False
+
+    def check() -> None:
+        nonlocal warned
+        if warned or broker.image.version == 0:  # listeners also run when replicas open in the background
+            return
+        warned = True
+        problem = missing_sasl_users(broker.config.security, broker.image, ctl_data_dir)
+        if problem is not None:
+            log.warning("%s", problem)
+
+    broker.image_listeners.append(check)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from kshim.broker import Broker, BrokerConfig
+from kshim.broker import Broker, BrokerConfig, warn_without_sasl_users
 from kshim.controller.controller import Controller, ControllerConfig
 from kshim.controller.local import LocalControllerClient
 from kshim.controller.store import MetadataStore
@@ -24,6 +24,7 @@ def open_standalone(config: BrokerConfig) -> Broker:
     client = LocalControllerClient(controller, config.node_id)
     broker = Broker(config, client)
     client.attach(broker.apply_image, broker.install_image)
+    warn_without_sasl_users(broker, config.data_dir)  # with the image register() applies
 
     def controlled_shutdown() -> None:
         # a clean stop is remembered, so the next start fences no one; the closed broker takes no image

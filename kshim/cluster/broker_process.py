@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 
 from kshim import tuning
-from kshim.broker import Broker, BrokerConfig
+from kshim.broker import Broker, BrokerConfig, warn_without_sasl_users
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
@@ -112,6 +112,7 @@ async def run_broker(config: BrokerConfig, controller_socket: Path, replica_lag_
             sock.close()
         raise
     client.attach(broker)
+    warn_without_sasl_users(broker, config.data_dir.parent)  # ctl's --data-dir: the cluster's
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
