@@ -161,14 +161,13 @@ async def test_read_share_group_state_serves_the_coordinators_state(broker):
 
 
 @pytest.mark.anyio
-async def test_a_member_leaving_releases_its_records_and_deleting_the_group_drops_its_state(broker):
+async def test_deleting_the_group_drops_its_state_and_sessions(broker):
     await broker.create_topic("t", 1)
     tid = broker.topics["t"].topic_id
     append(broker, "t", b"a", b"b")
     async with running(broker) as node:
         assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))) == [(0, 1, 1)]
-        node.share.on_member_left("g", "m1")
-        await node.share.expire_due()
+        assert (await call_awaiting(broker, share_fetch, 1, fetch_body(tid, -1, partitions=()))).error_code == 0
         assert ("g", "m1") not in node.share.sessions.sessions
         assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))) == [(0, 1, 2)]
         resp = await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1, member="m2", acks=[(0, 0, 1)]))
@@ -177,3 +176,120 @@ async def test_a_member_leaving_releases_its_records_and_deleting_the_group_drop
         assert await node.share.delete_group_state("g") == ErrorCode.NONE
         assert ("g", tid, 0) not in node.share_coordinator.states and not node.share.partitions
         assert node.share.sessions.of_group("g") == []
+
+
+# ---------------------------------------------------------------------------- how a share session ends
+def ack_body(tid: uuid.UUID, epoch: int, member: str = "m1", acks_by_partition=None) -> dict:
+    return {"group_id": "g", "member_id": member, "share_session_epoch": epoch, "topics": [
+        {"topic_id": tid, "partitions": [
+            {"partition_index": p, "acknowledgement_batches": [
+                {"first_offset": a, "last_offset": b, "acknowledge_types": [t]} for a, b, t in acks]}
+            for p, acks in (acks_by_partition or {}).items()]}]}
+
+
+def outcomes(resp) -> dict[int, int]:
+    """partition -> its acknowledgement outcome (ShareAcknowledge: error_code; ShareFetch: acknowledge_error_code)."""
+    return {p.partition_index: getattr(p, "acknowledge_error_code", p.error_code)
+            for t in resp.responses for p in t.partitions}
+
+
+@pytest.mark.anyio
+async def test_leaving_the_group_does_not_end_the_share_session(broker):
+    """A client closing sends its leave heartbeat alongside its closing ShareAcknowledge (epoch -1):
+    whichever comes first, the acknowledgements are applied, as Kafka does (its share session ends
+    with the final request or the connection, not with the group membership)."""
+    from tests.test_share_groups import coordinated, hb
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a", b"b", b"c", b"d")
+    async with running(broker) as node:
+        await coordinated(broker, "g")
+        assert (await hb(broker, "g", "m1", 0, ["t"])).error_code == 0
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))) == [(0, 3, 1)]
+        assert (await hb(broker, "g", "m1", -1)).member_epoch == -1  # the leave heartbeat wins the race
+        await node.share.expire_due()  # whatever the background task would do by now
+        resp = await call_awaiting(broker, share_ack, 1, ack_body(tid, -1, acks_by_partition={0: [(0, 1, 1), (2, 2, 3)]}))
+        assert (resp.error_code, outcomes(resp)) == (0, {0: 0})
+        # 0-1 accepted and 2 rejected for good; 3, still held, was released at the close
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))) == [(3, 3, 2)]
+        assert node.share_coordinator.states[("g", tid, 0)].start_offset == 3
+
+
+@pytest.mark.anyio
+async def test_a_closing_request_applies_its_acknowledgements_then_releases_the_rest(broker):
+    """ShareAcknowledge with epoch -1: each partition's acknowledgements apply first and are
+    answered (an error in one partition leaves the others applied), then every record the member
+    still holds goes back, delivery count kept, and the session is gone."""
+    await broker.create_topic("t", 2)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a", b"b", b"c", b"d")
+    async with running(broker) as node:
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, partitions=(0, 1)))) == \
+            [(0, 3, 1)]
+        # accept 0, release 1, reject 2, leave 3 held; on partition 1 it holds nothing
+        resp = await call_awaiting(broker, share_ack, 1, ack_body(tid, -1, acks_by_partition={
+            0: [(0, 0, 1), (1, 1, 2), (2, 2, 3)], 1: [(0, 0, 1)]}))
+        assert (resp.error_code, outcomes(resp)) == (0, {0: 0, 1: ErrorCode.INVALID_RECORD_STATE})
+        assert (await call_awaiting(broker, share_ack, 1, ack_body(tid, 1))).error_code == \
+            ErrorCode.SHARE_SESSION_NOT_FOUND
+        # another member gets 1 (released by the acknowledgement) and 3 (released at the close), never 0 or 2
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))) == \
+            [(1, 1, 2), (3, 3, 2)]
+        stored = node.share_coordinator.states[("g", tid, 0)]
+        assert stored.start_offset == 1
+
+
+@pytest.mark.anyio
+async def test_a_closing_share_fetch_acknowledges_and_fetches_nothing(broker):
+    """ShareFetch with epoch -1 naming partitions with and without acknowledgements: Kafka's final
+    context fetches nothing (no error either); the answer carries the acknowledgement outcomes;
+    the member's other records go back and the session is gone."""
+    await broker.create_topic("t", 2)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a", b"b", b"c", b"d")
+    async with running(broker) as node:
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, partitions=(0, 1)))) == \
+            [(0, 3, 1)]
+        append(broker, "t", b"e")  # 4: available, and a closing fetch does not take it
+        body = fetch_body(tid, -1, acks=[(0, 1, 1)], partitions=(0,))
+        body["topics"][0]["partitions"].append({"partition_index": 1, "acknowledgement_batches": []})
+        resp = await call_awaiting(broker, share_fetch, 1, body)
+        assert resp.error_code == 0 and acquired(resp) == []
+        assert outcomes(resp) == {0: 0}
+        assert (await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 1))).error_code == \
+            ErrorCode.SHARE_SESSION_NOT_FOUND
+        assert acquired(await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))) == \
+            [(2, 3, 2), (4, 4, 1)]
+        assert node.share_coordinator.states[("g", tid, 0)].start_offset == 2
+
+
+@pytest.mark.anyio
+async def test_share_session_error_codes_are_kafkas(broker):
+    """Kafka 4.3's SharePartitionManager: no session (never opened, or closed by epoch -1) is
+    SHARE_SESSION_NOT_FOUND whatever the epoch, -1 included; ShareAcknowledge with epoch 0 is
+    INVALID_SHARE_SESSION_EPOCH; a wrong positive epoch INVALID_SHARE_SESSION_EPOCH; epoch -1 closes
+    a session whatever its epoch; a full cache SHARE_SESSION_LIMIT_REACHED."""
+    await broker.create_topic("t", 1)
+    tid = broker.topics["t"].topic_id
+    append(broker, "t", b"a")
+    async with running(broker) as node:
+        for module, body in ((share_ack, ack_body(tid, -1)), (share_fetch, fetch_body(tid, -1, partitions=())),
+                             (share_ack, ack_body(tid, 1)), (share_fetch, fetch_body(tid, 1))):
+            assert (await call_awaiting(broker, module, 1, body)).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        assert (await call_awaiting(broker, share_ack, 1, ack_body(tid, 0))).error_code == \
+            ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        assert (await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0))).error_code == 0
+        assert (await call_awaiting(broker, share_ack, 1, ack_body(tid, 0))).error_code == \
+            ErrorCode.INVALID_SHARE_SESSION_EPOCH  # a session or not
+        for module, body in ((share_ack, ack_body(tid, 2)), (share_fetch, fetch_body(tid, 3))):
+            assert (await call_awaiting(broker, module, 1, body)).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        assert (await call_awaiting(broker, share_ack, 1, ack_body(tid, 1))).error_code == 0  # now at epoch 2
+        resp = await call_awaiting(broker, share_ack, 1, ack_body(tid, -1, acks_by_partition={0: [(0, 0, 1)]}))
+        assert (resp.error_code, outcomes(resp)) == (0, {0: 0})
+        for module, body in ((share_ack, ack_body(tid, -1)), (share_fetch, fetch_body(tid, -1, partitions=())),
+                             (share_ack, ack_body(tid, 2))):
+            assert (await call_awaiting(broker, module, 1, body)).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        node.share.sessions.max_sessions = 1
+        assert (await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m2"))).error_code == 0
+        assert (await call_awaiting(broker, share_fetch, 1, fetch_body(tid, 0, member="m3"))).error_code == \
+            ErrorCode.SHARE_SESSION_LIMIT_REACHED

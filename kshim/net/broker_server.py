@@ -81,10 +81,9 @@ class BrokerServer:
     def _build_groups(self) -> GroupCoordinator:
         from kshim.coordinator.groups import GroupCoordinator
         groups = GroupCoordinator(self.broker)
-        # the group half tells the data half of members that leave and of groups DeleteGroups
-        # deletes: a member holds records only in share partitions built here; a deletion reaches
-        # the share state wherever it lives
-        groups.share_member_listeners.append(self._share_member_left)
+        # the group half tells the data half of groups DeleteGroups deletes (a deletion reaches the
+        # share state wherever it lives); members that leave are not its news: a member's share
+        # session ends with its closing request, as in Kafka (share_partitions/manager.py)
         groups.share_group_deleters.append(lambda group: self.share.delete_group_state(group))
         self._groups = self._add(groups)
         return groups
@@ -124,10 +123,6 @@ class BrokerServer:
             if replica is not None and replica.is_leader:
                 return True
         return False
-
-    def _share_member_left(self, group: str, member: str) -> None:
-        if self._share is not None:
-            self._share.on_member_left(group, member)
 
     def _on_marker_committed(self, topic: str, index: int, marker: TxnMarker, offset: int) -> None:
         # a pending transactional offset commit exists only in a group coordinator already built

@@ -19,6 +19,9 @@ coordinator's, reached through the persister.
   is answered only once that write is COMMITTED; a failed write puts the records back as they
   were and answers its error. Expired locks are released by the background task (and written).
 - Nothing here is answered from a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER.
+- A member's records go back when its share session ends (sessions.py), never because the group
+  coordinator saw it leave or fenced it: as in Kafka, a client's closing ShareAcknowledge or
+  ShareFetch may arrive after its leave heartbeat, and its acknowledgements still apply.
 """
 from __future__ import annotations
 
@@ -95,7 +98,6 @@ class SharePartitionManager:
         self.partitions: dict[StateKey, SharePartition] = {}
         self._loading: dict[StateKey, anyio.Lock] = {}
         self.sessions = ShareSessionCache()
-        self._departed: list[tuple[str, str]] = []  # (group, member) that left: released by the task
         self.released = Signal()  # records became AVAILABLE: waiting fetches look again
         self._wake = Signal()  # a new lock deadline: the expiry task looks again
 
@@ -306,7 +308,7 @@ class SharePartitionManager:
 
     async def release_member(self, group: str, member: str, partitions: Iterable[tuple[uuid.UUID, int]] | None = None
                              ) -> None:
-        """Release what `member` holds (its session closed, or it left the group) and write it."""
+        """Release what `member` holds (its share session closed or was replaced) and write it."""
         for key, sp in list(self.partitions.items()):
             if key[0] != group or partitions is not None and (key[1], key[2]) not in partitions:
                 continue
@@ -357,13 +359,6 @@ class SharePartitionManager:
             self.partitions.pop(key, None)
         return code
 
-    def on_member_left(self, group: str, member: str) -> None:
-        """The group coordinator's news that a member left or was fenced: its session closes and
-        the background task releases what it holds here (a listener may not wait)."""
-        self.sessions.close((group, member))
-        self._departed.append((group, member))
-        self._wake.fire()
-
     async def delete_group_state(self, group: str) -> ErrorCode:
         """Delete the group's state on every partition (DeleteGroups, before the group's
         tombstone); the first error, if any, keeps the group."""
@@ -397,8 +392,6 @@ class SharePartitionManager:
     # ------------------------------------------------------------------ lock expiry
     async def expire_due(self) -> float:
         """Release the records whose lock expired (and write them); the next deadline, or inf."""
-        while self._departed:
-            await self.release_member(*self._departed.pop(0))
         deadline = math.inf
         for key, sp in list(self.partitions.items()):
             next_ms = sp.state.next_deadline()

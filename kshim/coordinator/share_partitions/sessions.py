@@ -3,7 +3,9 @@
 - ShareFetch epoch 0 opens a session with the partitions it names (one the member had is
   replaced; acknowledgements with it are INVALID_REQUEST); the next requests carry the next
   epochs (1, 2, ... wrapping to 1), add partitions and forget others. An unknown session is
-  SHARE_SESSION_NOT_FOUND, a wrong epoch INVALID_SHARE_SESSION_EPOCH; epoch -1 closes it.
+  SHARE_SESSION_NOT_FOUND (epoch -1 included), a wrong epoch INVALID_SHARE_SESSION_EPOCH; epoch -1
+  closes it whatever its epoch (the handler applies that request's acknowledgements first, then
+  releases what the member holds). The member leaving its group does not close it.
   ShareAcknowledge never opens one (epoch 0 is INVALID_SHARE_SESSION_EPOCH) and advances the
   epoch as a fetch does.
 - At most `max_sessions` (Kafka's group.share.max.share.sessions, 2000) at once: a new one

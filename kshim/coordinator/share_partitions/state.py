@@ -17,7 +17,7 @@ for one share group: pure bookkeeping, no I/O; the clock is the caller's (monoto
 - Acknowledging (only records ACQUIRED by that member, else INVALID_RECORD_STATE for the whole
   partition, nothing applied): accept -> ACKNOWLEDGED, reject and gap -> ARCHIVED, release ->
   AVAILABLE (ARCHIVED once its delivery count reached the delivery limit), renew -> a fresh lock.
-  An expired lock releases as release does; so does a member leaving or closing its session.
+  An expired lock releases as release does; so does the end of the member's share session.
 - The start moves past every leading ACKNOWLEDGED/ARCHIVED record, which then leave the window.
 - The persisted form (`state_batches`) is Kafka's: ranges of (first, last, state, delivery
   count), an ACQUIRED record written as AVAILABLE (a new leader redelivers it, its count kept).

@@ -3,13 +3,14 @@ leads, acknowledging earlier ones in the same request. The work is the share par
 (kshim/coordinator/share_partitions: state, sessions, durability); this module maps it.
 
 - Whole-request errors (no partitions answered): INVALID_REQUEST for a missing group or member
-  id, acknowledgements with epoch 0 or partitions to fetch with epoch -1;
-  GROUP_AUTHORIZATION_FAILED without READ on the group; the session's SHARE_SESSION_NOT_FOUND,
-  INVALID_SHARE_SESSION_EPOCH or SHARE_SESSION_LIMIT_REACHED (see sessions.py).
+  id or acknowledgements with epoch 0; GROUP_AUTHORIZATION_FAILED without READ on the group; the
+  session's SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH or SHARE_SESSION_LIMIT_REACHED
+  (see sessions.py).
 - Epoch 0 opens a session with the named partitions (the member's records held under an older
   session are released); later epochs add the named partitions and drop the forgotten ones, and
-  fetch every partition of the session; epoch -1 only acknowledges, then closes the session and
-  releases what the member still holds.
+  fetch every partition of the session; epoch -1 (any session of the member, whatever its epoch)
+  fetches nothing, even from partitions it names: it applies its acknowledgements, answers their
+  outcomes, then closes the session and releases what the member still holds.
 - Piggy-backed acknowledgements are applied and durably written before the fetch (see
   ShareAcknowledge); their outcome is the partition's acknowledge_error_code.
 - Per partition: UNKNOWN_TOPIC_ID, NOT_LEADER_OR_FOLLOWER with the current leader (and its
@@ -76,9 +77,7 @@ async def _serve(ctx: RequestContext, req: Container) -> dict:
         if code or session is None:
             return _error(code)
         if epoch == FINAL_EPOCH:
-            if any(tp not in acks for tp in named):
-                return _error(ErrorCode.INVALID_REQUEST, "partitions to fetch in a request closing the share session")
-            fetch = []
+            fetch = []  # Kafka's final context: the partitions it names are not fetched, nor is it an error
         else:
             for tp in named:
                 session.partitions.setdefault(tp, None)
