@@ -268,8 +268,7 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                     tg.cancel_scope.cancel()
                     break
     finally:
-        broker.close()
-        log.info("stopped cleanly")
+        broker.close()  # "stopped cleanly" comes from _main, after what is left (an --ephemeral dir's deletion)
 
 
 def version() -> str:
@@ -336,12 +335,22 @@ def _main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(left, ignore_errors=True)
             args.data_dir = ephemeral_dir()
             try:
-                return _run(args)
+                code = _run(args)
             finally:
-                shutil.rmtree(args.data_dir, ignore_errors=True)
+                shutil.rmtree(args.data_dir, ignore_errors=True)  # before `stopped cleanly`: 0.5 s at 9,000 partitions
+            return _stopped(code)
         if args.data_dir is None:
             args.data_dir = Path("kshim-data")
+        return _stopped(_run(args))
     return _run(args)
+
+
+def _stopped(code: int) -> int:
+    """After a serve (one broker, or a cluster's supervisor) ran: its last line, logged once nothing
+    is left to do but exit (_exit_now), so that the process ends as it says it stopped."""
+    if code == 0:
+        log.info("stopped cleanly")
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:

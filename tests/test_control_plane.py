@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 import tempfile
 import uuid
@@ -416,6 +417,23 @@ async def test_fenced_after_the_session_timeout_then_registers_again(tmp_path, s
         await wait_until(lambda: client.registrations == 2 and broker.image.brokers[0].alive, message="registered")
         assert client.broker_epoch == 2 and broker.image.brokers[0].epoch == 2
         assert broker.topics["t"].partitions[0].leader == 0  # it leads again what it was in sync for
+
+
+@pytest.mark.anyio
+async def test_a_controlled_shutdown_ends_with_the_controllers_answer(tmp_path, sock_dir):
+    """A broker the controller marked down gets no more images (its heartbeat is refused): its
+    controlled shutdown returns once the controller answered, with no image to wait for (waiting
+    held every SIGTERMed cluster broker for the whole shutdown timeout)."""
+    sock = sock_dir / "c.sock"
+    async with controller_server(tmp_path, sock) as service, \
+            remote_broker(tmp_path, sock, client_cls=StoppableClient) as (broker, client, _):
+        client.stopped = True
+        await wait_until(lambda: client.held, message="heartbeats held back")  # no image reaches it now
+        applied = broker.image.version
+        with anyio.fail_after(TIMEOUT_S):  # no timeout of its own: it ends with the answer or never
+            await client.shutdown(math.inf)
+        c = service.controller
+        assert not c.image.brokers[0].alive and c.version > applied == broker.image.version
 
 
 @pytest.mark.anyio

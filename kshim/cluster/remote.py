@@ -184,31 +184,37 @@ class RemoteControllerClient(ControllerClient):
     async def shutdown(self, timeout_s: float) -> None:
         """Controlled shutdown: tell the controller this broker stops (it moves leaderships now and
         does not fence the broker when it returns), and register no more; a controller that does
-        not answer within timeout_s is not waited for."""
+        not answer within timeout_s is not waited for. The image the controller publishes is not
+        waited for either: a broker marked down gets no more images (its heartbeat is refused),
+        so waiting for it took the whole timeout, and the broker closes next anyway."""
         self.stopping = True
         if not self.broker_epoch:
             return
         with anyio.move_on_after(timeout_s):
             try:
-                await self.call(m.ShutdownBroker(self.node_id, self.broker_epoch))
+                await self._answer(m.ShutdownBroker(self.node_id, self.broker_epoch))
             except BrokerError as e:
                 log.info("controlled shutdown not acknowledged: %s", e.message)
 
     # ------------------------------------------------------------------ the ControllerClient
     async def call(self, request: m.Operation[R]) -> R:
+        reply = await self._answer(request)
+        if request.PUBLISHES:
+            await self._applied(reply.version)
+        return reply.result
+
+    async def _answer(self, request: m.Operation[R]) -> m.Reply[R]:
+        """The controller's reply: its result, and the version of the image that has its effect."""
         connection = self._connection
         if connection is None:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "the controller is not reachable; retry later")
         try:
-            reply = await connection.answer(request, self.call_timeout_s)
+            return await connection.answer(request, self.call_timeout_s)
         except TimeoutError:
             raise BrokerError(ErrorCode.REQUEST_TIMED_OUT,
                               f"the controller did not answer within {self.call_timeout_s:.0f}s") from None
         except rpc.RpcConnectionError:
             raise BrokerError(ErrorCode.NOT_CONTROLLER, "the connection to the controller closed; retry") from None
-        if request.PUBLISHES:
-            await self._applied(reply.version)
-        return reply.result
 
     async def _applied(self, version: int) -> None:
         if self.broker is not None:

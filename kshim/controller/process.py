@@ -317,6 +317,7 @@ class Supervisor:
     async def _stop(self, children: list[ChildProcess], timeout_s: float) -> None:
         running = [c for c in children if c.running]
         for child in running:
+            child.exit_logged = True  # an exit asked for: logged below once all stopped, not by reap() meanwhile
             self._signal(child, signal.SIGTERM)
             if child.paused:
                 self._signal(child, signal.SIGCONT)
@@ -331,7 +332,6 @@ class Supervisor:
                 self._signal(child, signal.SIGKILL)
                 child.started.wait()
         for child in running:
-            child.exit_logged = True  # an exit asked for: logged here, not by reap()
             code = child.started.returncode
             (log.info if code == 0 else log.warning)("%s (pid %d) stopped with exit code %d",
                                                      child.name, child.started.pid, code)
@@ -569,5 +569,4 @@ async def run_cluster(settings: ClusterSettings) -> int:
         with anyio.CancelScope(shield=True):
             await supervisor.stop_all()
         supervisor.lifeline.close()
-    log.info("stopped cleanly")
-    return code
+    return code  # kshim.cli logs "stopped cleanly" once nothing else is left (an --ephemeral dir's deletion)
