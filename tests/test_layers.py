@@ -7,7 +7,8 @@ Top to bottom; a module imports its own layer and the layers below it, never a h
                         metrics and clients' telemetry (kshim/observability/metrics.py, telemetry.py)
     coordinators        kshim/coordinator/ (runtime, groups, transactions)
     replica management  kshim/broker.py, kshim/replica/ (the ReplicaManager, producer id blocks), kshim/replication/
-    partition           kshim/replica/partition.py, kshim/replica/producer_state.py, kshim/configs/
+    partition           kshim/replica/partition.py and its parts (partition_checks.py, partition_appends.py,
+                        partition_txns.py), kshim/replica/producer_state.py, kshim/configs/
     log                 kshim/log/
     base                kshim/errors.py, kshim/broadcast.py, kshim/clock.py, kshim/sockets.py, kshim/cluster/image.py,
                         kshim/security/ (ACLs, SASL, TLS, a connection's security state, the authorizer's
@@ -51,7 +52,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [  # top to bottom: (name, module pr
              "kshim.observability.telemetry")),  # clients' pushed metrics (KIP-714), for the telemetry handlers
     ("coordinators", ("kshim.coordinator",)),
     ("replica management", ("kshim.broker", "kshim.replica", "kshim.replication")),
-    ("partition", ("kshim.replica.partition", "kshim.replica.producer_state", "kshim.configs")),  # topic configs map to LogConfig
+    ("partition", ("kshim.replica.partition", "kshim.replica.partition_checks", "kshim.replica.partition_appends",
+                   "kshim.replica.partition_txns",  # the Partition's parts (kshim.replica.partition's docstring)
+                   "kshim.replica.producer_state", "kshim.configs")),  # topic configs map to LogConfig
     ("log", ("kshim.log",)),
     ("base", ("kshim.errors", "kshim.broadcast", "kshim.clock", "kshim.cluster.image",  # leaves every layer shares
               "kshim.security",  # ACLs travel in the image; SASL, TLS, a connection's security state, the authorizer

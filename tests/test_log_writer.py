@@ -180,26 +180,26 @@ async def test_a_slow_inline_append_sends_the_data_dir_back_to_the_writer(tmp_pa
     """Appends on the loop that took long, several within a second (the kernel throttling
     writeback), send every append of that data directory through the writer thread for a while."""
     import time
-    from kshim.replica import partition as partition_module
+    from kshim.replica import partition_appends
     writer = LogWriter()
     p = leader(tmp_path, writer, segment_bytes=1 << 20)
     p.inline_append_max = 1024
     real_append = p.log.append
 
     def slow(*args, **kwargs):
-        time.sleep(partition_module.INLINE_SLOW_S * 2)
+        time.sleep(partition_appends.INLINE_SLOW_S * 2)
         return real_append(*args, **kwargs)
     monkeypatch.setattr(p.log, "append", slow)
     # one slow append is the scheduler, not the disk: the next one is still written on the loop
     first = p.submit_append(encode_batch([(None, b"slow")]))
     assert not hasattr(first, "__await__") and first.error == ErrorCode.NONE  # written, but slowly
     assert writer.inline_paused_until == 0.0
-    for i in range(1, partition_module.INLINE_SLOW_COUNT):  # several within the window: the disk
+    for i in range(1, partition_appends.INLINE_SLOW_COUNT):  # several within the window: the disk
         assert not hasattr(p.submit_append(encode_batch([(None, b"slow %d" % i)])), "__await__")
-    assert writer.inline_paused_until > time.monotonic() + partition_module.INLINE_PAUSE_S / 2
+    assert writer.inline_paused_until > time.monotonic() + partition_appends.INLINE_PAUSE_S / 2
     monkeypatch.setattr(p.log, "append", real_append)
     second = p.submit_append(encode_batch([(None, b"next")]))
-    count = partition_module.INLINE_SLOW_COUNT
+    count = partition_appends.INLINE_SLOW_COUNT
     assert hasattr(second, "__await__") and (await second).base_offset == count  # through the writer
     writer.inline_paused_until = 0.0  # the pause is over
     assert not hasattr(p.submit_append(encode_batch([(None, b"again")])), "__await__")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.mutations.catalog import MUTATIONS, Mutation
-from tests.mutations.run import ROOT, SKIP, doc_rows, patched, row_of, run_tests, verdict
+from tests.mutations.run import ROOT, SKIP, doc_rows, mutant, patched, row_of, run_tests, verdict
 
 # rows proved here in every run: their tests are unit tests of a few seconds
 SAMPLE = ("the cleaner cleans only below the last stable offset",
@@ -27,10 +27,11 @@ def _exists(test: str) -> bool:
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.row)
 def test_every_patch_still_applies_and_changes_the_source(mutation):
-    source = (ROOT / mutation.path).read_text()
-    mutant = patched(source, mutation)
-    assert mutant != source
-    compile(mutant, mutation.path, "exec")
+    for path, _ in mutation.patches():
+        source = (ROOT / path).read_text()
+        changed = patched(source, mutation, path)
+        assert changed != source
+        compile(changed, path, "exec")
 
 
 def test_every_row_has_exactly_one_mutation_and_names_tests_that_exist():
@@ -74,13 +75,8 @@ def tree(tmp_path_factory) -> Path:
 
 
 def _mutated_run(tree: Path, mutation: Mutation):
-    target = tree / mutation.path
-    original = target.read_text()
-    target.write_text(patched(original, mutation))
-    try:
+    with mutant(tree, mutation):
         return run_tests(tree, mutation.tests, RUN_TIMEOUT_S)
-    finally:
-        target.write_text(original)
 
 
 def test_the_sample_is_cheap_rows_with_unit_tests_only():

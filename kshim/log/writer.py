@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 log = logging.getLogger("kshim.log")
-# slow inline appends (kshim.replica.partition) within a window that send a data directory's appends here
+# slow inline appends (kshim.replica.partition_appends) within a window that send a data directory's appends here
 INLINE_SLOW_COUNT = 3
 
 CLOSE_WAIT_S = 10.0  # close() waits this long for queued jobs to be written
@@ -74,7 +74,7 @@ class LogWriter:
         self.writes = 0   # vectored writes issued (rounds x logs), for the benchmarks
         self.jobs = 0
         # until then (monotonic s) even small appends come here: several written on the event loop
-        # were slow (kshim.replica.partition.INLINE_SLOW_S), at the times in inline_slow
+        # were slow (kshim.replica.partition_appends.INLINE_SLOW_S), at the times in inline_slow
         self.inline_paused_until = 0.0
         self.inline_slow: deque[float] = deque(maxlen=INLINE_SLOW_COUNT)
 

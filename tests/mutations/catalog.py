@@ -24,9 +24,17 @@ class Mutation:
     breaks: str                         # what the patched broker does wrong
     tests: tuple[str, ...] = ()         # the tests that must catch it; empty: those the document's row names
     area: str = "consistency"           # the group of rules it belongs to (`run --area`)
+    # (path, hunks) of more files to patch, for a bug that spans modules
+    more: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def patches(self) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """(path, hunks) of every file the bug patches, `path` first."""
+        return ((self.path, self.hunks), *self.more)
 
 
 PARTITION, PRODUCE = "kshim/replica/partition.py", "kshim/net/handlers/00_produce.py"
+PARTITION_APPENDS, PARTITION_CHECKS = "kshim/replica/partition_appends.py", "kshim/replica/partition_checks.py"
+PARTITION_TXNS = "kshim/replica/partition_txns.py"
 REPLICAS, FETCH = "kshim/replica/manager.py", "kshim/replica/fetch.py"
 APPENDS, RECOVERY = "kshim/replica/appends.py", "kshim/replica/recovery.py"
 TXN_COORDINATOR = "kshim/coordinator/transactions/coordinator.py"
@@ -43,17 +51,17 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        appended = partition.submit_append(data) if acks != 1 else AppendResult(\n"
          "            base_offset=partition.log_end_offset, last_offset=partition.log_end_offset)\n"),),
         "acks=1 answers without appending"),
-    Mutation("`acks=all` answers only once the records are COMMITTED", PARTITION, (
+    Mutation("`acks=all` answers only once the records are COMMITTED", PARTITION_APPENDS, (
         ("        if result.appended_batches:\n            self._advance_hw()\n            self.wake_all()\n        return result",
-         "        if result.appended_batches:\n            self.wake_all()\n        return result"),
-        ("        self.log.maybe_flush(now)  # the high watermark",
-         "        self._advance_hw()\n        self.log.maybe_flush(now)  # the high watermark")),
-        "on one broker records become COMMITTED only at the next housekeeping run (up to 1 s later)"),
+         "        if result.appended_batches:\n            self.wake_all()\n        return result"),),
+        "on one broker records become COMMITTED only at the next housekeeping run (up to 1 s later)",
+        more=((PARTITION, (("        self.log.maybe_flush(now)  # the high watermark",
+                            "        self._advance_hw()\n        self.log.maybe_flush(now)  # the high watermark"),)),)),
     Mutation("offsets are unique and increasing", PRODUCE, (
         ("\"base_offset\": result.base_offset if result.error == ErrorCode.NONE else -1,",
          "\"base_offset\": result.last_offset if result.error == ErrorCode.NONE else -1,"),),
         "the producer is told the batch's last offset as its base: not where its records are"),
-    Mutation("no atomicity across a request", PARTITION, (
+    Mutation("no atomicity across a request", PARTITION_APPENDS, (
         # a small request is appended on the event loop, batch by batch (Partition.append)
         ("        pos, end = 0, len(buf)\n        now = SYSTEM.wall_ms()\n",
          "        pos, end = 0, len(buf)\n        now = SYSTEM.wall_ms()\n        start = self.log.log_end_offset\n"),
@@ -69,18 +77,18 @@ MUTATIONS: tuple[Mutation, ...] = (
          "        for r in results:\n            r.error = first\n"
          "        return self._await_commit(results, waits, timeout_s) if waits else results\n"),),
         "one failed partition fails every partition of the request"),
-    Mutation("an idempotent producer's retried batch", PARTITION, (
+    Mutation("an idempotent producer's retried batch", PARTITION_CHECKS, (
         ("            if check.is_duplicate:", "            if False and check.is_duplicate:"),),
         "a retried idempotent batch is appended again"),
     Mutation("`flush.messages` opts into fsync", "kshim/configs/resolver.py", (
         ("flush_messages=None if flush_messages == LONG_MAX else flush_messages,", "flush_messages=None,"),),
         "the topic's flush.messages never reaches the log"),
     # ------------------------------------------------------------------ consumers
-    Mutation("`read_committed` sees only COMMITTED records", PARTITION, (
+    Mutation("`read_committed` sees only COMMITTED records", PARTITION_TXNS, (
         ("        lso = self._high_watermark\n        if self.dormant is not None:",
          "        lso = self.log.log_end_offset\n        if self.dormant is not None:"),),
         "read_committed reads up to the log end, past the high watermark"),
-    Mutation("an open transaction holds it at the transaction's first offset", PARTITION, (
+    Mutation("an open transaction holds it at the transaction's first offset", PARTITION_TXNS, (
         ("        if self.producers.ongoing:\n", "        if False:\n"),),
         "open transactions do not hold the last stable offset"),
     Mutation("`read_committed` never sees records of aborted transactions", FETCH, (
@@ -119,11 +127,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("return self._high_watermark if self.uncommitted_reads_to_hw else self.log_end_offset",
          "return self.log_end_offset"),),
         "read_uncommitted reads to the log end whatever the topic says"),
-    Mutation("a leader crash never loses a COMMITTED record", PARTITION, (
+    Mutation("a leader crash never loses a COMMITTED record", PARTITION_APPENDS, (
         ("        if self.log.truncate_to(offset):\n            # what a follower cuts",
          "        if False:\n            # what a follower cuts"),),
         "a returning former leader keeps its divergent suffix"),
-    Mutation("an idempotent acks=all producer across repeated leader crashes", PARTITION, (
+    Mutation("an idempotent acks=all producer across repeated leader crashes", PARTITION_APPENDS, (
         ("            if header.producer_id >= 0:\n                self._track(self.producers, header, memoryview(data)",
          "            if False:\n                self._track(self.producers, header, memoryview(data)"),),
         "followers do not replicate producer state: a new leader takes retries for new batches"),
@@ -195,7 +203,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # ================================================================== beyond docs/consistency.md
     # each names the tests that must catch it (`tests`) instead of a row of the document
     # ------------------------------------------------------------------ producers (the log writer's path)
-    Mutation("no atomicity across a request, also for a request written through the log writer", PARTITION, (
+    Mutation("no atomicity across a request, also for a request written through the log writer", PARTITION_APPENDS, (
         # a large request, or one behind another write of its partition: Partition._append_in_turn
         ("        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n",
          "        result.log_append_time = append_time\n        pos, end = 0, len(buf)\n"

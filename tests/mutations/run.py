@@ -24,8 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from tests.mutations.catalog import MUTATIONS, Mutation
 from tests.mutations.outcome import OUTCOME_ENV
@@ -65,14 +67,30 @@ def row_of(mutation: Mutation, rows: list[Row]) -> Row:
     return found[0]
 
 
-def patched(source: str, mutation: Mutation) -> str:
-    """The source with every hunk applied; raises ValueError if a hunk's old text is not there once."""
-    for old, new in mutation.hunks:
+def patched(source: str, mutation: Mutation, path: str | None = None) -> str:
+    """The source of `path` (default: the mutation's `path`) with every hunk of that file applied; raises
+    ValueError if a hunk's old text is not there once."""
+    path = mutation.path if path is None else path
+    for old, new in dict(mutation.patches())[path]:
         count = source.count(old)
         if count != 1:
-            raise ValueError(f"{mutation.path}: a hunk of {mutation.row!r} matches {count} times, not once:\n{old}")
+            raise ValueError(f"{path}: a hunk of {mutation.row!r} matches {count} times, not once:\n{old}")
         source = source.replace(old, new)
     return source
+
+
+@contextmanager
+def mutant(tree: Path, mutation: Mutation) -> Iterator[None]:
+    """`tree` with every file of the mutation patched, as it was again on exit; raises ValueError if a
+    hunk does not apply."""
+    originals = {path: (tree / path).read_text() for path, _ in mutation.patches()}
+    try:
+        for path, original in originals.items():
+            (tree / path).write_text(patched(original, mutation, path))
+        yield
+    finally:
+        for path, original in originals.items():
+            (tree / path).write_text(original)
 
 
 @dataclass(frozen=True)
@@ -139,8 +157,6 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(ROOT, tree, ignore=SKIP)
         for m in chosen:
             row = row_of(m, rows)
-            target = tree / m.path
-            original = target.read_text()
             if args.baseline:
                 base = run_tests(tree, row.tests)
                 if base.code:
@@ -150,12 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
             began = time.monotonic()
             try:
-                target.write_text(patched(original, m))
-                run = run_tests(tree, row.tests)
+                with mutant(tree, m):
+                    run = run_tests(tree, row.tests)
             except ValueError as e:
                 run = Outcome(2, str(e))
-            finally:
-                target.write_text(original)
             outcome = verdict(run)
             failed |= outcome != "killed"
             results.append((m, outcome, time.monotonic() - began))
