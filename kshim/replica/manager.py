@@ -539,13 +539,7 @@ class ReplicaManager:
                topic_errors: Mapping[str, ErrorCode] | None = None, internal_topics_allowed: bool = False,
                rejected: Mapping[int, Rejection] | None = None
                ) -> list[PartitionAppend] | Awaitable[list[PartitionAppend]]:
-        """A Produce request's appends (Kafka's appendRecords), one outcome per entry in order.
-        `topic_errors`: the answer for topics that could not be had (a failed auto-creation).
-        The appends happen now; with acks=all, if anything was appended, the answer is an
-        awaitable that completes once those records are COMMITTED or `timeout_s` passes.
-        Clients never append to internal topics (Kafka's internalTopicsAllowed=false): their
-        partitions answer INVALID_TOPIC_EXCEPTION. `rejected` (from `validator.check`): entries
-        whose batches from a bad one on are not stored; that one's error is their answer."""
+        """A Produce request's appends (Kafka's appendRecords): Appender.append."""
         return self._appender.append(acks, timeout_s, entries, topic_errors, internal_topics_allowed, rejected)
 
     async def append_and_wait(self, topic: str, index: int, records: bytes | TxnMarker, timeout_s: float,
