@@ -140,6 +140,31 @@ def test_validate_only_and_invalid_configs(kshim, topic_name):
     assert configs["compression.type"].value == "lz4" and configs["segment.jitter.ms"].value == "0"
 
 
+def test_subtract_of_the_last_cleanup_policy_leaves_it_empty(kshim, topic_name):
+    """confluent-kafka's own integration test (test_incremental_alter_configs) against Kafka 4: SUBTRACT
+    `delete` from `delete` leaves cleanup.policy="" (Kafka 4.2+: neither retention nor compaction),
+    APPEND `compact` to it gives "delete,compact"; DescribeConfigs shows both as the topics' own."""
+    admin = _admin(kshim)
+    emptied, appended = f"{topic_name}-emptied", f"{topic_name}-appended"
+    for topic in (emptied, appended):
+        _create(admin, topic, **{"compression.type": "gzip"})
+    op = AlterConfigOpType
+    resources = [ConfigResource(ResourceType.TOPIC, emptied, incremental_configs=[
+                     ConfigEntry("cleanup.policy", "delete", incremental_operation=op.SUBTRACT),
+                     ConfigEntry("retention.ms", "5000", incremental_operation=op.SET)]),
+                 ConfigResource(ResourceType.TOPIC, appended, incremental_configs=[
+                     ConfigEntry("cleanup.policy", "compact", incremental_operation=op.APPEND),
+                     ConfigEntry("retention.ms", "10000", incremental_operation=op.SET)])]
+    for future in admin.incremental_alter_configs(resources).values():
+        assert future.result(timeout=TIMEOUT) is None
+    own = {topic: {name: entry.value for name, entry in _describe(admin, ResourceType.TOPIC, topic).items()
+                   if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value} for topic in (emptied, appended)}
+    assert own == {emptied: {"cleanup.policy": "", "compression.type": "gzip", "retention.ms": "5000"},
+                   appended: {"cleanup.policy": "delete,compact", "compression.type": "gzip", "retention.ms": "10000"}}
+    _incremental(admin, ResourceType.TOPIC, appended, cleanup_policy="")  # SET "" is taken too
+    assert _describe(admin, ResourceType.TOPIC, appended)["cleanup.policy"].value == ""
+
+
 def test_broker_configs_alter_and_survive_a_restart(fresh_kshim, topic_name):
     admin = _admin(fresh_kshim)
     _create(admin, topic_name)

@@ -541,7 +541,6 @@ async def test_incremental_alter_configs_errors(broker):
     before = {"retention.ms": "1000"}
     cases = [
         (incr_resource(TOPIC, "t", ("retention.ms", APPEND, "5")), ErrorCode.INVALID_CONFIG),
-        (incr_resource(TOPIC, "t", ("cleanup.policy", SUBTRACT, "delete")), ErrorCode.INVALID_CONFIG),
         (incr_resource(TOPIC, "t", ("cleanup.policy", APPEND, "compress")), ErrorCode.INVALID_CONFIG),
         (incr_resource(TOPIC, "t", ("retention.bytes", SET, "3"), ("retention.ms", SET, "x")),
          ErrorCode.INVALID_CONFIG),
@@ -568,6 +567,32 @@ async def test_incremental_alter_configs_errors(broker):
     [r] = await incr(broker, incr_resource(TOPIC, "t", ("retention.ms", DELETE, None),
                                            ("cleanup.policy", SUBTRACT, "compact")))
     assert r.error_code == 0 and broker.topics["t"].configs == {"cleanup.policy": "delete"}
+
+
+@pytest.mark.anyio
+async def test_subtracting_the_last_cleanup_policy_leaves_the_empty_list(broker):
+    """As Kafka 4.x: SUBTRACT of `delete` from `delete` is cleanup.policy="" (neither retention nor
+    compaction), which DescribeConfigs shows as the topic's own value; SET "" is taken too, and
+    APPEND starts again from the empty list."""
+    await create(broker, new_topic("t"), new_topic("u"))
+    [r] = await incr(broker, incr_resource(TOPIC, "t", ("cleanup.policy", SUBTRACT, "delete")))
+    assert (r.error_code, r.error_message) == (0, None)
+    [u] = await alter(broker, alter_resource(TOPIC, "u", {"cleanup.policy": ""}))
+    assert u.error_code == 0
+    for name in ("t", "u"):
+        assert broker.topics[name].configs == {"cleanup.policy": ""}
+        [result] = await describe(broker, resource(TOPIC, name, ["cleanup.policy"]))
+        [entry] = result.configs
+        assert (entry.value, entry.config_source) == ("", 1)
+        log_config = broker.partition(name, 0).log_config
+        assert not log_config.delete and not log_config.compact
+    [r] = await incr(broker, incr_resource(TOPIC, "t", ("cleanup.policy", APPEND, "compact")))
+    assert r.error_code == 0 and broker.topics["t"].configs == {"cleanup.policy": "compact"}
+    again = reopen(broker)
+    try:
+        assert again.topics["u"].configs == {"cleanup.policy": ""}
+    finally:
+        again.close()
 
 
 # ---------------------------------------------------------------- DescribeCluster

@@ -48,7 +48,7 @@ def test_overrides_are_typed():
     ("cleanup.policy", "compress", "invalid value for cleanup.policy: value 'compress' is not one of compact, delete"),
     ("cleanup.policy", "delete,delete",
      "invalid value for cleanup.policy: value 'delete,delete' is not one of compact, delete"),
-    ("cleanup.policy", "", "invalid value for cleanup.policy: value '' is not one of compact, delete"),
+    ("cleanup.policy", "compact,", "invalid value for cleanup.policy: value 'compact,' is not one of compact, delete"),
     ("min.cleanable.dirty.ratio", "1.5", "invalid value for min.cleanable.dirty.ratio: value 1.5 is outside [0, 1]"),
     ("max.compaction.lag.ms", "0",
      "invalid value for max.compaction.lag.ms: value 0 is outside [1, 9223372036854775807]"),
@@ -262,6 +262,31 @@ async def test_dynamic_broker_configs_apply_persist_and_refuse_bad_ones(tmp_path
         assert broker.partition("t", 0).compression_codec is None
     finally:
         broker.close()
+
+
+def test_an_empty_cleanup_policy_neither_deletes_nor_compacts(tmp_path):
+    """cleanup.policy "" (Kafka 4.2+: infinite retention): retention.ms and retention.bytes remove no
+    segment, however old or large, where the same topic with `delete` loses them."""
+    from wire.records import encode_batch
+    overrides = {"retention.ms": "1", "retention.bytes": "0", "segment.bytes": "200"}
+    assert validate({"cleanup.policy": ""}) == {"cleanup.policy": ""}
+    kept = resolve({**overrides, "cleanup.policy": ""}).log_config()
+    assert not kept.compact  # the log cleaner passes it by (it cleans logs with compact only)
+    logs = {}
+    for policy, config in (("", kept), ("delete", resolve({**overrides, "cleanup.policy": "delete"}).log_config())):
+        log = logs[policy] = Log(tmp_path / (policy or "empty"), config)
+        for i in range(6):
+            log.append(bytearray(encode_batch([(None, b"x" * 100, [], 1_000 + i)])))
+        assert len(log.segment_base_offsets) == 6
+    try:
+        far_future = 10 ** 13
+        assert logs[""].apply_retention(far_future) == 0
+        assert (logs[""].log_start_offset, logs[""].log_end_offset, len(logs[""].segment_base_offsets)) == (0, 6, 6)
+        assert logs["delete"].apply_retention(far_future) > 0
+        assert logs["delete"].log_start_offset == 6
+    finally:
+        for log in logs.values():
+            log.close()
 
 
 def test_segment_index_bytes_rolls_a_segment_whose_index_is_full(tmp_path):

@@ -80,10 +80,14 @@ class Range:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of `choices`; for a list config, items exactly as given (no blanks, no repeats), each one of them."""
+    """One of `choices`; for a list config, items exactly as given (no blanks, no repeats), each one
+    of them, or (with `empty`) no item at all: a blank value is the empty list."""
     choices: tuple[str, ...]
+    empty: bool = False
 
     def problem(self, raw: str, value: Any) -> str | None:
+        if self.empty and isinstance(value, tuple) and not raw.strip():
+            return None
         items = raw.split(",") if isinstance(value, tuple) else [raw]
         if all(item in self.choices for item in items) and len(set(items)) == len(items):
             return None
@@ -314,8 +318,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in [
     ConfigDef("cleanup.policy", LIST, "delete",
               "delete: closed segments go by retention.ms / retention.bytes. compact: the log cleaner "
               "keeps at least the last record of every key below the active segment (offsets never "
-              "change) and drops tombstones delete.retention.ms after cleaning them. compact,delete: both.",
-              Choice(("compact", "delete")), synonym="log.cleanup.policy"),
+              "change) and drops tombstones delete.retention.ms after cleaning them. compact,delete: both. "
+              "Empty: neither, records stay until DeleteRecords removes them (Kafka 4.2's infinite retention).",
+              Choice(("compact", "delete"), empty=True), synonym="log.cleanup.policy"),
     ConfigDef("delete.retention.ms", LONG, str(24 * 3600 * 1000),
               "On a compacted topic, how long a tombstone (a record with a null value) stays once the "
               "cleaner has cleaned the batch holding it, so consumers reading from the start see it.",

@@ -20,7 +20,8 @@ class LogConfig:
     flush_ms: int | None = None               # flush.ms: fsync once the last flush is this old; None = never
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes: a segment whose index is full rolls
     segment_jitter_ms: int = 0                # segment.jitter.ms: random amount taken off segment.ms per segment
-    # cleanup.policy: delete (retention) and/or compact (kshim.log.cleaner); both false is not allowed
+    # cleanup.policy: delete (retention) and/or compact (kshim.log.cleaner); both false (the empty
+    # list) is neither: segments stay until DeleteRecords moves the log start past them
     compact: bool = False
     delete: bool = True
     delete_retention_ms: int = _DAY_MS        # delete.retention.ms: tombstones live this long once cleaned

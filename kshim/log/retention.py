@@ -146,7 +146,9 @@ class SegmentDeletion:
                 cfg = self.config
                 upper = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
                 deleted = 0
-                if not cfg.delete:  # cleanup.policy=compact: only the cleaner removes records
+                # cleanup.policy compact: only the cleaner removes records; empty: nothing does
+                # (Kafka 4.2's infinite retention), only DeleteRecords
+                if not cfg.delete:
                     return 0
                 if cfg.retention_ms >= 0:
                     n = 0

@@ -327,6 +327,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the broker's setting wins over the topic's override",
         tests=("tests/test_configs.py::test_topic_override_then_broker_setting_then_default",),
         area="topic configs"),
+    Mutation("an empty cleanup.policy deletes nothing by retention", "kshim/log/retention.py", (
+        ("                if not cfg.delete:\n", "                if cfg.compact and not cfg.delete:\n"),),
+        "a topic with cleanup.policy \"\" loses its old segments to retention.ms / retention.bytes",
+        tests=("tests/test_configs.py::test_an_empty_cleanup_policy_neither_deletes_nor_compacts",),
+        area="topic configs"),
     # ------------------------------------------------------------------ quotas
     Mutation("a client over its byte-rate quota is throttled for its excess over the whole quota window",
              "kshim/net/quota_manager.py", (

@@ -5,8 +5,8 @@
   - SET (0) overrides a config; DELETE (1) drops the override (back to the default);
   - APPEND (2) / SUBTRACT (3) only for list configs (INVALID_CONFIG otherwise): the comma-separated
     items are added (skipping ones present) to / removed from the current effective value (the
-    override, else the broker's setting, else the default). cleanup.policy is kshim's only list
-    config and only 'delete' is valid, so a SUBTRACT that empties it fails validation.
+    override, else the broker's setting, else the default). A SUBTRACT of every item leaves the
+    empty list: cleanup.policy "" (neither retention nor compaction, as in Kafka 4.2+).
 - A null value for SET/APPEND/SUBTRACT, an unknown operation, or a config named twice in one
   resource is INVALID_REQUEST. Unknown config names are INVALID_CONFIG (DELETE included).
 - An unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
