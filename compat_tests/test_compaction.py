@@ -16,6 +16,7 @@ from kafka.errors import KafkaError
 
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection, consume_all
+from wire.errors import ErrorCode
 from wire.records import CONTROL_ABORT, encode_batch, iter_batches, read_marker
 
 pytestmark = pytest.mark.process
@@ -147,6 +148,28 @@ def test_keyless_record_to_a_compacted_topic_is_invalid_record_and_the_rest_succ
         assert p.send("compacted-keys", key=b"k", value=b"ok").get(timeout=15).offset == 0
     finally:
         p.close()
+
+
+def test_delete_records_of_a_compact_only_topic_is_refused(broker):
+    """As Kafka: DeleteRecords on a topic whose cleanup.policy is compact alone fails with
+    POLICY_VIOLATION (only the cleaner removes records there) and its earliest offset stays;
+    compact,delete deletes as asked."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    create(broker, "compact-only", {})
+    create(broker, "compact-and-delete", {"cleanup.policy": "compact,delete"})
+    for topic in ("compact-only", "compact-and-delete"):
+        produce(broker, [(f"key-{i}".encode(), b"v") for i in range(10)], topic)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3})
+    answers = {tp.topic: f for tp, f in admin.delete_records([TopicPartition("compact-only", 0, 5),
+                                                               TopicPartition("compact-and-delete", 0, 5)]).items()}
+    with pytest.raises(KafkaException) as refused:
+        answers["compact-only"].result(timeout=20)
+    assert refused.value.args[0].code() == ErrorCode.POLICY_VIOLATION
+    assert answers["compact-and-delete"].result(timeout=20).low_watermark == 5
+    earliest = admin.list_offsets({TopicPartition(t, 0): OffsetSpec.earliest()
+                                   for t in ("compact-only", "compact-and-delete")})
+    assert {tp.topic: f.result(timeout=20).offset for tp, f in earliest.items()} == \
+        {"compact-only": 0, "compact-and-delete": 5}
 
 
 def test_broker_killed_mid_clean_restarts_consistent(tmp_path):

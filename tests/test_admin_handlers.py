@@ -655,6 +655,27 @@ async def test_delete_records(broker, version):
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("version", range(0, 3))
+async def test_delete_records_of_a_compact_only_topic_is_a_policy_violation(broker, version):
+    """Kafka's Partition.deleteRecordsOnLeader: cleanup.policy compact without delete refuses
+    DeleteRecords (POLICY_VIOLATION, before the offset is even looked at), the log start unmoved;
+    compact,delete and the empty policy allow it."""
+    policies = {"compact": "compact", "both": "compact,delete", "empty": ""}
+    await create(broker, *(new_topic(name, 1, 1, {"cleanup.policy": policy}) for name, policy in policies.items()))
+    for name in policies:
+        broker.partition(name, 0).append(encode_batch([(b"k%d" % i, b"v") for i in range(12)]))
+    out = await delete_recs(broker, version, ("compact", [(0, 5)]), ("both", [(0, 5)]), ("empty", [(0, -1)]))
+    assert out == {("compact", 0): (ErrorCode.POLICY_VIOLATION, -1), ("both", 0): (0, 5), ("empty", 0): (0, 12)}
+    for offset in (-1, 99):
+        out = await delete_recs(broker, version, ("compact", [(0, offset)]))
+        assert out == {("compact", 0): (ErrorCode.POLICY_VIOLATION, -1)}
+    assert broker.partition("compact", 0).log_start_offset == 0
+    [r] = await incr(broker, incr_resource(TOPIC, "compact", ("cleanup.policy", APPEND, "delete")))
+    assert r.error_code == 0
+    assert await delete_recs(broker, version, ("compact", [(0, 5)])) == {("compact", 0): (0, 5)}
+
+
+@pytest.mark.anyio
 async def test_partition_counts_are_capped(broker):
     out = await create(broker, new_topic("huge", 10_001, 1), new_topic("ok", 2, 1))
     assert out["huge"].error_code == ErrorCode.INVALID_PARTITIONS and "10000" in out["huge"].error_message

@@ -41,6 +41,7 @@ from kshim.clock import SYSTEM
 from kshim.cluster.image import NO_LEADER, MetadataImage, PartitionInfo
 from kshim.configs import COMPRESSION_CODECS, TopicConfig
 from kshim.configs.definitions import LONG_MAX
+from kshim.errors import BrokerError
 from kshim.log.log import Log, LogConfig, OffsetOutOfRange
 from kshim.log.epochs import LeaderEpochCache
 from kshim.log.files import save_checkpoint
@@ -442,7 +443,28 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
             self.epochs.truncate_from_start(self.log_start_offset)
         self.log.maybe_flush(now)  # the high watermark: ReplicaManager.checkpoint_high_watermarks
 
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords, on the leader (Kafka's Partition.deleteRecordsOnLeader): `offset` (-1: the
+        high watermark) becomes the log start offset if it is beyond it; returns the log start
+        offset after. BrokerError POLICY_VIOLATION when cleanup.policy is compact without delete
+        (only the cleaner removes records there; an empty policy allows it, as in Kafka), else
+        OFFSET_OUT_OF_RANGE for an offset past the high watermark or below -1."""
+        if self.log_config.compact and not self.log_config.delete:  # Kafka's words
+            raise BrokerError(ErrorCode.POLICY_VIOLATION, f"Records of partition {self.topic}-{self.index} "
+                                                          f"can not be deleted due to the configured policy")
+        high_watermark = self.high_watermark
+        if offset == -1:
+            offset = high_watermark
+        if offset < 0 or offset > high_watermark:
+            raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"offset {offset} is outside [0, {high_watermark}] (or -1 for the high watermark)")
+        if offset > self.log_start_offset:
+            self.delete_records_before(offset)
+        return self.log_start_offset
+
     def delete_records_before(self, offset: int) -> None:
+        """Make `offset` the log start offset, whatever the policy: DeleteRecords once checked, or a
+        follower following its leader's log start."""
         self.log.advance_start_offset(offset)
         self.producers.forget_before(offset)
         self.epochs.truncate_from_start(self.log_start_offset)

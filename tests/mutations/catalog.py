@@ -278,6 +278,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "the cleaner keeps the records of aborted transactions",
         tests=("tests/test_cleaner.py::test_committed_transactional_records_compact_like_others_and_aborted_ones_go",),
         area="compaction"),
+    Mutation("DeleteRecords on a compact-only topic is POLICY_VIOLATION", PARTITION, (
+        ("        if self.log_config.compact and not self.log_config.delete:  # Kafka's words\n",
+         "        if False:  # Kafka's words\n"),),
+        "DeleteRecords moves the log start of a topic whose cleanup.policy is compact alone",
+        tests=("tests/test_admin_handlers.py::test_delete_records_of_a_compact_only_topic_is_a_policy_violation",),
+        area="compaction"),
     # ------------------------------------------------------------------ share groups
     Mutation("a share group's record lock expires after group.share.record.lock.duration.ms", SHARE_STATE, (
         ("            if rec.state == RecordState.ACQUIRED and rec.deadline_ms <= now_ms:",

@@ -5,6 +5,9 @@
 - -1 means the high watermark (delete everything currently in the partition).
 - An offset above the high watermark, or below -1, is OFFSET_OUT_OF_RANGE.
 - An offset at or below the current log start offset changes nothing (not an error).
+- A topic whose cleanup.policy is compact without delete is POLICY_VIOLATION, its low watermark
+  unmoved (Kafka: only the cleaner removes records there); `compact,delete`, `delete` and the
+  empty policy allow it. The partition decides (Partition.delete_records).
 - An unknown topic or partition is UNKNOWN_TOPIC_OR_PARTITION.
 - Success answers low_watermark, the partition's log start offset afterwards; failures answer -1.
 - The change is on disk before the response. timeout_ms is ignored.
@@ -30,8 +33,6 @@ log = logging.getLogger("kshim.handlers.delete_records")
 API_KEY = 21
 VERSIONS = (0, 2)
 
-HIGH_WATERMARK = -1
-
 
 def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
     if not authz.topic_allowed(ctx, AclOperation.DELETE, topic):
@@ -40,15 +41,7 @@ def _delete(ctx: RequestContext, topic: str, index: int, offset: int) -> int:
     partition = ctx.broker.replica_manager.get_partition_or_error(topic, index)
     if isinstance(partition, ErrorCode):
         raise BrokerError(partition, f"{topic}-{index}: {partition.name}")
-    high_watermark = partition.high_watermark
-    if offset == HIGH_WATERMARK:
-        offset = high_watermark
-    if offset < 0 or offset > high_watermark:
-        raise BrokerError(ErrorCode.OFFSET_OUT_OF_RANGE,
-                          f"offset {offset} is outside [0, {high_watermark}] (or -1 for the high watermark)")
-    if offset > partition.log_start_offset:
-        partition.delete_records_before(offset)
-    return partition.log_start_offset
+    return partition.delete_records(offset)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Mapping[str, Any]:
