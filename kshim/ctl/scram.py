@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import hashlib
 import json
 import secrets
 import sys
@@ -29,41 +28,18 @@ from typing import Any
 
 import anyio
 
-from kshim.ctl.brokers import (Pool, addresses_from_cluster, brokers_down, connect_any, failure_text,
-                               parse_addresses)
+from kshim.ctl.brokers import Pool, connect_any, failure_text
 from kshim.ctl.common import SCRAM_CLIENT_ID, CtlError, error_text, text_table
-from kshim.ctl.security import add_command_config, from_command_config, from_data_dir
+from kshim.ctl.security import add_command_config, targets
 from kshim.replication.client import ClientSecurity
+from kshim.security.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_NAMES, SCRAM_TYPES, salted_password
 from wire.errors import ErrorCode
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 WANTED = {DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0), ALTER_USER_SCRAM_CREDENTIALS: (0, 0)}
-MECHANISMS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}  # Kafka's type byte, the hash
-NAMES = {code: name for name, (code, _) in MECHANISMS.items()}
-DEFAULT_ITERATIONS = 4096  # kafka-configs' default, and the least a broker accepts (at most 16384)
+DEFAULT_ITERATIONS = MIN_ITERATIONS  # kafka-configs' default, and the least a broker accepts
 SALT_BYTES = 32
 FAILURES = (OSError, TimeoutError, ConnectionError)
-
-
-def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
-    """RFC 5802's SaltedPassword, Hi(password, salt, i): what Kafka's admin client sends."""
-    return hashlib.pbkdf2_hmac(MECHANISMS[mechanism][1], password.encode(), salt, iterations)
-
-
-def targets(data_dir: Path | None, bootstrap: str | None,
-            command_config: Path | None) -> tuple[list[tuple[str, int]], ClientSecurity | None]:
-    """The addresses to ask and the credentials to connect with (kshim.ctl.security)."""
-    security = None
-    if command_config is not None:
-        bootstrap, security = from_command_config(command_config, bootstrap)
-    if bootstrap:
-        return parse_addresses(bootstrap), security
-    if data_dir is None:
-        raise CtlError("give --bootstrap HOST:PORT, or the --data-dir of a running `kshim serve`")
-    addresses = addresses_from_cluster(data_dir)
-    if command_config is None:
-        security = from_data_dir(data_dir, brokers_down(data_dir))  # the inter-broker listener's identity
-    return addresses, security
 
 
 async def _ask(addresses: list[tuple[str, int]], security: ClientSecurity | None, api: int, body: dict) -> Any:
@@ -87,7 +63,7 @@ def _alter(data_dir: Path | None, bootstrap: str | None, command_config: Path | 
     resp = _run(*targets(data_dir, bootstrap, command_config), ALTER_USER_SCRAM_CREDENTIALS, body)
     for r in resp.results:
         if r.error_code == ErrorCode.RESOURCE_NOT_FOUND:
-            mechanism = NAMES[body["deletions"][0]["mechanism"]]
+            mechanism = SCRAM_NAMES[body["deletions"][0]["mechanism"]]
             raise CtlError(f"{r.user} has no {mechanism} credential")
         if r.error_code:
             raise CtlError(f"{r.user}: {error_text(r.error_code, r.error_message)}")
@@ -100,7 +76,7 @@ def add(user: str, mechanism: str, password: str, iterations: int = DEFAULT_ITER
         raise CtlError("the password is empty")
     salt = secrets.token_bytes(SALT_BYTES)
     _alter(data_dir, bootstrap, command_config, {"deletions": [], "upsertions": [{
-        "name": user, "mechanism": MECHANISMS[mechanism][0], "iterations": iterations, "salt": salt,
+        "name": user, "mechanism": SCRAM_TYPES[mechanism], "iterations": iterations, "salt": salt,
         "salted_password": salted_password(mechanism, password, salt, iterations)}]})
     return {"user": user, "mechanism": mechanism, "iterations": iterations, "action": "set"}
 
@@ -109,7 +85,7 @@ def delete(user: str, mechanism: str, data_dir: Path | None = None, bootstrap: s
            command_config: Path | None = None) -> dict[str, Any]:
     """Delete USER's credential for MECHANISM; CtlError if it has none, or if refused."""
     _alter(data_dir, bootstrap, command_config, {
-        "deletions": [{"name": user, "mechanism": MECHANISMS[mechanism][0]}], "upsertions": []})
+        "deletions": [{"name": user, "mechanism": SCRAM_TYPES[mechanism]}], "upsertions": []})
     return {"user": user, "mechanism": mechanism, "action": "deleted"}
 
 
@@ -130,7 +106,7 @@ def describe(users: list[str] | None = None, data_dir: Path | None = None, boots
             errors.append(f"{r.user}: {error_text(r.error_code, r.error_message)}")
         else:
             found.append({"user": r.user, "credentials": [
-                {"mechanism": NAMES.get(c.mechanism, f"mechanism {c.mechanism}"), "iterations": c.iterations}
+                {"mechanism": SCRAM_NAMES.get(c.mechanism, f"mechanism {c.mechanism}"), "iterations": c.iterations}
                 for c in sorted(r.credential_infos, key=lambda c: c.mechanism)]})
     return {"users": sorted(found, key=lambda u: u["user"]), "errors": errors}
 
@@ -160,7 +136,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                     "broker once it has the new metadata. Connects over the inter-broker listener of the "
                     "`kshim serve` in --data-dir, or to --bootstrap (docs/security.md).")
     sub = p.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
-    mechanisms = sorted(MECHANISMS)
+    mechanisms = sorted(SCRAM_TYPES)
     a = sub.add_parser("add", help="set a user's credential for a mechanism (replacing one it has)",
                        description="Set USER's SCRAM credential for --mechanism, replacing one it has. "
                                    "The password comes from --password, --password-stdin (its first line) "
@@ -172,7 +148,7 @@ def add_parser(commands) -> argparse.ArgumentParser:
                        help="the password; visible to other local users in the process list: prefer --password-stdin")
     given.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     a.add_argument("--iterations", type=_iterations, default=DEFAULT_ITERATIONS,
-                   help=f"PBKDF2 iterations, {DEFAULT_ITERATIONS}..16384 (default {DEFAULT_ITERATIONS})")
+                   help=f"PBKDF2 iterations, {MIN_ITERATIONS}..{MAX_ITERATIONS} (default {DEFAULT_ITERATIONS})")
     lst = sub.add_parser("list", help="users with SCRAM credentials: mechanism, iterations",
                          description="List the SCRAM users (all, or those named) with each mechanism they "
                                      "have a credential for and its iterations. A named user with none is "

@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 
 from kshim.controller import messages as m
 from kshim.ctl import brokers_admin
+from kshim.ctl.brokers import addresses_from_cluster, brokers_down, parse_addresses
 from kshim.ctl.common import CtlError
 from kshim.replication.client import ClientSecurity
 from kshim.security.config import PROTOCOLS
@@ -176,3 +177,21 @@ def add_command_config(parser: argparse.ArgumentParser) -> None:
                              "sasl.username/sasl.password or sasl.jaas.config, ssl.ca.location, ...; "
                              "docs/security.md). Without it: over --data-dir, the cluster's inter-broker "
                              "listener and user; with --bootstrap, PLAINTEXT")
+
+
+def targets(data_dir: Path | None, bootstrap: str | None,
+            command_config: Path | None) -> tuple[list[tuple[str, int]], ClientSecurity | None]:
+    """The addresses to bootstrap from and the credentials to connect with: --bootstrap (and a
+    --command-config's credentials), else the `kshim serve` in --data-dir over its inter-broker
+    listener as the inter-broker user."""
+    security = None
+    if command_config is not None:
+        bootstrap, security = from_command_config(command_config, bootstrap)
+    if bootstrap:
+        return parse_addresses(bootstrap), security
+    if data_dir is None:
+        raise CtlError("give --bootstrap HOST:PORT, or the --data-dir of a running `kshim serve`")
+    addresses = addresses_from_cluster(data_dir)
+    if command_config is None:
+        security = from_data_dir(data_dir, brokers_down(data_dir))  # the inter-broker listener's identity
+    return addresses, security

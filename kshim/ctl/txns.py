@@ -44,10 +44,9 @@ from typing import Any
 import anyio
 
 from kshim.ctl.brokers import (COORDINATOR_WAIT_S, FIND_COORDINATOR, METADATA, METADATA_VERSIONS,
-                               RETRIABLE_COORDINATOR, Broker, Pool, addresses_from_cluster, connect_any,
-                               brokers_down, failure_text, metadata, parse_addresses)
+                               RETRIABLE_COORDINATOR, Broker, Pool, connect_any, failure_text, metadata)
 from kshim.ctl.common import TXNS_CLIENT_ID, CtlError, cell_text, error_name, error_text, text_table
-from kshim.ctl.security import add_command_config, from_command_config, from_data_dir
+from kshim.ctl.security import add_command_config, targets
 from kshim.replication.client import ClientSecurity
 from wire.errors import ErrorCode
 
@@ -285,25 +284,10 @@ async def force_terminate(addresses: list[tuple[str, int]], transactional_id: st
             await pool.close()
 
 
-def _brokers(data_dir, bootstrap: str | None, command_config) -> tuple[list[tuple[str, int]], ClientSecurity | None]:
-    """The addresses to bootstrap from and the credentials (kshim.ctl.security) to connect with."""
-    security = None
-    if command_config is not None:
-        bootstrap, security = from_command_config(command_config, bootstrap)
-    if not bootstrap and data_dir is None:
-        raise CtlError("give --bootstrap HOST:PORT, or --data-dir of a running `kshim serve --brokers N`")
-    if bootstrap:
-        return parse_addresses(bootstrap), security
-    addresses = addresses_from_cluster(data_dir)
-    if command_config is None:
-        security = from_data_dir(data_dir, brokers_down(data_dir))  # the inter-broker listener's identity
-    return addresses, security
-
-
 def abort(data_dir=None, bootstrap: str | None = None, transactional_id: str = "",
           command_config=None) -> dict[str, Any]:
     """--abort, for scripts and tests. CtlError when it cannot be done."""
-    addresses, security = _brokers(data_dir, bootstrap, command_config)
+    addresses, security = targets(data_dir, bootstrap, command_config)
     try:
         return anyio.run(force_terminate, addresses, transactional_id, security)
     except (OSError, TimeoutError, ConnectionError) as e:
@@ -313,7 +297,7 @@ def abort(data_dir=None, bootstrap: str | None = None, transactional_id: str = "
 def txns(data_dir=None, bootstrap: str | None = None, states: list[str] | None = None,
          producers: str | None = None, command_config=None) -> dict[str, Any]:
     """The report, for scripts and tests. CtlError when no broker can be asked."""
-    addresses, security = _brokers(data_dir, bootstrap, command_config)
+    addresses, security = targets(data_dir, bootstrap, command_config)
     try:
         return anyio.run(collect, addresses, states or [], producers, security)
     except (OSError, TimeoutError, ConnectionError) as e:

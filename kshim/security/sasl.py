@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+SCRAM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMechanism type bytes (Alter/DescribeUserScramCredentials)
+SCRAM_NAMES = {code: name for name, code in SCRAM_TYPES.items()}
 MIN_ITERATIONS = 4096  # Kafka's minimum for SCRAM credentials
 MAX_ITERATIONS = 16384  # Kafka's maximum (AlterUserScramCredentials)
 
@@ -42,12 +44,15 @@ class ScramCredential:
     iterations: int
 
 
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's SaltedPassword, Hi(password, salt, i): what AlterUserScramCredentials carries."""
+    return hashlib.pbkdf2_hmac(HASHES[mechanism], password.encode(), salt, iterations)
+
+
 def scram_credential(mechanism: str, password: str, iterations: int, salt: bytes | None = None) -> ScramCredential:
     """Salt and hash a password into what the broker keeps (RFC 5802's SaltedPassword and keys)."""
-    algo = HASHES[mechanism]
     salt = salt if salt is not None else os.urandom(32)
-    salted = hashlib.pbkdf2_hmac(algo, password.encode(), salt, iterations)
-    return scram_from_salted(mechanism, salted, salt, iterations)
+    return scram_from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
 
 
 def scram_from_salted(mechanism: str, salted_password: bytes, salt: bytes, iterations: int) -> ScramCredential:

@@ -17,11 +17,11 @@ from construct import Container
 from kshim.net.handlers import RequestContext, Response
 from kshim.security import authz
 from kshim.security.acls import AclOperation
+from kshim.security.sasl import SCRAM_TYPES
 from wire.errors import ErrorCode
 
 API_KEY = 50
 VERSIONS = (0, 0)
-MECHANISM_TYPES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}  # Kafka's ScramMechanism type bytes
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
@@ -33,7 +33,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     by_user: dict[str, list[dict]] = {}
     for entry in ctx.broker.image.scram:
         by_user.setdefault(entry.user, []).append(
-            {"mechanism": MECHANISM_TYPES[entry.mechanism], "iterations": entry.iterations})
+            {"mechanism": SCRAM_TYPES[entry.mechanism], "iterations": entry.iterations})
     asked = [u.name for u in req.users] if req.users else sorted(by_user)
     counts = Counter(asked)
     results: list[dict] = []

@@ -25,18 +25,17 @@ from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.security import authz
 from kshim.security.acls import AclOperation
-from kshim.security.sasl import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, scram_from_salted
+from kshim.security.sasl import HASHES, MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_NAMES, scram_from_salted
 from wire.errors import ErrorCode
 
 API_KEY = 51
 VERSIONS = (0, 0)
-MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's ScramMechanism type bytes
 
 
 def _problem(name: str, mechanism: int, upsert: Container | None = None) -> tuple[ErrorCode, str] | None:
     if not name:
         return ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
-    if mechanism not in MECHANISMS:
+    if mechanism not in SCRAM_NAMES:
         return ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"Unknown SCRAM mechanism {mechanism}"
     if upsert is not None:
         if upsert.iterations < MIN_ITERATIONS:
@@ -49,7 +48,7 @@ def _problem(name: str, mechanism: int, upsert: Container | None = None) -> tupl
 
 
 def _entry(u: Container) -> ScramEntry:
-    mech = MECHANISMS[u.mechanism]
+    mech = SCRAM_NAMES[u.mechanism]
     cred = scram_from_salted(mech, bytes(u.salted_password), bytes(u.salt), u.iterations)
     b64 = base64.b64encode
     return ScramEntry(u.name, mech, b64(cred.salt).decode(), b64(cred.stored_key).decode(),
@@ -57,7 +56,7 @@ def _entry(u: Container) -> ScramEntry:
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    assert set(MECHANISMS.values()) == set(HASHES)
+    assert set(SCRAM_NAMES.values()) == set(HASHES)
     names = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
     if not authz.cluster_allowed(ctx, AclOperation.ALTER):
         why = f"{ctx.principal} may not ALTER the cluster"
@@ -74,7 +73,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     for u in req.upsertions:
         if u.name not in failed and (problem := _problem(u.name, u.mechanism, u)):
             failed[u.name] = problem
-    deletions = tuple(ScramDeletion(d.name, MECHANISMS[d.mechanism]) for d in req.deletions if d.name not in failed)
+    deletions = tuple(ScramDeletion(d.name, SCRAM_NAMES[d.mechanism]) for d in req.deletions if d.name not in failed)
     upsertions = tuple(_entry(u) for u in req.upsertions if u.name not in failed)
     done: dict[str, tuple[ErrorCode, str | None]] = {}
     if deletions or upsertions:
