@@ -42,14 +42,21 @@ def kshim(tmp_path_factory):
     assert code == 0, "kshim did not shut down cleanly:\n" + proc.logs()
 
 
-def setup(bootstrap: str, records: int) -> tuple[str, str]:
-    """A new one-partition topic holding `records` records, and a new group starting at earliest."""
-    topic, group = f"sq-{uuid.uuid4().hex[:8]}", f"sg-{uuid.uuid4().hex[:8]}"
+def new_topic_and_group(bootstrap: str, prefix: str) -> tuple[str, str]:
+    """A new one-partition topic and a new share group starting at earliest
+    (share.auto.offset.reset, a GROUP config)."""
+    topic, group = f"{prefix}q-{uuid.uuid4().hex[:8]}", f"{prefix}g-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
         ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([resource])[resource].result(30)
+    return topic, group
+
+
+def setup(bootstrap: str, records: int) -> tuple[str, str]:
+    """A new one-partition topic holding `records` records, and a new group starting at earliest."""
+    topic, group = new_topic_and_group(bootstrap, "s")
     # batches of at most 10 records: a fetch acquires whole batches, so the members can share them
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 10, "log_level": 3})
     for i in range(records):

@@ -28,11 +28,10 @@ import uuid
 
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
-                                   ResourceType)
 
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection
+from compat_tests.test_share_consumers import new_topic_and_group
 from kshim.ctl.groups import share_in_flight
 from wire.errors import ErrorCode
 
@@ -55,12 +54,7 @@ def kshim(tmp_path_factory):
 def setup(bootstrap: str) -> tuple[str, str]:
     """A new one-partition topic holding RECORDS records in one batch, and a new group starting at
     earliest (share.auto.offset.reset, a GROUP config)."""
-    topic, group = f"sc-{uuid.uuid4().hex[:8]}", f"scg-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    topic, group = new_topic_and_group(bootstrap, "sc")
     produce(bootstrap, topic, range(RECORDS))
     return topic, group
 

@@ -15,6 +15,7 @@ from kshim.coordinator.share_partitions.manager import SharePartitionManager
 from kshim.standalone import open_standalone
 from tests.nodes import served
 from tests.test_groups import call_awaiting
+from tests.test_share_groups import coordinated, hb
 from wire import records
 from wire.errors import ErrorCode
 
@@ -198,7 +199,6 @@ async def test_leaving_the_group_does_not_end_the_share_session(broker):
     """A client closing sends its leave heartbeat alongside its closing ShareAcknowledge (epoch -1):
     whichever comes first, the acknowledgements are applied, as Kafka does (its share session ends
     with the final request or the connection, not with the group membership)."""
-    from tests.test_share_groups import coordinated, hb
     await broker.create_topic("t", 1)
     tid = broker.topics["t"].topic_id
     append(broker, "t", b"a", b"b", b"c", b"d")
