@@ -1,5 +1,6 @@
-"""Internal topics are the broker's own (docs/robustness.md): clients cannot write, delete, grow or
-reconfigure them, and a batch in one that cannot be decoded is skipped, not fatal, at load."""
+"""Internal topics are the broker's own (docs/robustness.md): clients cannot write, delete or grow
+them, but may change their configs as Kafka allows, and a batch in one that cannot be decoded is
+skipped, not fatal, at load."""
 from __future__ import annotations
 
 import struct
@@ -7,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from crc32c import crc32c
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions, NewTopic
+from kafka.admin import KafkaAdminClient, NewPartitions, NewTopic
 from kafka.errors import InvalidTopicError
 from kafka.structs import OffsetAndMetadata
 
@@ -19,7 +22,7 @@ from wire.compression import ZSTD
 from wire.records import ATTRIBUTES_OFFSET, CRC_OFFSET, encode_batch
 
 INVALID_TOPIC_EXCEPTION = 17
-OFFSETS = "__consumer_offsets"
+OFFSETS, TXNS = "__consumer_offsets", "__transaction_state"
 
 
 def commit(bootstrap: str, group: str, topic: str, offset: int) -> None:
@@ -47,7 +50,7 @@ def garbage_zstd_batch() -> bytearray:
     return batch
 
 
-def test_clients_cannot_write_delete_grow_or_reconfigure_internal_topics(kshim, topic_name):
+def test_clients_cannot_write_delete_or_grow_internal_topics(kshim, topic_name):
     commit(kshim.bootstrap, "sealed", topic_name, 5)  # the coordinator creates __consumer_offsets
     with RawConnection(kshim.bootstrap) as conn:
         answer = conn.produce({(OFFSETS, 0): bytes(encode_batch([(b"k", b"v")]))})
@@ -62,12 +65,51 @@ def test_clients_cannot_write_delete_grow_or_reconfigure_internal_topics(kshim, 
             admin.create_topics([NewTopic("__transaction_state", 1, 1)])
         with pytest.raises(InvalidTopicError):
             admin.delete_records({TopicPartition(OFFSETS, 0): 1})
-        result = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, OFFSETS, {"retention.ms": "1"})])
-        assert "InvalidTopicError" in str(result["topic"][OFFSETS]), result
         assert OFFSETS in admin.list_topics()
     finally:
         admin.close()
     assert committed(kshim.bootstrap, "sealed", topic_name) == 5
+
+
+def offsets_segments(data_dir: Path) -> dict[str, int]:
+    """The number of segment files of each __consumer_offsets partition on disk."""
+    return {d.name: len(list(d.glob("*.log"))) for d in Path(data_dir).glob(f"{OFFSETS}-*")}
+
+
+def test_internal_topics_take_config_changes_which_reach_their_logs(tmp_path, topic_name):
+    """As Kafka's KRaft brokers: AlterConfigs and IncrementalAlterConfigs on __consumer_offsets and
+    __transaction_state succeed; a lower segment.bytes of the offsets topic rolls its segments at
+    the next commits. Writing to them stays the coordinators' own (the test above)."""
+    broker = KshimProcess(tmp_path / "data").start()
+    try:
+        commit(broker.bootstrap, "rolling", topic_name, 0)  # the coordinator creates __consumer_offsets
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"{topic_name}-txn",
+                             "log_level": 3})
+        producer.init_transactions(20)  # the transaction coordinator creates __transaction_state
+        assert set(offsets_segments(broker.data_dir).values()) == {1}
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3})
+        offsets = ConfigResource(ResourceType.TOPIC, OFFSETS, incremental_configs=[
+            ConfigEntry("segment.bytes", "1024", incremental_operation=AlterConfigOpType.SET)])
+        txns = ConfigResource(ResourceType.TOPIC, TXNS, set_config={"cleanup.policy": "compact",
+                                                                    "segment.bytes": "2048"})
+        assert admin.incremental_alter_configs([offsets])[offsets].result(timeout=20) is None
+        assert admin.alter_configs([txns])[txns].result(timeout=20) is None
+        described = {r.name: {n: e.value for n, e in f.result(timeout=20).items()}
+                     for r, f in admin.describe_configs([ConfigResource(ResourceType.TOPIC, OFFSETS),
+                                                         ConfigResource(ResourceType.TOPIC, TXNS)]).items()}
+        assert (described[OFFSETS]["segment.bytes"], described[OFFSETS]["cleanup.policy"]) == ("1024", "compact")
+        assert (described[TXNS]["segment.bytes"], described[TXNS]["cleanup.policy"]) == ("2048", "compact")
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="rolling", enable_auto_commit=False,
+                                 request_timeout_ms=10000)
+        try:
+            for offset in range(1, 31):  # ~150 bytes a commit: 1024-byte segments roll every few
+                consumer.commit({TopicPartition(topic_name, 0): OffsetAndMetadata(offset, "m" * 64, -1)})
+        finally:
+            consumer.close()
+        assert max(offsets_segments(broker.data_dir).values()) > 1
+        assert committed(broker.bootstrap, "rolling", topic_name) == 30
+    finally:
+        broker.kill()
 
 
 def test_undecodable_batch_in_an_internal_topic_is_skipped_at_load(tmp_path, topic_name):

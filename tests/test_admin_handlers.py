@@ -595,6 +595,24 @@ async def test_subtracting_the_last_cleanup_policy_leaves_the_empty_list(broker)
         again.close()
 
 
+@pytest.mark.anyio
+async def test_internal_topics_take_config_changes(broker):
+    """As Kafka's KRaft brokers: AlterConfigs and IncrementalAlterConfigs on __consumer_offsets and
+    __transaction_state succeed and reach their partitions' logs (writes stay the coordinators')."""
+    from kshim.coordinator.runtime import INTERNAL_TOPIC_CONFIGS
+    for name in ("__consumer_offsets", "__transaction_state"):
+        await broker.create_topic(name, 2, INTERNAL_TOPIC_CONFIGS)  # as their coordinators create them
+    [r] = await incr(broker, incr_resource(TOPIC, "__consumer_offsets", ("segment.bytes", SET, "1024")))
+    assert (r.error_code, r.error_message) == (0, None)
+    [r] = await alter(broker, alter_resource(TOPIC, "__transaction_state", {"cleanup.policy": "compact",
+                                                                           "segment.bytes": "2048"}))
+    assert (r.error_code, r.error_message) == (0, None)
+    for name, size in (("__consumer_offsets", 1024), ("__transaction_state", 2048)):
+        assert broker.topics[name].configs == {"cleanup.policy": "compact", "segment.bytes": str(size)}
+        for index in range(2):
+            assert broker.partition(name, index).log.config.segment_bytes == size
+
+
 # ---------------------------------------------------------------- DescribeCluster
 
 @pytest.mark.anyio

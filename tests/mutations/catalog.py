@@ -338,6 +338,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "a topic with cleanup.policy \"\" loses its old segments to retention.ms / retention.bytes",
         tests=("tests/test_configs.py::test_an_empty_cleanup_policy_neither_deletes_nor_compacts",),
         area="topic configs"),
+    Mutation("the internal topics take config changes, as Kafka's KRaft brokers do",
+             "kshim/net/handlers/config_resources.py", (
+        ("    check_topic_name(name)\n",
+         "    check_topic_name(name)\n    if name in (\"__consumer_offsets\", \"__transaction_state\"):\n"
+         "        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION, f\"cannot reconfigure {name}\")\n"),),
+        "(Incremental)AlterConfigs on __consumer_offsets or __transaction_state is INVALID_TOPIC_EXCEPTION",
+        tests=("tests/test_admin_handlers.py::test_internal_topics_take_config_changes",),
+        area="topic configs"),
     # ------------------------------------------------------------------ quotas
     Mutation("a client over its byte-rate quota is throttled for its excess over the whole quota window",
              "kshim/net/quota_manager.py", (

@@ -4,7 +4,8 @@
   goes back to its default (Kafka's semantics for this API; IncrementalAlterConfigs edits instead).
   Names and values are validated as a whole before anything changes: INVALID_CONFIG with the
   reason. A null value or a name given twice is INVALID_REQUEST. An unknown topic is
-  UNKNOWN_TOPIC_OR_PARTITION.
+  UNKNOWN_TOPIC_OR_PARTITION. The internal topics (__consumer_offsets, __transaction_state) are
+  reconfigured like any other, as Kafka's KRaft brokers allow.
 - BROKER (4), named "" (the cluster-wide default) or this broker's id: the given configs become
   that resource's whole set of dynamic broker settings (the topic-config defaults: log.retention.ms,
   compression.type, message.max.bytes, ...). A read-only (command-line) or unknown name is

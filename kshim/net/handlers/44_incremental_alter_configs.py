@@ -9,7 +9,8 @@
     empty list: cleanup.policy "" (neither retention nor compaction, as in Kafka 4.2+).
 - A null value for SET/APPEND/SUBTRACT, an unknown operation, or a config named twice in one
   resource is INVALID_REQUEST. Unknown config names are INVALID_CONFIG (DELETE included).
-- An unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+- An unknown topic is UNKNOWN_TOPIC_OR_PARTITION. The internal topics are reconfigured like any
+  other, as Kafka's KRaft brokers allow.
 - BROKER (4), named "" (the cluster-wide default) or this broker's id: the same operations on that
   resource's dynamic broker settings (the topic-config defaults: log.retention.ms, compression.type,
   message.max.bytes, ...); APPEND/SUBTRACT start from the broker's effective value. A read-only

@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 from construct import Container
 
-from kshim.cluster.image import TopicInfo, refuse_internal
+from kshim.cluster.image import TopicInfo
 from kshim.configs import Resolved
 from kshim.errors import BrokerError, check_topic_name
 from kshim.net.handlers import RequestContext
@@ -46,13 +46,14 @@ def target_broker(ctx: RequestContext, resource: Container) -> str:
 
 
 def target_topic(ctx: RequestContext, resource: Container) -> TopicInfo:
-    """The topic a config resource names, or the BrokerError to answer for it."""
+    """The topic a config resource names, or the BrokerError to answer for it. The internal topics
+    (__consumer_offsets, __transaction_state) are topics like the others here, as Kafka's KRaft
+    controller takes config changes to them; only their writes are the coordinators' own."""
     if resource.resource_type != TOPIC:
         raise BrokerError(ErrorCode.INVALID_REQUEST,
                           f"resource type {resource.resource_type} is not supported by kshim")
     name = resource.resource_name
     check_topic_name(name)
-    refuse_internal(name, "reconfigure")
     topic = ctx.broker.topics.get(name)
     if topic is None:
         raise BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
