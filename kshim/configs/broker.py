@@ -61,6 +61,11 @@ class BrokerConfig:
     # (kshim.replica.recovery); set by the serving processes, which run BrokerServer (its task
     # recovers them); off: every log is opened before the first image is applied, as a test expects
     recover_in_background: bool = False
+    # Kafka's delete.topic.enable: false refuses DeleteTopics with TOPIC_DELETION_DISABLED
+    delete_topic_enable: bool = True
+    # the Kafka broker configs given by name (--config-file, --override), as given: DescribeConfigs
+    # reports them as STATIC_BROKER_CONFIG (kshim.configs.server_properties)
+    static_configs: dict[str, str] = field(default_factory=dict)
 
     @property
     def advertised(self) -> str:
