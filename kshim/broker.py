@@ -265,7 +265,8 @@ def missing_sasl_users(security: SecurityConfig, image: MetadataImage, ctl_data_
     enabled, and how to add a user; None when one of them has a user. `--sasl-users` serve PLAIN and
     SCRAM; stored SCRAM credentials (`image`) serve their mechanism."""
     listeners = [listener for listener in security.listeners if listener.sasl]
-    enabled = [m for m in security.sasl_mechanisms if m in PASSWORD_MECHANISMS]
+    enabled = list(dict.fromkeys(m for listener in listeners for m in security.mechanisms(listener)
+                                 if m in PASSWORD_MECHANISMS))
     if not listeners or not enabled or security.users:
         return None
     scram = [m for m in enabled if m != "PLAIN"]

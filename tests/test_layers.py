@@ -101,6 +101,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("kshim.replica.cleaning", "kshim.replica.cleaner_process"): "start-up: as kshim.log.cleaner, with it",
     ("kshim.net.server", "kshim.security.tls"):
         "start-up: cryptography (a sixth of the import time) loads only with an SSL or SASL_SSL listener",
+    ("kshim.configs.options", "kshim.security.tls"):
+        "start-up: as kshim.net.server's, the TLS material is loaded (checked) only with an SSL or SASL_SSL listener",
+    ("kshim.replication.client", "kshim.security.tls"):
+        "start-up: as kshim.net.server's, only a TLS inter-broker listener loads cryptography",
     ("kshim.cli", "kshim.console.console"): "start-up: not with --no-console",
     ("kshim.cli", "kshim.console.sources"): "start-up: as kshim.console.console, with it",
     ("kshim.console.console", "kshim.ctl.groups"):

@@ -11,9 +11,10 @@ from typing import TypedDict, cast
 from kshim.configs.broker import BrokerConfig
 from kshim.configs.groups import GroupSettings
 from kshim.errors import BrokerError
+from kshim.security import properties
 from kshim.security.acls import AuthorizerConfig, InvalidAcl, parse_super_users
 from kshim.security.config import (
-    CLIENT_AUTH, MECHANISMS, Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
+    CLIENT_AUTH, MECHANISMS, SecurityConfig, SecurityConfigError, parse_listeners, parse_users)
 
 # (option, BrokerConfig field, help); defaults come from BrokerConfig
 OPTIONS: tuple[tuple[str, str, str], ...] = (
@@ -167,9 +168,14 @@ def authorizer_argv(config: AuthorizerConfig) -> list[str]:
 def add_security_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("listeners, TLS and SASL (docs/security.md)")
     group.add_argument("--listeners", default=None,
-                       help="NAME://HOST:PORT,... with NAME one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
-                            "(port 0: a free one); replaces --host/--port; the first is the bootstrap the ready "
-                            "line names (default: PLAINTEXT on --host/--port)")
+                       help="NAME://HOST:PORT,... with NAME one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, or a "
+                            "name --listener-security-protocol-map gives a protocol (port 0: a free one); replaces "
+                            "--host/--port; the first is the bootstrap the ready line names (default: PLAINTEXT on "
+                            "--host/--port)")
+    group.add_argument("--listener-security-protocol-map", default=None, metavar="NAME:PROTOCOL,...",
+                       help="each listener name's security protocol, e.g. INTERNAL:SASL_SSL,EXTERNAL:SSL (Kafka's "
+                            "listener.security.protocol.map; given, it replaces the default "
+                            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL)")
     group.add_argument("--sasl-mechanisms", default=",".join(MECHANISMS),
                        help=f"SASL mechanisms enabled on SASL listeners (default {','.join(MECHANISMS)})")
     group.add_argument("--sasl-users", type=Path, default=None, metavar="FILE",
@@ -184,8 +190,9 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
                        help="generate a CA and a certificate for 127.0.0.1/localhost into DATA_DIR/tls on first "
                             "start (development only); the CA file for clients is printed at start")
     group.add_argument("--tls-client-auth", choices=CLIENT_AUTH, default="none",
-                       help="client certificates (mTLS): none, requested or required (Kafka's ssl.client.auth); "
-                            "the principal is User:<subject DN>")
+                       help="client certificates (mTLS) on SSL listeners: none, requested or required (Kafka's "
+                            "ssl.client.auth; a SASL_SSL listener asks for them only with its own "
+                            "listener.name.<listener>.ssl.client.auth, KIP-684); the principal is User:<subject DN>")
     group.add_argument("--connection-failed-authentication-delay-ms", type=int, default=100,
                        help="a failed authentication is answered, and its connection closed, after this delay "
                             "(Kafka's connection.failed.authentication.delay.ms, default 100)")
@@ -205,7 +212,11 @@ def add_security_options(parser: argparse.ArgumentParser) -> None:
 
 
 def security_config(args: argparse.Namespace) -> SecurityConfig:
-    """The security options as a checked SecurityConfig; SecurityConfigError if unusable."""
+    """The security options, with Kafka's listener and TLS configs by name over them
+    (args.security_properties, from --config-file/--override: kshim.security.properties), as a
+    checked SecurityConfig whose TLS material loads; SecurityConfigError if unusable."""
+    props = dict(getattr(args, "security_properties", None) or {})
+    protocol_map = properties.protocol_map(getattr(args, "listener_security_protocol_map", None), props)
     users: dict[str, str] = {}
     if args.sasl_users is not None:
         try:
@@ -217,14 +228,18 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
     if args.connection_failed_authentication_delay_ms < 0 or args.connections_max_reauth_ms < 0:
         raise SecurityConfigError("authentication delays and session lifetimes cannot be negative")
     config = SecurityConfig(
-        listeners=parse_listeners(args.listeners) if args.listeners else [],
+        listeners=parse_listeners(args.listeners, protocol_map) if args.listeners else [], protocol_map=protocol_map,
         sasl_mechanisms=tuple(m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()),
         users=users, tls_cert_file=args.tls_cert, tls_key_file=args.tls_key, tls_ca_file=args.tls_ca,
         tls_dev=args.tls_dev, tls_client_auth=args.tls_client_auth,
         failed_auth_delay_ms=args.connection_failed_authentication_delay_ms,
         max_reauth_ms=args.connections_max_reauth_ms, inter_broker_listener=args.inter_broker_listener,
         inter_broker_user=args.inter_broker_user, inter_broker_mechanism=args.inter_broker_sasl_mechanism)
+    properties.apply(config, {name: value for name, value in props.items() if name != properties.PROTOCOL_MAP})
     config.check()
+    if config.needs_tls:  # a keystore that does not load, a wrong password: refused before anything starts
+        from kshim.security.tls import listener_contexts  # start-up: cryptography loads only for TLS listeners
+        listener_contexts(config, None)
     return config
 
 
@@ -232,15 +247,21 @@ def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, 
     """The security options again, for broker process `offset` of a cluster: every listener's port
     moved by the offset, and the cluster's TLS files in place of --tls-dev (one CA for the cluster)."""
     out: list[str] = []
+    props = dict(getattr(args, "security_properties", None) or {})
+    protocol_map = properties.protocol_map(getattr(args, "listener_security_protocol_map", None), props)
+    if protocol_map is not None:
+        out += ["--listener-security-protocol-map", ",".join(f"{name}:{p}" for name, p in protocol_map.items())]
     if args.listeners:
-        moved = [Listener(x.name, x.host, x.port + offset) for x in parse_listeners(args.listeners)]
-        out += ["--listeners", ",".join(x.url() for x in moved)]
+        out += ["--listeners", ",".join(x.url(port=x.port + offset)
+                                        for x in parse_listeners(args.listeners, protocol_map))]
     out += ["--sasl-mechanisms", args.sasl_mechanisms]
     if args.sasl_users is not None:
         out += ["--sasl-users", str(args.sasl_users.resolve())]
     for user in args.sasl_user:
         out += ["--sasl-user", user]
     cert, key, ca = tls_files or (args.tls_cert, args.tls_key, args.tls_ca)
+    if tls_files is not None and args.tls_ca is None and any(n.startswith("ssl.truststore.") for n in props):
+        ca = None  # the broker-wide truststore given by name is the CA of client certificates, not the dev CA
     for option, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-ca", ca)):
         if path is not None:
             out += [option, str(Path(path).resolve())]
@@ -252,4 +273,12 @@ def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, 
         out += ["--inter-broker-listener", args.inter_broker_listener]
     if args.inter_broker_user:
         out += ["--inter-broker-user", args.inter_broker_user]
+    # Kafka's listener and TLS configs by name, as the broker's --override (file paths made absolute:
+    # the broker runs in its own directory); the protocol map went as its option above
+    for name, value in props.items():
+        if name == properties.PROTOCOL_MAP:
+            continue
+        if name.endswith(".location") and value.strip():
+            value = str(Path(value.strip()).resolve())
+        out += ["--override", f"{name}={value}"]
     return out

@@ -15,7 +15,8 @@ wait for each request sets no timer; the hot path avoids anyio's per-call backen
 asyncio offers the same for less (docs/benchmarks.md, "Where the broker's time goes").
 
 Listeners (docs/security.md): one accept loop per listener. On SSL and SASL_SSL ones the socket
-is wrapped in TLS (the handshake bounded by request_stall_timeout_ms; a failed one, a plaintext
+is wrapped in TLS with the listener's own context (its certificate, ssl.client.auth, versions and
+suites: kshim.security.tls.listener_contexts; the handshake bounded by request_stall_timeout_ms; a failed one, a plaintext
 client included, closes the connection with one log line) and responses go out through
 SSLSocket.send, since sendmsg cannot encrypt; plaintext listeners keep the sendmsg path. On SASL
 listeners the connection's ConnectionSecurity admits requests; an authentication failure is
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import inspect
 import logging
 import math
@@ -160,7 +162,7 @@ def open_listeners(listeners: list[Listener]) -> list[tuple[Listener, socket.soc
     try:
         for listener in listeners:
             sock = open_listener(listener.host, listener.port)
-            out.append((Listener(listener.name, listener.host, sock.getsockname()[1]), sock))
+            out.append((dataclasses.replace(listener, port=sock.getsockname()[1]), sock))
     except BaseException:
         for _, sock in out:
             sock.close()
@@ -263,11 +265,11 @@ class Server:
         self.held_connections = 0  # refused by a connection_creation_rate quota, closed after their throttle
         security = cfg.security
         self.credentials = StaticCredentials(security.users, security.scram_iterations, self._stored_scram)
-        self.tls: ssl.SSLContext | None = None
+        self.tls: dict[str, ssl.SSLContext] = {}  # listener name -> its context
         self.dev_ca = None  # the CA file clients trust, with --tls-dev
         if security.needs_tls:
-            from kshim.security.tls import server_context  # start-up: cryptography loads only for TLS listeners
-            self.tls, self.dev_ca = server_context(security, cfg.data_dir)
+            from kshim.security.tls import listener_contexts  # start-up: cryptography loads only for TLS listeners
+            self.tls, self.dev_ca = listener_contexts(security, cfg.data_dir)
         self.bound: list[Listener] = []  # the listeners with the ports they were bound to
 
     def _stored_scram(self, mechanism: str, user: str) -> ScramCredential | None:
@@ -356,11 +358,11 @@ class Server:
                    f"(max.connections.per.ip={cfg.max_connections_per_ip})"
         return None
 
-    async def _tls_handshake(self, conn: socket.socket, peer: str) -> ssl.SSLSocket | None:
-        """The TLS handshake within request_stall_timeout_ms; None (logged once) if it fails."""
-        assert self.tls is not None
+    async def _tls_handshake(self, conn: socket.socket, peer: str, listener: Listener) -> ssl.SSLSocket | None:
+        """The TLS handshake within request_stall_timeout_ms, with the listener's context; None
+        (logged once) if it fails."""
         try:
-            tls = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+            tls = self.tls[listener.name].wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         except (OSError, ValueError) as e:
             log.info("closing connection from %s: cannot start TLS: %s", peer, e)
             return None
@@ -375,8 +377,8 @@ class Server:
                 except ssl.SSLWantWriteError:
                     await anyio.wait_writable(tls)
                 except (ssl.SSLError, OSError) as e:
-                    log.warning("closing connection from %s: TLS handshake failed: %s", peer,
-                                getattr(e, "reason", None) or e)
+                    log.warning("closing connection from %s on listener %s: TLS handshake failed: %s", peer,
+                                listener.name, getattr(e, "reason", None) or e)
                     tls.close()
                     return None
         log.warning("closing connection from %s: no TLS handshake within %.1f s", peer, timeout)
@@ -390,7 +392,7 @@ class Server:
         state = _Connection(ip)
         try:
             if listener.tls:
-                wrapped = await self._tls_handshake(conn, peer)
+                wrapped = await self._tls_handshake(conn, peer, listener)
                 if wrapped is None:
                     return
                 conn = wrapped

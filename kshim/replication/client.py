@@ -218,13 +218,13 @@ async def _open_socket(host: str, port: int) -> socket.socket:
 def inter_broker_client(config: SecurityConfig) -> ClientSecurity | None:
     """How this broker reaches the others on the inter-broker listener; None for PLAINTEXT."""
     listener = config.inter_broker()
-    if listener is None or listener.name == "PLAINTEXT":
+    if listener is None or listener.protocol == "PLAINTEXT":
         return None
     tls = None
     if listener.tls:
-        tls = ssl.create_default_context(cafile=str(config.tls_ca_file) if config.tls_ca_file else None)
-        if config.tls_client_auth != "none" and config.tls_cert_file and config.tls_key_file:
-            tls.load_cert_chain(config.tls_cert_file, config.tls_key_file)  # the broker's own certificate
+        from kshim.security.tls import client_context  # start-up: cryptography loads only for TLS
+        # the listener's CAs; its own certificate when that listener asks for client certificates
+        tls = client_context(config, listener, None)
     user = config.inter_broker_user or ""
     return ClientSecurity(tls, config.inter_broker_mechanism if listener.sasl else None, user,
                           config.users.get(user, ""))

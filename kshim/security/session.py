@@ -6,7 +6,8 @@ anything. What Kafka answers out of order (SaslServerAuthenticator):
 - any other request before authentication closes the connection (`admit` says why);
 - SaslAuthenticate before SaslHandshake, or a second SaslHandshake mid-exchange: ILLEGAL_SASL_STATE,
   then the connection closes;
-- a mechanism not enabled: UNSUPPORTED_SASL_MECHANISM with the enabled ones, then close;
+- a mechanism not enabled on this listener (listener.name.<l>.sasl.enabled.mechanisms, else the
+  broker's sasl.enabled.mechanisms): UNSUPPORTED_SASL_MECHANISM with the enabled ones, then close;
 - bad credentials: SASL_AUTHENTICATION_FAILED with a message, then close.
 The server delays those last answers by connection.failed.authentication.delay.ms (`failed`), so
 a password guesser gets one try per delay per connection.
@@ -119,8 +120,13 @@ class ConnectionSecurity:
     def _fail(self, why: str) -> None:
         self.state, self.failure, self.raw_tokens = SaslState.FAILED, why, False
 
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        """The SASL mechanisms this connection's listener offers (its own sasl.enabled.mechanisms)."""
+        return self.config.mechanisms(self.listener)
+
     def handshake(self, mech: str, version: int) -> ErrorCode:
-        enabled = self.config.sasl_mechanisms
+        enabled = self.mechanisms
         if not self.listener.sasl:
             return ErrorCode.ILLEGAL_SASL_STATE
         if self.state is SaslState.AUTHENTICATED:  # re-authentication (KIP-368)

@@ -249,10 +249,38 @@ MUTATIONS: tuple[Mutation, ...] = (
         area="security"),
     Mutation("an SSL listener requests the client's certificate, verifies it and makes its subject the principal",
              "kshim/security/tls.py", (
-        ('ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_OPTIONAL',
-         'ssl.CERT_REQUIRED if config.tls_client_auth == "required" else ssl.CERT_NONE'),),
+        ('ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_OPTIONAL',
+         'ssl.CERT_REQUIRED if auth == "required" else ssl.CERT_NONE'),),
         "--tls-client-auth requested never asks for a certificate: mTLS clients stay User:ANONYMOUS",
         tests=("compat_tests/test_security.py::test_confluent_ssl_with_client_certificate",),
+        area="security"),
+    Mutation("the broker-wide ssl.client.auth applies to SSL listeners only; a SASL_SSL listener asks for client "
+             "certificates only by its own listener.name.<l>.ssl.client.auth (KIP-684)", "kshim/security/config.py", (
+        ('return self.tls_client_auth if listener.protocol == "SSL" else "none"', 'return self.tls_client_auth'),),
+        "--tls-client-auth required refuses SASL_SSL clients that authenticate with a password and no certificate",
+        tests=("tests/test_listener_security.py::test_broker_wide_client_auth_applies_to_ssl_listeners_only",
+               "compat_tests/test_listener_security.py::"
+               "test_broker_wide_client_auth_requires_certificates_on_ssl_listeners_only"),
+        area="security"),
+    Mutation("a listener's own listener.name.<l>.ssl.client.auth makes it ask for client certificates",
+             "kshim/security/config.py", (
+        ('own = self.own(listener, "ssl.client.auth")', 'own = None'),),
+        "listener.name.<l>.ssl.client.auth is ignored: a SASL_SSL client with a password and no certificate gets in",
+        tests=("tests/test_listener_security.py::test_broker_wide_client_auth_applies_to_ssl_listeners_only",
+               "compat_tests/test_listener_security.py::"
+               "test_a_sasl_ssl_listener_requires_certificates_by_its_own_client_auth"),
+        area="security"),
+    Mutation("the SASL handshake on a listener offers and accepts only that listener's sasl.enabled.mechanisms",
+             "kshim/security/session.py", (
+        ("        enabled = self.mechanisms\n", "        enabled = self.config.sasl_mechanisms\n"),),
+        "listener.name.<l>.sasl.enabled.mechanisms is ignored: PLAIN is accepted where only SCRAM is enabled",
+        tests=("tests/test_listener_security.py::test_sasl_mechanisms_per_listener",
+               "compat_tests/test_listener_security.py::test_sasl_mechanisms_are_per_listener"),
+        area="security"),
+    Mutation("each TLS listener presents its own certificate (its own context)", "kshim/net/server.py", (
+        ("tls = self.tls[listener.name].wrap_socket", "tls = next(iter(self.tls.values())).wrap_socket"),),
+        "every TLS listener presents the first one's certificate and asks for certificates as it does",
+        tests=("compat_tests/test_listener_security.py::test_listeners_present_their_own_certificates",),
         area="security"),
     # ------------------------------------------------------------------ compaction
     Mutation("the cleaner cleans only below the last stable offset: an open transaction's records shadow nothing",

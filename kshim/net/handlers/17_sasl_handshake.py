@@ -1,6 +1,7 @@
 """SaslHandshake: the client names its SASL mechanism (docs/security.md).
 
-- On a SASL listener before authentication: NONE with the enabled mechanisms, and the connection
+- On a SASL listener before authentication: NONE with the mechanisms enabled on that listener
+  (listener.name.<l>.sasl.enabled.mechanisms, else sasl.enabled.mechanisms), and the connection
   then expects the mechanism's tokens (v0: as bare frames; v1: in SaslAuthenticate requests).
 - A mechanism not enabled: UNSUPPORTED_SASL_MECHANISM with the enabled ones; the connection
   closes after the answer (delayed as connection.failed.authentication.delay.ms says).
@@ -24,4 +25,4 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     if security is None or not security.listener.sasl:
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
     code = security.handshake(req.mechanism, ctx.version)
-    return {"error_code": code, "mechanisms": list(security.config.sasl_mechanisms)}
+    return {"error_code": code, "mechanisms": list(security.mechanisms)}
