@@ -15,6 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
+from compat_tests.cluster import Cluster, free_port_block, running
 from compat_tests.kshim_process import KshimProcess, wait_until
 from kshim.security.tls import dev_files, issue_client_files
 
@@ -164,6 +165,33 @@ def test_listeners_present_their_own_certificates(named, topic_name):
     round_trip(settings(addresses["EXTERNAL"], "SSL", named.other_ca), topic_name)
     refused(settings(addresses["EXTERNAL"], "SSL", dev_ca(named)))
     refused(settings(addresses["LEGACY"], "SASL_SSL", dev_ca(named), "PLAIN"))
+
+
+# ---------------------------------------------------------------- a cluster
+def test_a_cluster_replicates_over_a_named_listener_that_requires_certificates(tmp_path, topic_name):
+    """The supervisor hands each broker the map and the listener.name.* settings: the brokers
+    replicate over INTERNAL (SASL_SSL, client certificates required by its own ssl.client.auth,
+    so they present theirs), and a client on EXTERNAL is told EXTERNAL's ports."""
+    base = free_port_block(4)
+    cluster = Cluster(tmp_path / "cluster", 2, "--listeners",
+                      f"INTERNAL://127.0.0.1:{base},EXTERNAL://127.0.0.1:{base + 2}",
+                      "--listener-security-protocol-map", "INTERNAL:SASL_SSL,EXTERNAL:SSL", "--tls-dev",
+                      "--inter-broker-listener", "internal", "--inter-broker-user", "broker",
+                      "--sasl-user", f"broker:{PASSWORD}", "--replication-factor", "2",
+                      "--override", "listener.name.internal.ssl.client.auth=required",
+                      "--override", "listener.name.internal.sasl.enabled.mechanisms=SCRAM-SHA-512",
+                      base_port=base)
+    with running(cluster):
+        ca = dev_ca(cluster.process)
+        external = settings(f"127.0.0.1:{base + 2}", "SSL", ca)
+        assert sorted(brokers_listed(external)) == [f"127.0.0.1:{base + 2}", f"127.0.0.1:{base + 3}"]
+        p = Producer({**external, "acks": "all"})
+        for i in range(20):
+            p.produce(topic_name, value=f"v{i}".encode())
+        assert p.flush(60) == 0  # acks=all: the follower fetched them over INTERNAL
+        wait_until(lambda: len(cluster.partition(topic_name)["isr"]) == 2, 60, message="a full ISR")
+        internal = {**settings(f"127.0.0.1:{base}", "SASL_SSL", ca, "SCRAM-SHA-512"), "sasl.username": "broker"}
+        refused(internal)  # no client certificate
 
 
 # ---------------------------------------------------------------- refused at start
