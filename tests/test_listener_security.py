@@ -143,6 +143,9 @@ def test_settings_for_no_listener_or_one_that_cannot_use_them_are_refused():
         "--listeners", "SSL://h:0", "--tls-dev", props={"listener.name.ssl.sasl.enabled.mechanisms": "PLAIN"})
     assert "must be one of" in refused(
         "--listeners", "SSL://h:0", "--tls-dev", props={"listener.name.ssl.ssl.client.auth": "always"})
+    # a password for a store the listener does not have would be ignored
+    assert "has no ssl.keystore.location" in refused(
+        "--listeners", "SSL://h:0", "--tls-dev", props={"listener.name.ssl.ssl.keystore.password": "pw"})
     with pytest.raises(SecurityConfigError, match="kshim takes no per-listener ssl.principal.mapping.rules"):
         properties.apply(SecurityConfig(), {"listener.name.ssl.ssl.principal.mapping.rules": "DEFAULT"})
 

@@ -364,6 +364,13 @@ class SecurityConfig:
 
     def _check_tls_listener(self, listener: Listener) -> None:
         where = f"listener {listener.name}"
+        for names, store in ((KEYSTORE, self.keystore(listener)), (TRUSTSTORE, self.truststore(listener))):
+            if store is not None and store.source not in ("--tls-cert/--tls-key", "--tls-ca", "--tls-dev"):
+                continue  # a store given by Kafka's names: its settings apply
+            orphans = [listener.prefix + n for n in names if self.own(listener, n) is not None]
+            if orphans:  # a password or type with no store of the listener's own to go with: it would be ignored
+                raise SecurityConfigError(f"{', '.join(orphans)}: {where} has no {names[1]} (or inline PEM) for "
+                                          "it to apply to")
         if self.keystore(listener) is None:
             raise SecurityConfigError(f"{where} ({listener.protocol}) needs a certificate: --tls-cert and --tls-key, "
                                       "--tls-dev, or ssl.keystore.location (or ssl.keystore.certificate.chain and "
