@@ -33,9 +33,49 @@ class BrokerConfig:
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults
-    offsets_topic_partitions: int = 10  # partitions of __consumer_offsets when it is first created
-    transaction_state_partitions: int = 10  # partitions of __transaction_state when it is first created
+    # the classic group coordinator (kshim.coordinator.groups): JoinGroup's bounds on a member's
+    # session timeout (group.min.session.timeout.ms, group.max.session.timeout.ms) and on a
+    # group's members (group.max.size)
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
+    # committed offsets: an Empty group's offsets expire this long after their commit
+    # (offsets.retention.minutes, here in ms: 7 days), looked for this often
+    # (offsets.retention.check.interval.ms); an OffsetCommit's metadata longer than
+    # offset.metadata.max.bytes is OFFSET_METADATA_TOO_LARGE; an offset or group write not
+    # COMMITTED within offsets.commit.timeout.ms fails (COORDINATOR_NOT_AVAILABLE)
+    offsets_retention_ms: int = 10_080 * 60_000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    offsets_commit_timeout_ms: int = 5000
+    # __consumer_offsets as it is first created: partitions (offsets.topic.num.partitions: Kafka's
+    # default is 50, kshim's 10), replication factor (offsets.topic.replication.factor; see
+    # kshim.coordinator.runtime.internal_replication_factor for a cluster smaller than it),
+    # segment.bytes (offsets.topic.segment.bytes); the coordinator's writes are compressed with
+    # offsets.topic.compression.codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)
+    offsets_topic_partitions: int = 10
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 * 1024 * 1024
+    offsets_topic_compression_codec: int = 0
+    # __transaction_state as it is first created: partitions (transaction.state.log.num.partitions:
+    # Kafka's default is 50, kshim's 10), replication factor and min.insync.replicas
+    # (transaction.state.log.replication.factor, transaction.state.log.min.isr), segment.bytes
+    # (transaction.state.log.segment.bytes)
+    transaction_state_partitions: int = 10
+    transaction_state_replication_factor: int = 3
+    transaction_state_min_isr: int = 2
+    transaction_state_segment_bytes: int = 100 * 1024 * 1024
     transaction_max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
+    # a transactional id idle (no transaction) this long is removed, a tombstone written to
+    # __transaction_state (transactional.id.expiration.ms); looked for this often
+    # (transaction.remove.expired.transaction.cleanup.interval.ms)
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_remove_expired_interval_ms: int = 3_600_000
+    # a partition forgets an idempotent producer (its epoch and sequence numbers) once its last
+    # batch is this old and it has no open transaction (producer.id.expiration.ms); looked for this
+    # often (producer.id.expiration.check.interval.ms)
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     transaction_version: int | None = None  # serve --transaction-version: the single broker's controller finalizes it
     # the log cleaner (docs/compaction.md): its I/O rate, offset-map budget and pause between rounds
     log_cleaner_io_max_bytes_per_second: int = 100 * 1024 * 1024

@@ -5,8 +5,8 @@ keys: `__consumer_offsets` places consumer groups, `__transaction_state` transac
 state (`load`), forgets them (`unload`) and fires its timers (`timers`); the runtime does the rest.
 
 - Key K lives on the leader of partition abs(java_string_hashcode(K)) % N, N being the topic's
-  partition count. The first FindCoordinator creates the topic through the controller with
-  replication factor min(3, live brokers) and retention.ms=-1.
+  partition count. The first FindCoordinator creates the topic through the controller, compacted,
+  with the coordinator's replication factor (`internal_replication_factor`) and configs.
 - A broker that becomes leader of one of its partitions loads it (reads its log) before answering
   for its keys, once the partition's high watermark has reached its log end (a record not yet
   COMMITTED may still vanish in a failover): until then they get COORDINATOR_LOAD_IN_PROGRESS;
@@ -45,6 +45,7 @@ LOAD_CHUNK_BYTES = 1 << 20
 # transaction.state.log.segment.bytes: 100 MiB): a load replays the latest record of each key
 # (tombstones until delete.retention.ms after their clean); gaps in offsets are skipped by reads
 INTERNAL_TOPIC_CONFIGS: dict[str, str | None] = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+DEFAULT_REPLICATION_FACTOR = 3  # offsets.topic.replication.factor, transaction.state.log.replication.factor
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
 IDLE_WAKE_S = 60.0  # with no deadline, the run loop still looks around this often
 
@@ -61,6 +62,33 @@ def java_string_hashcode(s: str) -> int:
 def partition_for(key: str, partitions: int) -> int:
     h = java_string_hashcode(key)
     return (0 if h == -(1 << 31) else abs(h)) % partitions  # Kafka's Utils.abs
+
+
+def internal_topic_configs(segment_bytes: int, min_isr: int | None = None) -> dict[str, str | None]:
+    """The configs an internal topic is created with: compacted, `segment_bytes` segments
+    (offsets.topic.segment.bytes, transaction.state.log.segment.bytes) and, given, its
+    min.insync.replicas (transaction.state.log.min.isr)."""
+    configs: dict[str, str | None] = {**INTERNAL_TOPIC_CONFIGS, "segment.bytes": str(segment_bytes)}
+    if min_isr is not None:
+        configs["min.insync.replicas"] = str(min_isr)
+    return configs
+
+
+def internal_replication_factor(configured: int, alive: int, registered: int) -> int | None:
+    """The replication factor an internal topic is created with, or None while it must wait.
+
+    Kafka creates it with exactly its configured factor and refuses (FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE) while fewer brokers are alive. kshim does the same in a cluster that
+    has registered at least that many brokers: one of them down delays the creation, it does not
+    weaken the topic. A cluster with fewer registered brokers than the factor (a single broker, or
+    two, with the default 3) gets a replica on each live broker instead, as kshim always did:
+    Kafka's refusal would leave it without groups or transactions for good, and a single broker
+    must work with Kafka's defaults."""
+    if alive >= configured:
+        return configured
+    if registered < configured:
+        return max(1, alive)
+    return None
 
 
 class CoordinatorHost(Metadata, Protocol):
@@ -101,10 +129,14 @@ class Shard(Protocol):
 
 class CoordinatorRuntime:
     def __init__(self, broker: CoordinatorHost, name: str, default_partitions: int, shard: Shard,
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int], replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+                 topic_configs: Mapping[str, str | None] = INTERNAL_TOPIC_CONFIGS) -> None:
         self.broker = broker
         self.name = name
         self.default_partitions = default_partitions
+        # the topic's replication factor and configs when the first FindCoordinator creates it
+        self.replication_factor = replication_factor
+        self.topic_configs = dict(topic_configs)
         self.shard = shard
         self.clock_ms = clock_ms
         self.loaded: set[int] = set()
@@ -136,10 +168,19 @@ class CoordinatorRuntime:
         topic = self.broker.topics.get(self.name)
         if topic is not None:
             return topic
-        rf = max(1, min(3, self.broker.cluster_size))
+        image = self.broker.image
+        rf = internal_replication_factor(self.replication_factor, len(image.alive_brokers()), len(image.brokers))
+        if rf is None:
+            raise BrokerError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                              f"{self.name} needs {self.replication_factor} live brokers (its replication factor)")
+        configs = dict(self.topic_configs)
+        min_isr = configs.get("min.insync.replicas")
+        if min_isr is not None and int(min_isr) > rf:
+            # a topic smaller than its factor (see internal_replication_factor) keeps its writes
+            # possible: its min.insync.replicas is at most its replicas
+            configs["min.insync.replicas"] = str(rf)
         try:
-            await self.broker.create_topic(self.name, self.default_partitions, INTERNAL_TOPIC_CONFIGS,
-                                           replication_factor=rf)
+            await self.broker.create_topic(self.name, self.default_partitions, configs, replication_factor=rf)
         except BrokerError as e:
             if e.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise

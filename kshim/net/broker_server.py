@@ -27,6 +27,7 @@ from kshim.net.quota_manager import QuotaManager
 from kshim.observability.metrics import BrokerMetrics, CoordinatorCounts, count_states
 from kshim.observability.telemetry import TelemetryManager
 from kshim.replica import TxnMarker
+from kshim.replica.manager import ProducerExpiry
 from kshim.replication.isr import IsrChanges
 
 if TYPE_CHECKING:
@@ -167,7 +168,9 @@ class BrokerServer:
         self.broker.replica_manager.start_writers()  # appends leave the event loop (kshim.log.writer)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self.broker.replica_manager.housekeeping)
+                config = self.broker.config
+                tg.start_soon(self.broker.replica_manager.housekeeping, ProducerExpiry(
+                    config.producer_id_expiration_ms, config.producer_id_expiration_check_interval_ms))
                 tg.start_soon(self.broker.recover_deferred)
                 tg.start_soon(self.broker.replica_manager.run_moves)
                 tg.start_soon(self.broker.replica_manager.cleaner.run, self.broker.replica_manager)

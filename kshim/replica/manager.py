@@ -13,6 +13,7 @@ import os
 import re
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -36,6 +37,7 @@ from kshim.replica.fetch import FetchParams, FetchPartition, FetchResult
 from kshim.replica.fetch_sessions import DEFAULT_SLOTS, FetchSessionCache
 from kshim.replica.moves import ReplicaMove, ReplicaMover, log_dir_online
 from kshim.replica.partition import Partition
+from kshim.replica.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 from kshim.replica.recovery import BackgroundRecovery
 from kshim.replica.validation import BatchValidator, Rejection
 from wire.errors import ErrorCode
@@ -43,6 +45,16 @@ from wire.errors import ErrorCode
 log = logging.getLogger("kshim.replica")
 
 HOUSEKEEPING_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class ProducerExpiry:
+    """When a partition forgets an idle producer: producer.id.expiration.ms and
+    producer.id.expiration.check.interval.ms (Kafka's defaults)."""
+    expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    check_interval_ms: int = 600_000
+
+
 # Kafka's replica.high.watermark.checkpoint.interval.ms default. A checkpoint only bounds what a
 # restart starts from (the leader moves its high watermark on from there), so a crash losing the
 # last seconds of moves loses nothing; writing every partition's file each second kept the event
@@ -564,13 +576,17 @@ class ReplicaManager:
         return reads.fetch(self, params, asked)
 
     # ------------------------------------------------------------------ housekeeping
-    async def housekeeping(self) -> None:
+    async def housekeeping(self, producers: ProducerExpiry = ProducerExpiry()) -> None:
         """Retention and time-based flushes once a second; high-watermark checkpoints every
-        HW_CHECKPOINT_INTERVAL_S."""
+        HW_CHECKPOINT_INTERVAL_S; idle producers forgotten every `producers.check_interval_ms`."""
         checkpointed = SYSTEM.monotonic()
+        producers_checked = SYSTEM.wall_ms()
         while True:
-            await anyio.sleep(HOUSEKEEPING_INTERVAL_S)
+            await anyio.sleep(min(HOUSEKEEPING_INTERVAL_S, producers.check_interval_ms / 1000))
             now = SYSTEM.wall_ms()
+            if now - producers_checked >= producers.check_interval_ms:
+                producers_checked = now
+                self.expire_producers(now, producers.expiration_ms)
             due = []  # dormant replicas whose retention would cut: opened in a worker thread, cut next round
             for replica in list(self._replicas.values()):
                 try:
@@ -589,6 +605,14 @@ class ReplicaManager:
             if SYSTEM.monotonic() - checkpointed >= HW_CHECKPOINT_INTERVAL_S:
                 checkpointed = SYSTEM.monotonic()
                 await self.checkpoint_high_watermarks()
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+        """Every open replica forgets the idempotent producers whose last batch is `expiration_ms`
+        old and that have no open transaction (Kafka's producer.id.expiration.ms): a later batch
+        of one is then judged as a new producer's. A dormant replica keeps its state until opened."""
+        for replica in list(self._replicas.values()):
+            if replica.dormant is None:
+                replica.producers.remove_expired(now_ms, expiration_ms)
 
     async def checkpoint_high_watermarks(self) -> int:
         """Rewrite the replication-offset-checkpoint of every log dir where a replica's high

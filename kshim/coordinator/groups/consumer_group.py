@@ -351,7 +351,7 @@ class ConsumerGroup(NoClassicMembers):
                 if static is not None and static.epoch != STATIC_LEAVE_EPOCH:
                     return HeartbeatResult(ErrorCode.UNRELEASED_INSTANCE_ID,
                                           f"instance {instance_id} is used by member {static.member_id}")
-                if static is None and len(self.members) >= self.config.max_size:
+                if static is None and len(self.members) >= self.config.consumer_max_size:
                     return HeartbeatResult(ErrorCode.GROUP_MAX_SIZE_REACHED)
                 member = ConsumerMember(member_id, instance_id)
                 if static is not None:  # takes the place (and partitions) of the static member that left

@@ -3,7 +3,8 @@
 - Placement (Kafka's rule): group G lives on the leader of partition
   abs(java_string_hashcode(G)) % N of `__consumer_offsets`, N being that topic's partition count
   (`BrokerConfig.offsets_topic_partitions`, 10 by default, when the first FindCoordinator creates
-  it with replication factor min(3, live brokers) and retention.ms=-1).
+  it, compacted, with `offsets_topic_replication_factor` as `runtime.internal_replication_factor`
+  grants it and `offsets_topic_segment_bytes` segments).
 - Committed offsets are records of that partition (format in `offsets_format`), appended as the
   leader and answered once COMMITTED (acks=all). The in-memory map is the answer for OffsetFetch.
 - When this broker becomes leader of an offsets partition (start-up, failover) the partition is
@@ -30,8 +31,8 @@
   (its committed offsets stay); otherwise ConsumerGroupHeartbeat on a classic group answers
   GROUP_ID_NOT_FOUND and JoinGroup on a consumer group INCONSISTENT_GROUP_PROTOCOL (kshim has no
   mixed membership).
-- Offsets of Empty groups expire offsets_retention_ms after their commit timestamp (tombstones);
-  an Empty group without offsets is forgotten.
+- Offsets of Empty groups expire offsets_retention_ms after their commit timestamp (tombstones),
+  looked for every offsets_retention_check_interval_ms; an Empty group without offsets is forgotten.
 """
 from __future__ import annotations
 
@@ -50,15 +51,13 @@ from kshim.coordinator.groups.consumer_group import ConsumerGroup
 from kshim.coordinator.groups.group import DEAD, EMPTY, Group, GroupConfig
 from kshim.coordinator.groups.offsets_format import OffsetEntry, decode_key, decode_value, encode_key, encode_value
 from kshim.coordinator.groups.share_group import ShareGroup
-from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime, internal_topic_configs
 from kshim.replica import PartitionAppend, TxnMarker
 from kshim.replica.partition import Partition
 from wire import records
 from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.groups")
-
-EXPIRY_INTERVAL_MS = 60_000
 
 
 TopicPartition = tuple[str, int]
@@ -69,16 +68,24 @@ class GroupCoordinator:
         self.broker = broker
         settings = broker.config.group_settings
         self.settings = settings
-        self.config = config or GroupConfig(initial_rebalance_delay_ms=broker.config.group_initial_rebalance_delay_ms,
-                                            consumer_session_timeout_ms=settings.consumer_session_timeout_ms,
-                                            consumer_heartbeat_interval_ms=settings.consumer_heartbeat_interval_ms)
+        c = broker.config
+        self.config = config or GroupConfig(
+            min_session_timeout_ms=c.group_min_session_timeout_ms, max_session_timeout_ms=c.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms, max_size=c.group_max_size,
+            offsets_retention_ms=c.offsets_retention_ms, offset_metadata_max_bytes=c.offset_metadata_max_bytes,
+            offsets_commit_timeout_ms=c.offsets_commit_timeout_ms,
+            offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
+            offsets_compression_codec=c.offsets_topic_compression_codec,
+            consumer_session_timeout_ms=settings.consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=settings.consumer_heartbeat_interval_ms)
         self.clock = clock.monotonic_ms  # group timers: sessions, rebalances
         self.wall_ms = clock.wall_ms     # commit and expiry times, stored with the offsets
         self.groups: dict[str, Group | ConsumerGroup | ShareGroup] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetEntry]] = {}
         self.in_flight: dict[str, dict[TopicPartition, int]] = {}  # commits appended, not yet committed
-        self.runtime = CoordinatorRuntime(broker, OFFSETS_TOPIC, broker.config.offsets_topic_partitions, self,
-                                          self.clock)
+        self.runtime = CoordinatorRuntime(broker, OFFSETS_TOPIC, c.offsets_topic_partitions, self, self.clock,
+                                          c.offsets_topic_replication_factor,
+                                          internal_topic_configs(c.offsets_topic_segment_bytes))
         self.pending_txn: dict[int, dict[int, list]] = {}  # producer id -> offsets partition -> its offset records
         self._next_expiry = 0
         # group records to write, in order (the runtime's loop starts their writes)
@@ -237,8 +244,9 @@ class GroupCoordinator:
         index = self.partition_of(group_id)
         if index not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
-        result = await self.runtime.write(index, records.encode_batch([(key, value)]),
-                                          self.config.offsets_commit_timeout_ms / 1000)
+        result = await self.runtime.write(index, records.encode_batch(
+            [(key, value)], compression=self.config.offsets_compression_codec),
+            self.config.offsets_commit_timeout_ms / 1000)
         code = ErrorCode.NONE if not result.error else self._write_error(group_id, result)
         if not code and index not in self.loaded:
             code = ErrorCode.NOT_COORDINATOR
@@ -394,7 +402,7 @@ class GroupCoordinator:
             return ErrorCode.NOT_COORDINATOR
         pid, epoch = producer or (-1, -1)
         batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
-                                      for (t, p), e in updates],
+                                      for (t, p), e in updates], compression=self.config.offsets_compression_codec,
                                      producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
         if producer is not None:
             return await self._write_txn(batch, index, group_id, updates, pid)
@@ -614,14 +622,15 @@ class GroupCoordinator:
         return min(deadlines, default=math.inf)
 
     async def timers(self, tg: TaskGroup) -> float:
-        """The runtime's timer hook: group timers, and offsets expiry every EXPIRY_INTERVAL_MS."""
+        """The runtime's timer hook: group timers, and offsets expiry every
+        offsets_retention_check_interval_ms (Kafka's offsets.retention.check.interval.ms)."""
         deadline = self.tick()
         stores, self._stores = self._stores, []
         for store in stores:  # started in order, so a group's records are appended in order
             tg.start_soon(self._store, *store)
         now = self.clock()
         if now >= self._next_expiry:
-            self._next_expiry = now + EXPIRY_INTERVAL_MS
+            self._next_expiry = now + self.config.offsets_retention_check_interval_ms
             tg.start_soon(self.expire_offsets)
         return min(deadline, self._next_expiry)
 

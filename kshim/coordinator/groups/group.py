@@ -46,10 +46,13 @@ class GroupConfig:
     min_session_timeout_ms: int = 6000  # Kafka's group.min.session.timeout.ms
     max_session_timeout_ms: int = 1_800_000
     initial_rebalance_delay_ms: int = 0  # the broker's is 3 s (BrokerConfig); 0 keeps unit tests direct
-    max_size: int = 2**31 - 1
+    max_size: int = 2**31 - 1  # group.max.size: a classic group's members
+    consumer_max_size: int = 2**31 - 1  # a consumer (KIP-848) group's members (group.max.size is classic only)
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes = 7 days
     offset_metadata_max_bytes: int = 4096
     offsets_commit_timeout_ms: int = 5000
+    offsets_retention_check_interval_ms: int = 600_000  # how often expired offsets are looked for
+    offsets_compression_codec: int = 0  # offsets.topic.compression.codec: the coordinator's writes
     # KIP-848 consumer groups (group.consumer.session.timeout.ms / heartbeat.interval.ms; Kafka's
     # heartbeat interval is 5 s, kshim answers 3 s for snappier rebalances)
     consumer_session_timeout_ms: int = 45_000

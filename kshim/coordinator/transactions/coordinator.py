@@ -22,7 +22,12 @@ partition it leads (Kafka's placement, see `kshim.coordinator.runtime`).
   naming the epoch before the bump is answered as the end it repeats. When the bump exhausts the
   epoch, the Complete record switches to a new producer id with epoch 0.
 - A transaction left Ongoing longer than its transaction.timeout.ms is aborted with a bumped
-  epoch, so the producer that left it is fenced.
+  epoch, so the producer that left it is fenced. The abort is timed for the transaction's exact
+  deadline, never later (Kafka looks every transaction.abort.timed.out.transaction.cleanup.interval.ms,
+  10 s: it aborts up to that much later).
+- A transactional id idle (no transaction open or ending) longer than
+  transactional.id.expiration.ms is removed: a tombstone in its partition, then gone from memory
+  (looked for every transaction.remove.expired.transaction.cleanup.interval.ms).
 """
 from __future__ import annotations
 
@@ -38,7 +43,7 @@ from kshim.broadcast import Signal
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.coordinator import TRANSACTION_TOPIC
-from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime, internal_topic_configs
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.markers import MarkerWriter
 from kshim.coordinator.transactions.state import MAX_EPOCH, TxnMetadata, TxnState
@@ -63,9 +68,16 @@ class TransactionCoordinator:
     def __init__(self, broker: CoordinatorHost, clock: Clock = SYSTEM) -> None:
         self.broker = broker
         self.clock = clock.wall_ms  # transaction start and update times are stored
-        self.runtime = CoordinatorRuntime(broker, TRANSACTION_TOPIC, broker.config.transaction_state_partitions,
-                                          self, self.clock)
-        self.max_timeout_ms = broker.config.transaction_max_timeout_ms
+        c = broker.config
+        self.runtime = CoordinatorRuntime(broker, TRANSACTION_TOPIC, c.transaction_state_partitions, self, self.clock,
+                                          c.transaction_state_replication_factor,
+                                          internal_topic_configs(c.transaction_state_segment_bytes,
+                                                                 c.transaction_state_min_isr))
+        self.max_timeout_ms = c.transaction_max_timeout_ms
+        # ids idle (no transaction) this long are removed, looked for every interval (wall ms)
+        self.id_expiration_ms = c.transactional_id_expiration_ms
+        self.id_expiration_interval_ms = c.transaction_remove_expired_interval_ms
+        self._next_id_expiry_check = self.clock() + self.id_expiration_interval_ms
         self.txns: dict[str, TxnMetadata] = {}
         self.markers = MarkerWriter(broker)
         self.verifier = Verifier(self)  # the partition leaders' side of KIP-890 (produce verification)
@@ -443,14 +455,50 @@ class TransactionCoordinator:
         self._next_expiry = deadline
         return deadline
 
+    def _expire_ids(self, tg: TaskGroup) -> None:
+        """Remove the transactional ids idle longer than transactional.id.expiration.ms (Kafka's
+        TransactionStateManager.removeExpiredTransactionalIds): no transaction open or ending, last
+        changed that long ago. Each gets a tombstone in __transaction_state and leaves memory once
+        it is COMMITTED; a new InitProducerId for it then starts afresh (a new producer id)."""
+        now = self.clock()
+        for meta in list(self.txns.values()):
+            if (meta.state.completed and not meta.pending and meta.transactional_id not in self._completing
+                    and 0 <= meta.update_ms <= now - self.id_expiration_ms):
+                meta.pending = True  # other requests get CONCURRENT_TRANSACTIONS until it is gone
+                tg.start_soon(self._remove_id, meta)
+
+    async def _remove_id(self, meta: TxnMetadata) -> None:
+        tid = meta.transactional_id
+        index = self.runtime.partition_of(tid)
+        try:
+            if index not in self.runtime.loaded:
+                return
+            key, _ = log_format.encode(meta)
+            result = await self.runtime.write(index, records.encode_batch([(key, None)]), WRITE_TIMEOUT_S)
+            if result.error:
+                if result.appended and index in self.runtime.loaded:
+                    self.runtime.reload(index)  # not COMMITTED in time, but it may still be: memory follows the log
+                log.info("removing expired transactional id %s failed: %s", tid, result.error.name)
+                return
+            if self.txns.get(tid) is meta and index in self.runtime.loaded:
+                del self.txns[tid]
+                log.info("removed transactional id %s: idle longer than %d ms", tid, self.id_expiration_ms)
+        finally:
+            meta.pending = False
+            self.state_changed.fire()
+
     async def timers(self, tg: TaskGroup) -> float:
-        """The runtime's timer hook: finish transactions a load found half-ended, abort expired ones."""
+        """The runtime's timer hook: finish transactions a load found half-ended, abort expired ones,
+        and every transaction.remove.expired.transaction.cleanup.interval.ms remove idle ids."""
         self._task_group = tg
         self._loop = asyncio.get_running_loop()
         pending, self._to_complete = self._to_complete, []
         for tid in pending:
             self._start_completion(tid)
-        return await self._abort_expired(tg)
+        if self.clock() >= self._next_id_expiry_check:
+            self._next_id_expiry_check = self.clock() + self.id_expiration_interval_ms
+            self._expire_ids(tg)
+        return min(await self._abort_expired(tg), self._next_id_expiry_check)
 
     async def run(self) -> None:
         """Loads `__transaction_state` partitions, finishes transactions found half-ended and aborts

@@ -3,8 +3,10 @@
 - Key type 0 (group): the leader of `__consumer_offsets` partition abs(java_string_hashcode(key))
   % N (Kafka's placement); key type 1 (transaction): the same over `__transaction_state`. The
   first request creates the topic through the controller (N = `offsets_topic_partitions` or
-  `transaction_state_partitions`, 10 by default; replication factor min(3, live brokers);
-  retention.ms=-1). COORDINATOR_NOT_AVAILABLE while the partition has no live leader; clients
+  `transaction_state_partitions`, 10 by default; the replication factor
+  `offsets_topic_replication_factor` / `transaction_state_replication_factor`, 3 by default, as
+  kshim.coordinator.runtime.internal_replication_factor grants it). COORDINATOR_NOT_AVAILABLE
+  while the topic waits for enough live brokers or the partition has no live leader; clients
   retry. Key type 2 (share, v6+): a share partition's key "group:topic id:partition" over
   `__share_group_state` (brokers ask it; CLUSTER_ACTION). Other key types are INVALID_REQUEST.
 - v4+ batches keys in `coordinator_keys`, one answer per key.
