@@ -73,7 +73,7 @@ class Broker:
                                               config.max_request_bytes, CleanerSettings(
                                                   config.log_cleaner_io_max_bytes_per_second,
                                                   config.log_cleaner_dedupe_buffer_size,
-                                                  config.log_cleaner_backoff_ms),
+                                                  config.log_cleaner_backoff_ms, config.log_cleaner_enable),
                                               config.max_incremental_fetch_session_cache_slots,
                                               config.log_dirs, config.recover_in_background)
         self.producer_ids = ProducerIdManager(self._allocate_producer_ids)

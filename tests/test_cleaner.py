@@ -404,3 +404,28 @@ def test_follower_accepts_batches_with_gaps(tmp_path: Path):
     assert [r.offset for r in everything(follower)] == [r.offset for r in everything(leader)]
     assert follower.log_end_offset == leader.log_end_offset
     assert NO_SEQUENCE == -1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_log_cleaner_enable_false_never_looks_at_the_logs(enabled: bool):
+    """log.cleaner.enable=false: the periodic cleaner never asks for the replicas (so cleans
+    nothing); the same cleaner enabled asks at once (backoff 0)."""
+    from kshim.replica.cleaning import CleanerSettings
+    asked = anyio.Event()
+
+    class Replicas:
+        def replicas(self):
+            asked.set()
+            return []
+
+    cleaner = LogCleaner(CleanerSettings(backoff_ms=0, enabled=enabled))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cleaner.run, Replicas())
+        if enabled:
+            await asked.wait()
+        else:
+            with anyio.fail_after(10):  # a cleaner that looks never blocks (backoff 0): a deadline
+                await anyio.wait_all_tasks_blocked()  # the cleaner parked for good: nothing else to run
+            assert not asked.is_set()
+        tg.cancel_scope.cancel()

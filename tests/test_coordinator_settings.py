@@ -11,9 +11,10 @@ import pytest
 
 from kshim.broker import BrokerConfig
 from kshim.cluster.image import BrokerInfo, MetadataImage
-from kshim.coordinator import OFFSETS_TOPIC, TRANSACTION_TOPIC
+from kshim.coordinator import OFFSETS_TOPIC, SHARE_STATE_TOPIC, TRANSACTION_TOPIC
 from kshim.coordinator.groups.coordinator import GroupCoordinator
 from kshim.coordinator.runtime import CoordinatorRuntime, internal_replication_factor
+from kshim.coordinator.share_partitions.coordinator import ShareCoordinator
 from kshim.coordinator.transactions import TxnState, log_format
 from kshim.coordinator.transactions.coordinator import TransactionCoordinator
 from kshim.errors import BrokerError
@@ -132,14 +133,18 @@ async def test_internal_topics_are_created_with_the_configured_settings():
     config = BrokerConfig(offsets_topic_partitions=7, offsets_topic_replication_factor=2,
                           offsets_topic_segment_bytes=1 << 20, transaction_state_partitions=5,
                           transaction_state_replication_factor=2, transaction_state_min_isr=2,
-                          transaction_state_segment_bytes=1 << 21)
+                          transaction_state_segment_bytes=1 << 21, share_state_partitions=3,
+                          share_state_replication_factor=2, share_state_min_isr=1, share_state_segment_bytes=1 << 22)
     host = FakeHost(config, alive=3, registered=4)
     await GroupCoordinator(host).runtime.ensure()  # type: ignore[arg-type]
     await TransactionCoordinator(host).runtime.ensure()  # type: ignore[arg-type]
-    (offsets, txns) = host.created
+    await ShareCoordinator(host).runtime.ensure()  # type: ignore[arg-type]
+    (offsets, txns, shares) = host.created
     assert offsets == (OFFSETS_TOPIC, 7, {"cleanup.policy": "compact", "segment.bytes": str(1 << 20)}, 2)
     assert txns == (TRANSACTION_TOPIC, 5, {"cleanup.policy": "compact", "segment.bytes": str(1 << 21),
                                            "min.insync.replicas": "2"}, 2)
+    assert shares == (SHARE_STATE_TOPIC, 3, {"cleanup.policy": "compact", "segment.bytes": str(1 << 22),
+                                             "min.insync.replicas": "1"}, 2)
 
     # a cluster of 3 with two down waits for a second (FindCoordinator: COORDINATOR_NOT_AVAILABLE)
     host = FakeHost(config, alive=1, registered=3)

@@ -103,6 +103,15 @@ class BrokerConfig:
     recover_in_background: bool = False
     # Kafka's delete.topic.enable: false refuses DeleteTopics with TOPIC_DELETION_DISABLED
     delete_topic_enable: bool = True
+    # __share_group_state as it is first created, as the offsets and transaction-state topics
+    # (share.coordinator.state.topic.num.partitions: Kafka's default is 50, kshim's 10;
+    # .replication.factor, .min.isr, .segment.bytes)
+    share_state_partitions: int = 10
+    share_state_replication_factor: int = 3
+    share_state_min_isr: int = 2
+    share_state_segment_bytes: int = 100 * 1024 * 1024
+    # Kafka's log.cleaner.enable: false leaves compacted logs uncleaned (`kshim ctl compact` still cleans)
+    log_cleaner_enable: bool = True
     # the Kafka broker configs given by name (--config-file, --override), as given: DescribeConfigs
     # reports them as STATIC_BROKER_CONFIG (kshim.configs.server_properties)
     static_configs: dict[str, str] = field(default_factory=dict)

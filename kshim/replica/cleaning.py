@@ -47,6 +47,7 @@ class CleanerSettings:
     io_max_bytes_per_second: int = 100 * 1024 * 1024  # log.cleaner.io.max.bytes.per.second
     dedupe_buffer_size: int = 128 * 1024 * 1024        # log.cleaner.dedupe.buffer.size
     backoff_ms: int = 15_000                           # log.cleaner.backoff.ms
+    enabled: bool = True                               # log.cleaner.enable: off, only `kshim ctl compact` cleans
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,11 @@ class LogCleaner:
         self._pool: ProcessPoolExecutor | None = None
 
     async def run(self, replicas: ReplicaSource) -> None:
-        """The periodic cleaner: due logs only."""
+        """The periodic cleaner: due logs only (none with log.cleaner.enable=false; the pool a
+        `kshim ctl compact` started is still stopped here)."""
         try:
+            if not self.settings.enabled:
+                await anyio.sleep_forever()
             while True:
                 await anyio.sleep(self.settings.backoff_ms / 1000)
                 candidates = [_candidate(p) for p in replicas.replicas() if p.log_config.compact]

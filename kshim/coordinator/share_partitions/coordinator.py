@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 from kshim.clock import SYSTEM, Clock
 from kshim.cluster.image import BrokerInfo
 from kshim.coordinator import SHARE_STATE_TOPIC
-from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime
+from kshim.coordinator.runtime import CoordinatorHost, CoordinatorRuntime, internal_topic_configs
 from kshim.coordinator.share_partitions import record_format as fmt
 from kshim.coordinator.share_partitions.record_format import StoredState
 from kshim.coordinator.share_partitions.state import StateBatch
@@ -36,7 +36,6 @@ from wire.errors import ErrorCode
 
 log = logging.getLogger("kshim.share")
 
-SHARE_STATE_PARTITIONS = 10  # Kafka's share.coordinator.state.topic.num.partitions is 50
 WRITE_TIMEOUT_S = 30.0
 
 StateKey = tuple[str, uuid.UUID, int]
@@ -49,7 +48,10 @@ def share_key(group: str, topic_id: uuid.UUID, partition: int) -> str:
 class ShareCoordinator:
     def __init__(self, broker: CoordinatorHost, clock: Clock = SYSTEM) -> None:
         self.broker = broker
-        self.runtime = CoordinatorRuntime(broker, SHARE_STATE_TOPIC, SHARE_STATE_PARTITIONS, self, clock.monotonic_ms)
+        c = broker.config
+        self.runtime = CoordinatorRuntime(broker, SHARE_STATE_TOPIC, c.share_state_partitions, self, clock.monotonic_ms,
+                                          c.share_state_replication_factor,
+                                          internal_topic_configs(c.share_state_segment_bytes, c.share_state_min_isr))
         self.states: dict[StateKey, StoredState] = {}
         self._locks: dict[StateKey, anyio.Lock] = {}
 

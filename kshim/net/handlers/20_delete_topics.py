@@ -7,6 +7,8 @@
   UNKNOWN_TOPIC_ID), as they would if sent after the first.
 - Deletion is immediate: the partition directories are removed before the response, and waiting
   fetches are woken. timeout_ms is ignored.
+- delete.topic.enable=false (a broker config) refuses every topic after its ACL check:
+  TOPIC_DELETION_DISABLED, INVALID_REQUEST before v3 (as Kafka's controller answers).
 - v6 answers carry the topic id of each deleted topic (and of each topic found by name).
 - ACLs (docs/security.md): DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED (also a topic
   asked for by an id the principal may not DESCRIBE, as Kafka does).
@@ -58,6 +60,9 @@ async def _delete(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | N
     if not authz.topic_allowed(ctx, AclOperation.DELETE, name):
         raise BrokerError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} may not DELETE topic {name!r}")
     refuse_internal(name, "delete")
+    if not broker.config.delete_topic_enable:
+        raise BrokerError(ErrorCode.TOPIC_DELETION_DISABLED if ctx.version >= 3 else ErrorCode.INVALID_REQUEST,
+                          "topic deletion is disabled (delete.topic.enable=false)")
     found_id = topic.topic_id
     quota.record(len(topic.partitions))
     await broker.delete_topic(name)
