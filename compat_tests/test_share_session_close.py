@@ -29,6 +29,7 @@ import uuid
 import pytest
 from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
 
+from compat_tests.fixture_configs import CONFLUENT_KAFKA_PYTHON_USERS, write_confluent_kafka_python
 from compat_tests.kshim_process import KshimProcess, wait_until
 from compat_tests.raw_kafka import RawConnection
 from compat_tests.test_share_consumers import new_topic_and_group
@@ -43,9 +44,13 @@ ACCEPT, REJECT = 1, 3  # the protocol's acknowledge types
 
 @pytest.fixture(scope="module")
 def kshim(tmp_path_factory):
-    proc = KshimProcess(tmp_path_factory.mktemp("kshim-data"), "--group-initial-rebalance-delay-ms", "0",
-                        "--group-setting", "group.share.min.record.lock.duration.ms=1000",
-                        "--group-setting", f"group.share.record.lock.duration.ms={LOCK_MS}").start()
+    """Started with the server.properties confluent-kafka-python's suite gives Kafka (trivup's),
+    unchanged: 1 s record locks among its lines."""
+    data = tmp_path_factory.mktemp("kshim-data")
+    path = data.parent / f"{data.name}.properties"
+    port = write_confluent_kafka_python(path, data)
+    proc = KshimProcess(data, "--group-initial-rebalance-delay-ms", "0", "--config-file", str(path),
+                        *CONFLUENT_KAFKA_PYTHON_USERS, port=port).start()
     yield proc
     code = proc.terminate()
     assert code == 0, "kshim did not shut down cleanly:\n" + proc.logs()

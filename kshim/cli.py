@@ -22,6 +22,7 @@ import anyio
 from kshim import tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin
+from kshim.configs import server_properties
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_argv, security_config)
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
@@ -83,6 +84,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024,
                        help="largest request frame accepted; larger ones close the connection (default 100 MiB)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    server_properties.add_options(serve)
     add_connection_options(serve)
     add_authorizer_options(serve)
     add_security_options(serve)
@@ -200,7 +202,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
         inter_broker=inter_broker, transaction_version=args.transaction_version,
-        client_properties=security.client_properties(args.data_dir))
+        client_properties=security.client_properties(args.data_dir), overrides=getattr(args, "passed_on", []))
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -317,9 +319,16 @@ def _exit_now(code: int) -> None:
 def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # the command is the first word (kshim's own options take no value)
-    args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+    args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in ("serve", "broker"):
+        try:
+            _apply_kafka_configs(parser, args, argv)
+        except server_properties.ConfigError as e:
+            print(f"kshim: {e}", file=sys.stderr)
+            return 2
     if args.command == "serve":
         if args.ephemeral and args.log_dirs:  # they would outlive the process it deletes its data with
             print("kshim: --ephemeral keeps the logs in its own directory: leave out --log-dirs", file=sys.stderr)
@@ -343,6 +352,17 @@ def _main(argv: list[str] | None = None) -> int:
             args.data_dir = Path("kshim-data")
         return _stopped(_run(args))
     return _run(args)
+
+
+def _apply_kafka_configs(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> None:
+    """--config-file and --override onto the parsed command line (kshim.configs.server_properties)."""
+    props = server_properties.gather(args.config_file, args.override)
+    if not props:
+        return
+    command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    words = argv[argv.index(args.command) + 1:]
+    explicit = server_properties.explicit_dests(command, words)
+    server_properties.apply(args, props, explicit, cluster=args.command == "broker" or args.brokers is not None)
 
 
 def _stopped(code: int) -> int:
@@ -384,6 +404,10 @@ def _run(args: argparse.Namespace) -> int:
             topic_defaults["min.insync.replicas"] = str(args.min_insync_replicas)
         if args.uncommitted_read_limit is not None:
             topic_defaults["kshim.uncommitted.read.limit"] = args.uncommitted_read_limit
+        topic_defaults.update(getattr(args, "topic_properties", {}))
+        fields = dict(getattr(args, "broker_fields", {}))
+        if getattr(args, "advertised_host", None):
+            fields["advertised_host"] = args.advertised_host
         config = BrokerConfig(
             host=args.host, port=args.port, data_dir=args.data_dir, log_dirs=args.log_dirs or [],
             default_partitions=args.partitions,
@@ -391,6 +415,7 @@ def _run(args: argparse.Namespace) -> int:
             topic_defaults=topic_defaults, **connection_settings(args),
             max_partitions_per_broker=_partition_budget(args), authorizer=authorizer_config(args), security=security,
             transaction_version=args.transaction_version, recover_in_background=True,
+            static_configs=getattr(args, "static_configs", {}), **fields,
         )
         try:
             lock = lock_data_dir(config.data_dir, f"kshim serve on {args.host}:{args.port}")

@@ -433,12 +433,16 @@ async def test_describe_broker_configs(broker, name):
     assert configs["socket.request.max.bytes"].value == str(broker.config.max_request_bytes)
     assert configs["log.dirs"].value == str(broker.config.data_dir)
     assert "message.max.bytes" in configs
-    static = {"broker.id", "node.id", "advertised.listeners", "num.partitions", "auto.create.topics.enable",
-              "default.replication.factor", "socket.request.max.bytes", "log.dirs"}
+    # read-only; from the command line (4) where it differs from the default, else the default (5)
+    static = {"broker.id", "node.id", "advertised.listeners", "log.dirs"}
     assert all(configs[n].read_only and configs[n].config_source == 4 for n in static)
+    defaulted = {"num.partitions", "auto.create.topics.enable", "default.replication.factor", "socket.request.max.bytes"}
+    assert all(configs[n].read_only and configs[n].config_source == 5 for n in defaulted)
     # the topic-config defaults are dynamic, at Kafka's default until someone sets them
     assert not configs["log.retention.ms"].read_only and configs["log.retention.ms"].config_source == 5
-    assert not any(c.is_sensitive for c in configs.values())
+    # every Kafka broker config is listed; passwords never with a value
+    assert configs["ssl.keystore.password"].is_sensitive and configs["ssl.keystore.password"].value is None
+    assert not any(c.value for c in configs.values() if c.is_sensitive)
     assert configs["broker.id"].config_type == 3 and configs["auto.create.topics.enable"].config_type == 1
     [result] = await describe(broker, resource(BROKER, name, ["num.partitions"]), version=2)
     assert [c.name for c in result.configs] == ["num.partitions"]

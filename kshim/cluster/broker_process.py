@@ -22,6 +22,7 @@ from kshim import tuning
 from kshim.broker import Broker, BrokerConfig, warn_without_sasl_users
 from kshim.cluster import admin, lifeline
 from kshim.cluster.remote import RemoteControllerClient
+from kshim.configs import server_properties
 from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
                                    authorizer_config, connection_settings, positive, security_config)
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
@@ -79,6 +80,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_connection_options(p)
     add_authorizer_options(p)
     add_security_options(p)
+    server_properties.add_options(p)
     return p
 
 
@@ -88,9 +90,11 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         default_partitions=args.partitions, default_replication_factor=args.replication_factor,
         auto_create_topics=not args.no_auto_create_topics, max_request_bytes=args.max_request_bytes,
         topic_defaults={"min.insync.replicas": str(args.min_insync_replicas),
-                        "kshim.uncommitted.read.limit": args.uncommitted_read_limit},
+                        "kshim.uncommitted.read.limit": args.uncommitted_read_limit,
+                        **getattr(args, "topic_properties", {})},
         **connection_settings(args), authorizer=authorizer_config(args), security=security_config(args),
-        recover_in_background=True,
+        recover_in_background=True, static_configs=getattr(args, "static_configs", {}),
+        **getattr(args, "broker_fields", {}),
     )
 
 

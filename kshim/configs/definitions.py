@@ -62,10 +62,13 @@ class ConfigType:
 BOOLEAN = ConfigType("boolean", 1, _boolean)
 STRING = ConfigType("string", 2, str)
 INT = ConfigType("int", 3, _number)
+SHORT = ConfigType("short", 4, _number)
 LONG = ConfigType("long", 5, _number)
 DOUBLE = ConfigType("double", 6, _double)
 LIST = ConfigType("list", 7, _items)
+CLASS = ConfigType("class", 8, str)
 PASSWORD = ConfigType("password", 9, str)
+TYPES = {t.name.upper(): t for t in (BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD)}
 
 
 # ------------------------------------------------------------------ validators

@@ -16,9 +16,11 @@ from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, ConfigDef, InvalidConfig,
-                                       broker_definition, topic_definition)
+from kshim.configs.definitions import (BROKER_CONFIGS, LONG_MAX, TOPIC_CONFIGS, TYPES, STRING, ConfigDef,
+                                       InvalidConfig, broker_definition, topic_definition)
 from kshim.configs.broker import BrokerConfig
+from kshim.configs.catalog import TABLE
+from kshim.configs.kafka43 import KAFKA_BROKER_CONFIGS
 from kshim.configs.groups import GroupSettings, group_definitions
 from kshim.log.log import LogConfig
 from kshim.security.acls import STANDARD_AUTHORIZER
@@ -219,7 +221,8 @@ _FROM_COMMAND_LINE: dict[str, Callable[[BrokerConfig], str | None]] = {
 def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str]] | None = None) -> list[Resolved]:
     """The broker settings DescribeConfigs reports: the command line's (read-only), and the
     topic-config defaults with their dynamic values (this broker's, then the cluster-wide one)
-    over the command line's over Kafka's default."""
+    over the command line's over Kafka's default; then every other Kafka broker config, served
+    or not, as given (STATIC_BROKER_CONFIG) or by default (kshim.configs.catalog)."""
     level = BrokerLevel.of(config.topic_defaults, dynamic or {}, config.node_id)
     out = []
     for name, definition in BROKER_CONFIGS.items():
@@ -229,8 +232,9 @@ def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str
             if raw is None:  # not set (super.users)
                 out.append(_resolved(definition, None, Source.DEFAULT_CONFIG, ()))
                 continue
-            out.append(_resolved(definition, raw, Source.STATIC_BROKER_CONFIG,
-                                 (Synonym(name, raw, Source.STATIC_BROKER_CONFIG),)))
+            source = Source.STATIC_BROKER_CONFIG if name in config.static_configs or \
+                _changes_default(definition, raw) else Source.DEFAULT_CONFIG
+            out.append(_resolved(definition, raw, source, (Synonym(name, raw, source),)))
             continue
         chain = []
         if name in level.node:
@@ -241,7 +245,38 @@ def broker_settings(config: BrokerConfig, dynamic: Mapping[str, Mapping[str, str
             chain.append(Synonym(name, level.static[name], Source.STATIC_BROKER_CONFIG))
         chain.append(Synonym(name, definition.default, Source.DEFAULT_CONFIG))
         out.append(_resolved(definition, chain[0].value, chain[0].source, tuple(chain)))
+    out.extend(_catalogued(config))
     return out
+
+
+def _catalogued(config: BrokerConfig) -> list[Resolved]:
+    """The Kafka broker configs outside BROKER_CONFIGS: the group settings and BrokerConfig fields
+    with kshim's values, the others as given or at Kafka's default."""
+    groups = config.group_settings.broker_configs()
+    out = []
+    for name, entry in TABLE.items():
+        if name in BROKER_CONFIGS:
+            continue
+        definition = _catalogue_definition(name)
+        if name in groups:
+            raw: str | None = groups[name]
+        elif entry.route == "field" and entry.target is not None:
+            value = getattr(config, entry.target)
+            raw = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            raw = config.static_configs.get(name, definition.default)
+        source = Source.STATIC_BROKER_CONFIG if name in config.static_configs else Source.DEFAULT_CONFIG
+        if definition.sensitive:
+            raw = None
+        out.append(Resolved(definition, raw, raw, source, (Synonym(name, raw, source),)))
+    return out
+
+
+@lru_cache(maxsize=None)
+def _catalogue_definition(name: str) -> ConfigDef:
+    kafka, entry = KAFKA_BROKER_CONFIGS.get(name), TABLE[name]
+    return ConfigDef(name, TYPES[kafka.type] if kafka else STRING, kafka.default if kafka else None,
+                     f"{entry.kind}: {entry.why}", dynamic=False)
 
 
 def resolve_group(overrides: Mapping[str, str], settings: GroupSettings | None = None) -> list[Resolved]:

@@ -98,6 +98,9 @@ class ClusterSettings:
     transaction_version: int | None = None  # finalized by the controller at its start (None: as stored)
     # the inter-broker identity as Kafka client properties: the console's groups and transactions
     client_properties: dict[str, str] = field(default_factory=dict, repr=False)
+    # Kafka broker configs every broker process gets as --override (topic defaults, BrokerConfig
+    # fields: kshim.configs.server_properties), NAME=VALUE each
+    overrides: list[str] = field(default_factory=list)
 
     @property
     def rf(self) -> int:
@@ -135,6 +138,8 @@ class ClusterSettings:
             cmd += ["--replica-lag-time-max-ms", str(self.replica_lag_time_max_ms)]
         if self.broker_security:
             cmd += self.broker_security[node_id]
+        for item in self.overrides:
+            cmd += ["--override", item]
         return cmd + connection_argv(self.connection) + authorizer_argv(self.authorizer)
 
     def broker_dir(self, node_id: int) -> Path:
