@@ -38,6 +38,14 @@ def test_replication_over_sasl_ssl_survives_a_leader_sigkill(tmp_path, topic_nam
         for i in range(200):
             p.produce(topic_name, value=f"a{i}".encode())
         assert p.flush(60) == 0
+        # the group's first commit while all three brokers live: __consumer_offsets is created then,
+        # with its replication factor of 3 (as in Kafka, its creation would wait for the third broker)
+        c = Consumer({**secure, "group.id": f"g-{topic_name}", "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if m.error() is None)
+                   or len(got) >= 200, 60, message="the first records")
+        c.commit(asynchronous=False)
         # the followers caught up over SASL_SSL, the only address brokers know each other by
         before = wait_until(lambda: (lambda part: len(part["isr"]) == 3 and part)(cluster.partition(topic_name)),
                             60, message="a full ISR")
@@ -48,12 +56,9 @@ def test_replication_over_sasl_ssl_survives_a_leader_sigkill(tmp_path, topic_nam
         for i in range(200):
             p.produce(topic_name, value=f"b{i}".encode())
         assert p.flush(60) == 0
-        c = Consumer({**secure, "group.id": f"g-{topic_name}", "auto.offset.reset": "earliest"})
-        c.assign([TopicPartition(topic_name, 0, 0)])
-        got: list[bytes] = []
         wait_until(lambda: got.extend(m.value() for m in c.consume(500, 0.5) if m.error() is None)
                    or len(got) >= 400, 60, message="every acknowledged record")
-        c.commit(asynchronous=False)
+        c.commit(asynchronous=False)  # the group coordinator moved off the killed broker if it was there
         c.close()
         assert sorted(got) == sorted([f"a{i}".encode() for i in range(200)] + [f"b{i}".encode() for i in range(200)])
         result = run_ctl(cluster.data_dir, "start", str(before["leader"]))
