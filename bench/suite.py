@@ -12,7 +12,9 @@ Runs, each as its own script (each prints its full table on the way; see docs/be
 - acks=all against acks=1 on a 3-broker cluster with RF 3, throughput and p99 at 2,000 records/s
   (bench/replication.py; kshim alone: the target is relative to kshim's own acks=1);
 - transactions of 1, 100 and 1000 records (bench/transactions.py);
-- restart with 10,000 partitions (bench/restart.py; kshim alone).
+- restart with 10,000 partitions (bench/restart.py; kshim alone);
+- small requests per second, ApiVersions, Metadata, FindCoordinator, Heartbeat and OffsetCommit,
+  pipelined, one at a time and over 64 connections, from a raw client (bench/requests.py).
 The peer is librdkafka's mock broker started by each script (`--peer-mock`) unless `--peer` names a
 running broker. The summary gives each row's figure, the peer's, the ratio and the issue's target;
 `--json` writes it with every script's own JSON. `--quick` runs each briefly (the CI smoke: it
@@ -107,6 +109,9 @@ def main(argv=None) -> int:
                                       os.path.join(work, "transactions.json"), limit)
     docs["restart"] = run_script("restart.py", ["--partitions", "100" if q else str(args.restart_partitions)],
                                  os.path.join(work, "restart.json"), limit)
+    docs["requests"] = run_script("requests.py", [*(["--peer", args.peer] if args.peer else []),
+                                                  *(["--quick"] if q else repeat)],
+                                  os.path.join(work, "requests.json"), limit)
 
     rows: list[tuple[str, str, str, str, str]] = []  # row, kshim, peer, ratio, target
 
@@ -186,6 +191,9 @@ def main(argv=None) -> int:
             restart.get("dirty_serve_s"), None, None, "serves while the tails recover", ".2f")
         add("records intact after clean and kill -9 restarts", 1.0 if restart["records_ok"] else 0.0, None, None,
             "1 = yes", ".0f")
+    for row in (docs["requests"] or {}).get("best", []):
+        kv, pv = row.get("kshim"), row.get("mock", row.get("peer"))
+        add(f"requests/s, {row['api']}, {row['mode']}", kv, pv, ratio(kv, pv), "(issue 34: per-request cost)", ",.0f")
 
     print()
     print("issue 18 summary (%s; peer: %s)" % ("quick run: figures mean nothing" if q else "best of %d" % args.repeat,

@@ -1,6 +1,7 @@
 """The benchmark commands still run (docs/benchmarks.md): bench/suite.py --quick, issue 18's one
 command (throughput durable and ephemeral, small records, 1,000 partitions, latency at fixed rates,
-acks=all on RF 3, transactions, a restart of 100 partitions, the kernel's floor), side by
+acks=all on RF 3, transactions, a restart of 100 partitions, the kernel's floor, small requests
+per second from a raw client), side by
 side with librdkafka's mock, prints every table and its summary, and so does bench/share_groups.py
 (share consumers against a classic group), and bench/txn_cycle.py (a transaction through the
 handlers, in one process). Benchmarks stay
@@ -31,6 +32,7 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
     assert "| fresh |" in text and "| recycled |" in text  # the page-cache floor (bench/pagecache_floor.py)
     assert "| records/s | target | ack p50 ms |" in text  # bench/latency.py
     assert "| partitions | sigterm_s | clean_ready_s |" in text  # bench/restart.py
+    assert "| api | mode | kshim req/s | mock req/s | ratio kshim/mock |" in text  # bench/requests.py
     summary = json.loads(out.read_text())["summary"]
     rows = {r["row"] for r in summary}
     for row in ("produce MB/s, durable log, 1 KiB", "consume MB/s, ephemeral, 100 B",
@@ -44,6 +46,11 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
     ceiling = next(r for r in summary if r["row"].startswith("produce, share of the client's ceiling") and
                    "1 KiB" in r["row"])
     assert ceiling["kshim"] != "-" and "ceiling: -" not in ceiling["target"], ceiling  # bench/null_broker.py ran
+    per_request = {r["row"]: r for r in summary if r["row"].startswith("requests/s, ")}  # bench/requests.py
+    for api in ("ApiVersions v0", "Metadata v1", "FindCoordinator v2", "Heartbeat v3", "OffsetCommit v7"):
+        for mode in ("pipelined, 64 in flight", "one at a time, 1 connection", "64 connections, 1 at a time each"):
+            row = per_request[f"requests/s, {api}, {mode}"]
+            assert row["kshim"] != "-" and row["peer"] != "-" and row["ratio"] != "-", row
 
 
 def test_the_transactions_benchmark_runs_and_prints_its_table(tmp_path):
