@@ -812,6 +812,39 @@ async def test_api_versions_reports_features_with_transaction_version_2(broker):
     assert supported == {"metadata.version": (30, 30)}  # v3 leaves out minimum-0 features
 
 
+@pytest.mark.anyio
+async def test_api_versions_is_sent_as_encoded_once_until_features_or_throttle_change(broker):
+    """The answer goes out as the bytes encoded for the first one; they are what a fresh encoding
+    of the body gives, after a feature change too, and a quota's throttle is never lost to them."""
+    from kshim.net.protocol import ConnectionCore, Encoded, Request
+    supported = {18: (0, 4), 3: (0, 12)}  # the server's table: one object for its whole life
+
+    async def answer(version=4):
+        header = RequestHeader(18, version, 7, "test", 0)
+        body = await api_versions.handle(
+            RequestContext(served(broker), header, "test:0", supported),
+            codec.decode(18, version, "request", codec.encode(18, version, "request", {
+                "client_software_name": "t", "client_software_version": "1"}), exact=True))
+        return Request(header, None, 0), body
+
+    def sent(request, body):
+        return b"".join(bytes(c) for c in ConnectionCore.response_bytes(request, body))
+
+    request, body = await answer()
+    assert type(body) is Encoded
+    assert sent(request, body) == sent(request, dict(body))  # the encoded bytes are the body's
+    again = (await answer())[1]
+    assert again is not body and again.data is body.data  # encoded once
+    again["throttle_time_ms"] = 250  # a request quota raised it on the way out
+    assert sent(request, again) == sent(request, dict(again)) != sent(request, body)
+    resp = await call(broker, update_features, 2, {"timeout_ms": 1000, "validate_only": False, "feature_updates": [
+        feature_update(2, "transaction.version", 1, upgrade_type=2)]})
+    assert resp.error_code == ErrorCode.NONE
+    request, changed = await answer()
+    assert changed.data != body.data and sent(request, changed) == sent(request, dict(changed))
+    assert {f["name"]: f["max_version_level"] for f in changed["finalized_features"]}["transaction.version"] == 1
+
+
 def feature_update(version, name, level, upgrade_type=1):
     if version == 0:
         return {"feature": name, "max_version_level": level, "allow_downgrade": upgrade_type > 1}

@@ -37,6 +37,27 @@ _resize.restype = ctypes.c_int
 SASL_MAX_RECEIVE_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size: frames before authentication
 
 
+class Encoded(dict):
+    """A response body that carries its encoding at one version, for answers that repeat word for
+    word (ApiVersions): encoded once, sent as those bytes while its throttle_time_ms is still the
+    one encoded (a quota may raise it on the way out; then it is encoded afresh). The mapping stays
+    the body, for the request log and anything else that reads it."""
+    __slots__ = ("version", "data", "throttle")
+
+    def __init__(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
+        super().__init__(body)
+        stream = GatherStream()
+        codec.encode_into(api_key, version, "response", body, stream)
+        self.version, self.data, self.throttle = version, b"".join(stream.finish()), body.get("throttle_time_ms")
+
+    def copy(self) -> "Encoded":
+        """Another body with the same encoding (what a handler returns: a quota may change it)."""
+        other = Encoded.__new__(Encoded)
+        dict.update(other, self)
+        other.version, other.data, other.throttle = self.version, self.data, self.throttle
+        return other
+
+
 class ProtocolError(Exception):
     """The peer broke the framing or sent something unanswerable: close this connection only."""
 
@@ -231,7 +252,10 @@ class ConnectionCore:
             return [_SIZE.pack(len(token)), token]
         version = request.response_version
         stream = GatherStream(b"\0\0\0\0" + encode_response_header(h.api_key, version, h.correlation_id))
-        codec.encode_into(h.api_key, version, "response", body, stream)
+        if type(body) is Encoded and body.version == version and body.get("throttle_time_ms") == body.throttle:
+            stream.write(body.data)
+        else:
+            codec.encode_into(h.api_key, version, "response", body, stream)
         chunks = stream.finish()
         _SIZE.pack_into(chunks[0], 0, stream.size - 4)  # the first chunk holds the head: a bytearray
         return chunks

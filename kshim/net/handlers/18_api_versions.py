@@ -11,6 +11,8 @@
   transaction.version is finalized at 2 unless set lower (UpdateFeatures, serve
   --transaction-version): clients then use transactions v2 (KIP-890; docs/transactions.md); at 0
   or 1 (absent from the finalized list at 0) they keep v1. zk_migration_ready is false.
+- The answer is the same for every client until the finalized features change: it is encoded once
+  per version and feature epoch and sent as those bytes (kshim.net.protocol.Encoded).
 """
 from __future__ import annotations
 
@@ -18,19 +20,39 @@ from construct import Container
 
 from kshim.cluster.image import SUPPORTED_FEATURES
 from kshim.net.handlers import RequestContext, Response
+from kshim.net.protocol import Encoded
 from wire.errors import ErrorCode
 
 API_KEY = 18
 VERSIONS = (0, 4)
 
 
+# (version, the supported table's identity, feature epoch, finalized features) -> (the table, kept
+# so that its identity is not reused while cached; the answer)
+_ANSWERS: dict[tuple, tuple[object, Encoded]] = {}
+
+
 async def handle(ctx: RequestContext, req: Container) -> Response:
-    api_keys = [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in ctx.supported.items()]
     if req is None:
-        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_keys}
+        return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": _api_keys(ctx)}
     if ctx.version >= 3:  # client telemetry subscriptions match on these (KIP-714)
         ctx.node.telemetry.note_software(ctx.peer, req.client_software_name, req.client_software_version)
-    response = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
+    image = ctx.broker.image
+    key = (ctx.version, id(ctx.supported), image.features_epoch, tuple(image.features.items()))
+    cached = _ANSWERS.get(key)
+    if cached is None:
+        if len(_ANSWERS) > 64:  # feature changes and several tables (tests) over a process's life
+            _ANSWERS.clear()
+        cached = _ANSWERS[key] = (ctx.supported, Encoded(API_KEY, ctx.version, _answer(ctx)))
+    return cached[1].copy()
+
+
+def _api_keys(ctx: RequestContext) -> list[dict[str, int]]:
+    return [{"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in ctx.supported.items()]
+
+
+def _answer(ctx: RequestContext) -> dict:
+    response = {"error_code": ErrorCode.NONE, "api_keys": _api_keys(ctx), "throttle_time_ms": 0}
     if ctx.version >= 3:
         image = ctx.broker.image
         response.update(
