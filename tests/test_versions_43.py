@@ -270,3 +270,41 @@ async def test_consumer_group_describe_v1_reports_consumer_members(broker):
     assert group.error_code == 0 and [m.member_type for m in group.members] == [1]
     old = await call(broker, describe, 0, {"group_ids": ["cg"], "include_authorized_operations": False})
     assert old.groups[0].members[0].member_id == group.members[0].member_id
+
+
+@pytest.mark.anyio
+async def test_metadata_answers_are_reused_until_the_image_changes(tmp_path):
+    """Without an authorizer, Metadata for all topics (or topics that exist) is encoded once per
+    image: the bytes sent are a fresh encoding's, a new topic (a new image) is in the next answer,
+    and a missing topic (auto-created) is never answered from the cache."""
+    from kshim.net.handlers import RequestContext
+    from kshim.net.protocol import ConnectionCore, Encoded, Request
+    from wire import codec
+    from wire.headers import RequestHeader
+
+    broker = open_standalone(BrokerConfig(data_dir=tmp_path))
+    try:
+        await broker.create_topic("a", 2)
+
+        async def answer(topics):
+            header = RequestHeader(3, 12, 5, "test", 0)
+            req = codec.decode(3, 12, "request", codec.encode(3, 12, "request", {
+                "topics": topics, "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False}), exact=True)
+            body = await metadata.handle(RequestContext(served(broker), header, "test:0", {}), req)
+            sent = b"".join(bytes(c) for c in ConnectionCore.response_bytes(Request(header, None, 0), body))
+            fresh = b"".join(bytes(c) for c in ConnectionCore.response_bytes(Request(header, None, 0), dict(body)))
+            assert sent == fresh
+            return body
+
+        first = await answer(None)
+        again = await answer(None)
+        assert type(first) is Encoded and again.data is first.data
+        assert [t["name"] for t in first["topics"]] == ["a"]
+        await broker.create_topic("b", 1)
+        assert sorted(t["name"] for t in (await answer(None))["topics"]) == ["a", "b"]
+        named = await answer([{"name": "c", "topic_id": None}])  # auto-created: answered afresh
+        assert type(named) is not Encoded and [t["name"] for t in named["topics"]] == ["c"]
+        assert "c" in broker.topics
+    finally:
+        broker.close()

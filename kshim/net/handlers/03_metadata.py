@@ -21,6 +21,9 @@
   NOT_CONTROLLER too (retriable: producers and consumers refresh metadata and retry).
 - v13 adds a top-level error code (KIP-1102, for REBOOTSTRAP_REQUIRED): kshim always answers
   NONE there; topic errors stay per topic.
+- Without an authorizer, an answer that creates nothing (all topics, or names that all exist) is
+  the same until the next metadata image: it is encoded once per image, request shape and
+  listener, and sent as those bytes (kshim.net.protocol.Encoded).
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from kshim.cluster.image import TopicInfo
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.endpoints import endpoint
+from kshim.net.protocol import Encoded
 from kshim.security import authz
 from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
@@ -65,7 +69,50 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None =
             "topic_authorized_operations": authz.NOT_PROVIDED}
 
 
+# id(broker) -> (the broker and the image the answers are of, kept so that their identities are
+# not reused while cached; request shape -> answer)
+_ANSWERS: dict[int, tuple[object, object, dict[tuple, Encoded]]] = {}
+_MOST_SHAPES = 256  # request shapes kept per image (topic lists clients ask for)
+
+
+def _shape(ctx: RequestContext, req: Container) -> tuple | None:
+    """What the answer depends on besides the image, when it can be reused: None with an
+    authorizer (it depends on the principal) or when a topic is asked for by id or is missing."""
+    if authz.enabled(ctx):
+        return None
+    v, broker = ctx.version, ctx.broker
+    if req.topics is None or (v == 0 and not req.topics):
+        names = None
+    else:
+        names = tuple(asked.get("name") for asked in req.topics)
+        if any(name is None or name not in broker.topics for name in names):
+            return None
+    return (v, names, bool(req.get("include_topic_authorized_operations", False)),
+            bool(req.get("include_cluster_authorized_operations", False)),
+            ctx.security.listener if ctx.security is not None else None, broker.controller.connected)
+
+
 async def handle(ctx: RequestContext, req: Container) -> Response:
+    shape = _shape(ctx, req)
+    if shape is None:
+        return await _answer(ctx, req)
+    broker, image = ctx.broker, ctx.broker.image
+    held = _ANSWERS.get(id(broker))
+    if held is None or held[0] is not broker or held[1] is not image:
+        held = _ANSWERS[id(broker)] = (broker, image, {})
+    answers = held[2]
+    answer = answers.get(shape)
+    if answer is None:
+        body = await _answer(ctx, req)
+        if broker.image is not image:  # a topic appeared meanwhile (the answer may predate it)
+            return body
+        if len(answers) >= _MOST_SHAPES:
+            answers.clear()
+        answer = answers[shape] = Encoded(API_KEY, ctx.version, body)
+    return answer.copy()
+
+
+async def _answer(ctx: RequestContext, req: Container) -> dict:
     broker = ctx.broker
     v = ctx.version
     ops = bool(req.get("include_topic_authorized_operations", False)) if v >= 8 else False
