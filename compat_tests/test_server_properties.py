@@ -128,3 +128,22 @@ def test_a_clusters_brokers_take_the_files_configs(tmp_path):
         admin.create_topics([NewTopic("replicated")])["replicated"].result(timeout=20)
         metadata = admin.list_topics("replicated", timeout=10)
         assert len(metadata.topics["replicated"].partitions[0].replicas) == 2  # default.replication.factor
+
+
+def test_each_listener_advertises_its_own_host(tmp_path):
+    """advertised.listeners, host by listener (a Docker-style second listener): a client is told
+    every broker's address on the listener it came in on, at that listener's advertised host."""
+    from compat_tests.fixture_configs import free_ports
+
+    port, docker = free_ports(2)
+    path = tmp_path / "server.properties"
+    path.write_text(f"listeners=PLAINTEXT://127.0.0.1:{port},DOCKER://127.0.0.1:{docker}\n"
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,DOCKER:PLAINTEXT\n"
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},DOCKER://localhost:{docker}\n")
+    kshim = KshimProcess(None, "--config-file", str(path), port=port).start()
+    try:
+        for bootstrap, host in ((f"127.0.0.1:{port}", "127.0.0.1"), (f"127.0.0.1:{docker}", "localhost")):
+            brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).brokers
+            assert [(b.host, b.port) for b in brokers.values()] == [(host, int(bootstrap.rsplit(":", 1)[1]))]
+    finally:
+        assert kshim.terminate() == 0, kshim.logs()

@@ -82,6 +82,16 @@ def test_served_names_set_the_same_settings_as_the_options(tmp_path):
     assert args.static_configs["num.network.threads"] == "3"
 
 
+def test_advertised_listeners_give_each_listener_its_host(tmp_path):
+    args = _parsed(tmp_path, ["listeners=PLAINTEXT://127.0.0.1:9092,DOCKER://127.0.0.1:9094,CONTROLLER://:9093",
+                              "controller.listener.names=CONTROLLER",
+                              "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,DOCKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                              "advertised.listeners=PLAINTEXT://localhost:9092,DOCKER://host.docker.internal:9094,"
+                              "CONTROLLER://localhost:9093"], "--port", "9092")
+    assert args.advertised_hosts == {"PLAINTEXT": "localhost", "DOCKER": "host.docker.internal"}
+    assert _parsed(tmp_path, ["advertised.listeners=PLAINTEXT://example.com:9092"]).advertised_host == "example.com"
+
+
 def test_finer_retention_units_win(tmp_path):
     args = _parsed(tmp_path, ["log.retention.hours=2", "log.retention.minutes=3"])
     assert args.topic_properties == {"log.retention.ms": "180000"}

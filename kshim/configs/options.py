@@ -234,7 +234,8 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
         tls_dev=args.tls_dev, tls_client_auth=args.tls_client_auth,
         failed_auth_delay_ms=args.connection_failed_authentication_delay_ms,
         max_reauth_ms=args.connections_max_reauth_ms, inter_broker_listener=args.inter_broker_listener,
-        inter_broker_user=args.inter_broker_user, inter_broker_mechanism=args.inter_broker_sasl_mechanism)
+        inter_broker_user=args.inter_broker_user, inter_broker_mechanism=args.inter_broker_sasl_mechanism,
+        advertised_hosts=dict(getattr(args, "advertised_hosts", None) or {}))
     properties.apply(config, {name: value for name, value in props.items() if name != properties.PROTOCOL_MAP})
     config.check()
     if config.needs_tls:  # a keystore that does not load, a wrong password: refused before anything starts
@@ -273,6 +274,11 @@ def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, 
         out += ["--inter-broker-listener", args.inter_broker_listener]
     if args.inter_broker_user:
         out += ["--inter-broker-user", args.inter_broker_user]
+    advertised = getattr(args, "advertised_hosts", None) or {}
+    if advertised and args.listeners:  # each broker advertises its own (offset) ports
+        out += ["--override", "advertised.listeners=" + ",".join(
+            f"{x.name}://{advertised[x.name]}:{x.port + offset}"
+            for x in parse_listeners(args.listeners, protocol_map) if x.name in advertised)]
     # Kafka's listener and TLS configs by name, as the broker's --override (file paths made absolute:
     # the broker runs in its own directory); the protocol map went as its option above
     for name, value in props.items():

@@ -265,27 +265,33 @@ def _listeners(args, name, raw, props, explicit) -> None:
 
 
 def _advertised(args, name, raw, props, explicit) -> None:
+    """The host each listener advertises; its port must be the one it listens on. Without
+    --listeners (one PLAINTEXT listener on --host/--port) the broker's one advertised host."""
     listeners = {item.split("://", 1)[0].upper(): item for item in _listener_items(args.listeners or "")}
     controller = _controller_listeners(props)
-    hosts = set()
+    hosts: dict[str, str] = {}
     for item in _listener_items(raw):
         lname, _, address = item.partition("://")
-        if lname.upper() in controller:
+        lname = lname.upper()
+        if lname in controller:
             continue
         host, _, port = address.rpartition(":")
-        bound = listeners.get(lname.upper())
-        if bound is None and not listeners and lname.upper() == "PLAINTEXT":
+        bound = listeners.get(lname)
+        if bound is None and not listeners and lname == "PLAINTEXT":
             bound = f"PLAINTEXT://{args.host}:{args.port}"
         if bound is None:
             raise ConfigError(f"advertised.listeners names {lname}, which is not in listeners")
-        if bound.rpartition(":")[2] != port:
+        listened = bound.rpartition(":")[2]
+        if listened != port and listened != "0":
             raise ConfigError(f"advertised.listeners={raw}: {lname} advertises port {port} but listens on "
-                              f"{bound.rpartition(':')[2]}: kshim advertises the ports it listens on")
-        hosts.add(host.strip("[]"))
-    if len(hosts) > 1:
-        raise ConfigError(f"advertised.listeners={raw}: kshim advertises one host for every listener")
-    if hosts and hosts != {""}:
-        args.advertised_host = hosts.pop()
+                              f"{listened}: kshim advertises the ports it listens on")
+        if host.strip("[]"):
+            hosts[lname] = host.strip("[]")
+    if not listeners:
+        if hosts:
+            args.advertised_host = hosts["PLAINTEXT"]
+        return
+    args.advertised_hosts = hosts
 
 
 def _log_dirs(args, name, raw, props, explicit) -> None:

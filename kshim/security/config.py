@@ -177,6 +177,9 @@ class SecurityConfig:
     ssl: dict[str, str] = field(default_factory=dict, repr=False)  # broker-wide TLS_SETTINGS by Kafka name
     # listener name (upper-case) -> {setting without the listener.name.<l>. prefix: value}
     listener_settings: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    # advertised.listeners: the host Metadata names on each listener (listener name -> host;
+    # absent: the host it listens on); the ports are always the ones listened on
+    advertised_hosts: dict[str, str] = field(default_factory=dict)
 
     def inter_broker(self) -> Listener | None:
         if not self.listeners:

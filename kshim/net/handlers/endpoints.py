@@ -3,7 +3,8 @@
 
 A broker registers the address of its inter-broker listener; its other listeners sit at the same offset
 from their configured ports as that one (a cluster offsets every port by the broker's index), so a
-broker's endpoint on listener L is this broker's L port plus the difference of the registered ports.
+broker's endpoint on listener L is this broker's L port plus the difference of the registered ports,
+at L's advertised host (advertised.listeners) when it has one.
 
 Not a handler module (no NN_ prefix): the registry does not load it.
 """
@@ -18,4 +19,5 @@ def endpoint(ctx: RequestContext, broker: BrokerInfo) -> tuple[str, int]:
     if security is None or not ctx.broker.config.security.listeners:
         return broker.host, broker.port
     listener = security.listener
-    return listener.host, listener.port + (broker.port - ctx.broker.config.port)
+    host = ctx.broker.config.security.advertised_hosts.get(listener.name, listener.host)
+    return host, listener.port + (broker.port - ctx.broker.config.port)
