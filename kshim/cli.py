@@ -23,8 +23,9 @@ from kshim import tuning
 from kshim.broker import BrokerConfig
 from kshim.cluster import admin
 from kshim.configs import server_properties
-from kshim.configs.options import (add_authorizer_options, add_connection_options, add_security_options,
-                                   authorizer_config, connection_settings, positive, security_argv, security_config)
+from kshim.configs.options import (CLUSTER_ONLY, add_authorizer_options, add_connection_options,
+                                   add_security_options, authorizer_config, connection_settings, positive,
+                                   security_argv, security_config)
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.log.ephemeral import abandoned_dirs, ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
@@ -135,9 +136,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     else:
         sub.add_parser("ctl", help=CTL_HELP)  # named for the command list; never parsed in this run
     return parser
-
-
-_CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag_time_max_ms")
 
 
 def _partition_budget(args: argparse.Namespace) -> int:
@@ -387,7 +385,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "serve" and args.brokers is not None:
         return _serve_cluster(args)
     if args.command == "serve":
-        given = [f"--{name.replace('_', '-')}" for name in _CLUSTER_ONLY if getattr(args, name) is not None]
+        given = [f"--{name.replace('_', '-')}" for name in CLUSTER_ONLY if getattr(args, name) is not None]
         if given:
             print(f"kshim: {', '.join(given)} need --brokers (a cluster)", file=sys.stderr)
             return 2
@@ -405,9 +403,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.uncommitted_read_limit is not None:
             topic_defaults["kshim.uncommitted.read.limit"] = args.uncommitted_read_limit
         topic_defaults.update(getattr(args, "topic_properties", {}))
-        fields = dict(getattr(args, "broker_fields", {}))
-        if getattr(args, "advertised_host", None):
-            fields["advertised_host"] = args.advertised_host
+        fields = getattr(args, "broker_fields", {})
         config = BrokerConfig(
             host=args.host, port=args.port, data_dir=args.data_dir, log_dirs=args.log_dirs or [],
             default_partitions=args.partitions,

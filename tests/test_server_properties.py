@@ -89,7 +89,8 @@ def test_advertised_listeners_give_each_listener_its_host(tmp_path):
                               "advertised.listeners=PLAINTEXT://localhost:9092,DOCKER://host.docker.internal:9094,"
                               "CONTROLLER://localhost:9093"], "--port", "9092")
     assert args.advertised_hosts == {"PLAINTEXT": "localhost", "DOCKER": "host.docker.internal"}
-    assert _parsed(tmp_path, ["advertised.listeners=PLAINTEXT://example.com:9092"]).advertised_host == "example.com"
+    assert _parsed(tmp_path, ["advertised.listeners=PLAINTEXT://example.com:9092"]).broker_fields == \
+        {"advertised_host": "example.com"}
 
 
 def test_finer_retention_units_win(tmp_path):

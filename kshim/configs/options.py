@@ -47,6 +47,8 @@ OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("--quota-window-size-seconds", "quota_window_size_seconds",
      "length of one client quota sample (Kafka's quota.window.size.seconds)"),
 )
+# kshim serve's options that need --brokers (a cluster)
+CLUSTER_ONLY = ("replication_factor", "broker_session_timeout_ms", "replica_lag_time_max_ms")
 # the others must be at least 1
 _MINIMUM = {"max_incremental_fetch_session_cache_slots": 0, "group_initial_rebalance_delay_ms": 0,
             "request_log_entries": 0}

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from kshim.configs.catalog import INTERNAL_DEFAULTS, LEFTOVERS, Entry, lookup
-from kshim.configs.definitions import BROKER_CONFIGS, InvalidConfig
+from kshim.configs.definitions import BROKER_CONFIGS, TYPES, InvalidConfig
+from kshim.configs.options import CLUSTER_ONLY
 from kshim.configs.kafka43 import KAFKA_BROKER_CONFIGS
 from kshim.configs.properties import PropertiesError, parse_properties
 
@@ -91,18 +92,11 @@ def check_type(name: str, raw: str) -> None:
     if valid == "nonempty" and not value:
         raise ConfigError(f"{name} must not be empty")
     try:
-        if kafka.type in ("INT", "SHORT", "LONG"):
-            number: float = int(value)
-        elif kafka.type == "DOUBLE":
-            number = float(value)
-        elif kafka.type == "BOOLEAN":
-            if value.lower() not in ("true", "false"):
-                raise ValueError("not true or false")
-            return
-        else:
-            return
+        number = TYPES[kafka.type].parse(value)
     except ValueError:
         raise ConfigError(f"{name}={raw!r}: not a valid {kafka.type.lower()}") from None
+    if not isinstance(number, (int, float)) or isinstance(number, bool):
+        return  # a string, list or boolean: typed, no range
     if valid.startswith(">="):
         if number < float(valid[2:]):
             raise ConfigError(f"{name}={raw}: must be at least {valid[2:]}")
@@ -155,7 +149,7 @@ def apply(args: argparse.Namespace, props: Mapping[str, str], explicit: set[str]
             continue
         if entry.kind == "no-op":
             check_type(name, raw)
-            noops.append(name)
+            noops.append(entry)
             args.static_configs[name] = raw
             args.passed_on.append(f"{name}={raw}")
             continue
@@ -168,10 +162,9 @@ def apply(args: argparse.Namespace, props: Mapping[str, str], explicit: set[str]
             _serve(args, entry, name, raw, props, explicit, cluster)
     for name in sorted(specials, key=list(_SPECIAL).index):  # listeners before what refers to them
         _SPECIAL[name](args, name, props[name], props, explicit)
-    for name in noops:
-        entry = lookup(name)
+    for entry in noops:
         level = logging.WARNING if entry.name in LEFTOVERS else logging.INFO  # Kafka warns of unknown names
-        log.log(level, "config %s=%s accepted with no effect: %s", name, props[name], entry.why)
+        log.log(level, "config %s=%s accepted with no effect: %s", entry.name, props[entry.name], entry.why)
 
 
 def _set_option(args: argparse.Namespace, entry: Entry, name: str, value: object, explicit: set[str]) -> None:
@@ -199,7 +192,10 @@ def _serve(args: argparse.Namespace, entry: Entry, name: str, raw: str, props: M
            explicit: set[str], cluster: bool) -> None:
     if entry.route == "option":
         value = _converted(entry, name, raw)
-        _CLUSTER_OPTION.get(entry.target or "", _plain)(args, entry, name, value, explicit, cluster)
+        if entry.target in CLUSTER_ONLY and not cluster:
+            _single_broker(name, entry, value)
+        else:
+            _set_option(args, entry, name, value, explicit)
     elif entry.route == "topic-default":  # kshim's own range (segment.bytes down to 14), not Kafka's
         try:
             BROKER_CONFIGS[name].parse(raw.strip())
@@ -219,23 +215,12 @@ def _serve(args: argparse.Namespace, entry: Entry, name: str, raw: str, props: M
 
 
 # ------------------------------------------------------------ options that only a cluster has
-def _cluster_only(args, entry, name, value, explicit, cluster) -> None:
-    if cluster:
-        _set_option(args, entry, name, value, explicit)
-    elif entry.target == "replication_factor" and value != 1:
+def _single_broker(name: str, entry: Entry, value: object) -> None:
+    """A cluster-only option by its Kafka name on one broker: nothing to set (no followers to time
+    out, no broker sessions), but a replication factor above 1 cannot be had."""
+    if entry.target == "replication_factor" and value != 1:
         raise ConfigError(f"{name}={value}: a single broker holds one replica of each partition "
                           f"(a cluster: --brokers N)")
-    # one broker has no followers to time out and no broker sessions: nothing to set
-
-
-def _plain(args, entry, name, value, explicit, cluster) -> None:
-    _set_option(args, entry, name, value, explicit)
-
-
-_CLUSTER_OPTION: dict[str, Callable[..., None]] = {
-    "replica_lag_time_max_ms": _cluster_only, "broker_session_timeout_ms": _cluster_only,
-    "replication_factor": _cluster_only,
-}
 
 
 # ------------------------------------------------------------ names served by meaning
@@ -289,7 +274,7 @@ def _advertised(args, name, raw, props, explicit) -> None:
             hosts[lname] = host.strip("[]")
     if not listeners:
         if hosts:
-            args.advertised_host = hosts["PLAINTEXT"]
+            args.broker_fields["advertised_host"] = hosts["PLAINTEXT"]
         return
     args.advertised_hosts = hosts
 
