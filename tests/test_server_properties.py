@@ -144,6 +144,10 @@ def test_describe_configs_reports_given_names_as_static_and_the_rest_as_default(
     assert entries["num.partitions"].source == Source.STATIC_BROKER_CONFIG  # given, even at the default
     assert entries["num.io.threads"].source == Source.DEFAULT_CONFIG
     assert entries["auto.create.topics.enable"].source == Source.DEFAULT_CONFIG
+    # a field kept in another unit is shown in the config's own (minutes, not ms)
+    assert entries["offsets.retention.minutes"].raw == "10080"
+    assert {r.name: r.raw for r in broker_settings(BrokerConfig(offsets_retention_ms=30 * 60_000))}[
+        "offsets.retention.minutes"] == "30"
 
 
 def test_docs_configs_md_is_the_table():

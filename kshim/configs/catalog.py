@@ -40,6 +40,7 @@ class Entry:
     option: str | None = None  # the kshim serve option of the same setting
     convert: Callable[[str], object] | None = None  # the raw value as the target takes it
     refuse_default: bool = False  # refused even at Kafka's default (no default means kshim's behaviour)
+    shown: Callable[[object], str] | None = None  # field: the target's value in the config's unit, when converted
 
 
 def _int(raw: str) -> int:
@@ -69,8 +70,9 @@ def option(name: str, dest: str, flag: str, why: str, convert: Callable[[str], o
     _add(Entry(name, "served", why, "option", dest, flag, convert))
 
 
-def field(name: str, target: str, why: str, convert: Callable[[str], object] = _int) -> None:
-    _add(Entry(name, "served", why, "field", target, None, convert))
+def field(name: str, target: str, why: str, convert: Callable[[str], object] = _int,
+          shown: Callable[[object], str] | None = None) -> None:
+    _add(Entry(name, "served", why, "field", target, None, convert, shown=shown))
 
 
 def special(name: str, why: str) -> None:
@@ -206,7 +208,8 @@ field("group.max.session.timeout.ms", "group_max_session_timeout_ms",
       "The longest session timeout a classic group member may ask for.")
 field("group.max.size", "group_max_size", "The members a classic group takes; more are GROUP_MAX_SIZE_REACHED.")
 field("offsets.retention.minutes", "offsets_retention_ms",
-      "An Empty group's committed offsets expire this long after their commit.", lambda raw: int(raw) * 60_000)
+      "An Empty group's committed offsets expire this long after their commit.", lambda raw: int(raw) * 60_000,
+      lambda ms: str(ms // 60_000 if isinstance(ms, int) else ms))
 field("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms",
       "How often expired offsets are looked for.")
 field("offset.metadata.max.bytes", "offset_metadata_max_bytes",

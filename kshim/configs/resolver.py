@@ -262,7 +262,7 @@ def _catalogued(config: BrokerConfig) -> list[Resolved]:
             raw: str | None = groups[name]
         elif entry.route == "field" and entry.target is not None:
             value = getattr(config, entry.target)
-            raw = str(value).lower() if isinstance(value, bool) else str(value)
+            raw = entry.shown(value) if entry.shown else str(value).lower() if isinstance(value, bool) else str(value)
         else:
             raw = config.static_configs.get(name, definition.default)
         source = Source.STATIC_BROKER_CONFIG if name in config.static_configs else Source.DEFAULT_CONFIG
