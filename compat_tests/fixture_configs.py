@@ -7,8 +7,9 @@ filled in: ports, directories, and 127.0.0.1 where they listen on every interfac
 on the loopback only)."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
+
+from kshim.testing import free_port_block
 
 KAFKA_PYTHON = """\
 process.roles=broker,controller
@@ -89,14 +90,9 @@ CONFLUENT_KAFKA_PYTHON_USERS = ("--sasl-user", "admin:admin", "--sasl-user", "sa
 
 
 def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """`count` free ports on 127.0.0.1 (kshim.testing's search: a slice per xdist worker)."""
+    base = free_port_block(count)
+    return list(range(base, base + count))
 
 
 def write_kafka_python(path: Path, log_dir: Path, partitions: int = 2) -> int:

@@ -3,27 +3,21 @@ file's settings take effect, DescribeConfigs shows where each came from, a refus
 the start with its name, and client libraries' own test fixtures start kshim unchanged."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from compat_tests.fixture_configs import write_kafka_python
+from compat_tests.fixture_configs import free_ports, write_kafka_python
 from compat_tests.kshim_process import KshimProcess
+from kshim.testing import free_port_block
 
 STATIC, DEFAULT = 4, 5  # DescribeConfigs' config_source
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(tmp_path, lines: list[str], *extra: str) -> KshimProcess:
-    port = free_port()
+    port = free_port_block(1)
     path = tmp_path / "server.properties"
     path.write_text("\n".join(line.format(port=port, data=tmp_path / "logs") for line in lines) + "\n")
     return KshimProcess(None, "--config-file", str(path), *extra, port=port).start()
@@ -133,8 +127,6 @@ def test_a_clusters_brokers_take_the_files_configs(tmp_path):
 def test_each_listener_advertises_its_own_host(tmp_path):
     """advertised.listeners, host by listener (a Docker-style second listener): a client is told
     every broker's address on the listener it came in on, at that listener's advertised host."""
-    from compat_tests.fixture_configs import free_ports
-
     port, docker = free_ports(2)
     path = tmp_path / "server.properties"
     path.write_text(f"listeners=PLAINTEXT://127.0.0.1:{port},DOCKER://127.0.0.1:{docker}\n"
