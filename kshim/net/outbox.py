@@ -12,12 +12,13 @@ and without waking the writer, and order is kept because nothing is ahead of it.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
 import anyio
 
-from kshim.sockets import wake
+from kshim.sockets import send_now, wake
 
 
 class Outbox:
@@ -81,3 +82,56 @@ class Outbox:
         wake(self._putter)
         self._taker = self._putter = None
 
+
+
+class DirectSends:
+    """Answers the reader writes to the socket itself (the outbox idle: nothing ahead of them),
+    gathered while it answers the requests of one read and sent with one `sendmsg`: a read brings
+    ~60 pipelined requests, and a `sendmsg` per answer was a tenth of their CPU.
+
+    Order: the reader flushes before it queues anything in the outbox, and at the end of the
+    requests it read. A handler that waits (the reader then yields to the loop) must not hold the
+    answers before it: the first answer gathered schedules a flush for the loop's next turn, which
+    finds nothing to do when the reader flushed first. What the socket does not take goes to the
+    outbox, which is empty then (nothing was queued since the first answer was gathered)."""
+
+    __slots__ = ("sock", "outbox", "state", "chunks", "answers", "_scheduled", "_loop")
+
+    def __init__(self, sock: Any, outbox: Outbox, state: Any) -> None:
+        self.sock = sock
+        self.outbox = outbox
+        self.state = state  # the connection's: `outstanding` and `last_sent` are kept up to date
+        self.chunks: list = []
+        self.answers = 0
+        self._scheduled = False
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, response: list) -> None:
+        self.chunks += response
+        self.answers += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.answers:
+            return
+        chunks, answers = self.chunks, self.answers
+        self.chunks, self.answers = [], 0
+        try:
+            rest = send_now(self.sock, chunks)
+        except OSError:
+            # the peer is gone: the reader finds out on its next read; these answers go nowhere
+            self.state.outstanding -= answers
+            return
+        if rest is None:
+            self.state.outstanding -= answers
+            self.state.last_sent = time.monotonic()
+        else:  # the socket is full: the writer sends the rest (one item for all of them)
+            self.state.outstanding -= answers - 1
+            if not self.outbox.put_nowait(rest):
+                raise RuntimeError("the outbox had answers queued ahead of direct sends")

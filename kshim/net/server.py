@@ -43,7 +43,7 @@ from kshim.broker import Broker
 from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.handlers.throttling import charge_request_time
-from kshim.net.outbox import Outbox
+from kshim.net.outbox import DirectSends, Outbox
 from kshim.net.protocol import ConnectionCore, ProtocolError, Request
 from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
@@ -52,7 +52,7 @@ from kshim.observability.requestlog import RequestLog
 from kshim.security.config import ANONYMOUS, Listener
 from kshim.security.sasl import ScramCredential
 from kshim.security.session import ConnectionSecurity, StaticCredentials
-from kshim.sockets import ReadWaiter, open_listener, send_buffers, send_now, wait_ready
+from kshim.sockets import ReadWaiter, open_listener, send_buffers, wait_ready
 from wire.errors import ErrorCode
 from wire.primitives import FileRecords
 
@@ -455,94 +455,101 @@ class Server:
                              wait_readable: Callable[[], Awaitable[None]]) -> None:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
+        direct = DirectSends(conn, outbox, state)
         waited = False  # the task waited (yielded) since its last read
         unyielded = 0  # bytes read since the task last yielded
-        while True:
-            with core.receive_buffer() as view:
-                room = len(view)
-                try:
-                    n = conn.recv_into(view)
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    n = -1
-                except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
-                    n = -2
-            if n == -2:
-                await anyio.sleep(TLS_RETRY_S)
-                continue
-            if n < 0:  # nothing to read now: wait, within the connection's time limits
-                waited = True
-                if core.in_frame:
-                    timeout = cfg.request_stall_timeout_ms / 1000
-                    with anyio.move_on_after(timeout):
+        try:
+            while True:
+                with core.receive_buffer() as view:
+                    room = len(view)
+                    try:
+                        n = conn.recv_into(view)
+                    except (BlockingIOError, ssl.SSLWantReadError):
+                        n = -1
+                    except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
+                        n = -2
+                if n == -2:
+                    await anyio.sleep(TLS_RETRY_S)
+                    continue
+                if n < 0:  # nothing to read now: wait, within the connection's time limits
+                    waited = True
+                    if core.in_frame:
+                        timeout = cfg.request_stall_timeout_ms / 1000
+                        with anyio.move_on_after(timeout):
+                            await wait_readable()
+                            continue
+                        log.info("closing connection from %s: it stopped sending halfway through a request "
+                                 "for %.1f s", peer, timeout)
+                        raise anyio.EndOfStream
+                    core.release_idle()
+                    state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
+                    try:
                         await wait_readable()
-                        continue
-                    log.info("closing connection from %s: it stopped sending halfway through a request "
-                             "for %.1f s", peer, timeout)
+                    finally:
+                        state.waiting_since = None
+                    continue
+                if n == 0:
                     raise anyio.EndOfStream
-                core.release_idle()
-                state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
-                try:
-                    await wait_readable()
-                finally:
-                    state.waiting_since = None
-                continue
-            if n == 0:
-                raise anyio.EndOfStream
-            core.received(n)
-            unyielded = n if waited else unyielded + n
-            if not waited and (n < room or unyielded > READ_ON_BYTES):
-                # a peer that always has bytes ready must not starve the others; a read that filled
-                # its buffer reads on first (the rest of the request is likely there already)
-                await asyncio.sleep(0)  # anyio's checkpoint(), without its backend lookup
-                unyielded = 0
-            waited = False
-            while (request := core.next_request()) is not None:
-                await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
-                result = await self._dispatch(request, peer, security, state.throttle)
-                if state.reserved and request.size == state.reserved:  # the large frame is handled
-                    self.memory.release(state.reserved)
-                    state.reserved = 0
-                if security.failed:
-                    # answered after the delay, then closed: one try per delay per connection
-                    log.warning("closing connection from %s on %s: authentication failed: %s",
-                                peer, security.listener.name, security.failure)
-                    await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
-                    if result is not None and not request.raw and not _awaitable(result):
-                        state.outstanding += 1
-                        await outbox.put(core.response_bytes(request, result))
-                    return
-                if result is None:
-                    continue
-                state.outstanding += 1
-                if _awaitable(result) and request.header.api_key in AWAITED_BY_READER and outbox.idle:
-                    answered = await self._complete(request, result, peer)
-                    if answered is None:
-                        return  # the handler failed, or a fault rule drops the connection
-                    response = answered
-                elif _awaitable(result):
-                    # a plain task, not the task group's: anyio's start_soon cost 8% of a single-record
-                    # produce's event-loop time; _connection cancels what is left when it ends
-                    task = loop.create_task(self._complete(request, result, peer))
-                    state.completions.add(task)
-                    task.add_done_callback(state.completions.discard)
-                    await outbox.put(task)
-                    continue
-                else:
-                    response = core.response_bytes(request, result)
-                if plaintext and outbox.idle and not any(isinstance(c, FileRecords) for c in response):
-                    # nothing ahead of it and the writer waiting: sent from here, a loop turn sooner
-                    rest = send_now(conn, response)
-                    if rest is None:
-                        state.outstanding -= 1
-                        state.last_sent = _now()
+                core.received(n)
+                unyielded = n if waited else unyielded + n
+                if not waited and (n < room or unyielded > READ_ON_BYTES):
+                    # a peer that always has bytes ready must not starve the others; a read that filled
+                    # its buffer reads on first (the rest of the request is likely there already)
+                    await asyncio.sleep(0)  # anyio's checkpoint(), without its backend lookup
+                    unyielded = 0
+                waited = False
+                while (request := core.next_request()) is not None:
+                    if state.throttle.until:  # muted once by a quota: checked (and waited for) before each request
+                        direct.flush()
+                        await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
+                    result = await self._dispatch(request, peer, security, state.throttle)
+                    if state.reserved and request.size == state.reserved:  # the large frame is handled
+                        self.memory.release(state.reserved)
+                        state.reserved = 0
+                    if security.failed:
+                        # answered after the delay, then closed: one try per delay per connection
+                        log.warning("closing connection from %s on %s: authentication failed: %s",
+                                    peer, security.listener.name, security.failure)
+                        direct.flush()
+                        await anyio.sleep(cfg.security.failed_auth_delay_ms / 1000)
+                        if result is not None and not request.raw and not _awaitable(result):
+                            state.outstanding += 1
+                            await outbox.put(core.response_bytes(request, result))
+                        return
+                    if result is None:
                         continue
-                    await outbox.put(rest)
-                    continue
-                await outbox.put(response)
-            if core.frame_size and not state.reserved:
-                # a large frame has begun: hold its size in the shared budget before reading on
-                state.reserved = core.frame_size
-                await self.memory.reserve(state.reserved)
+                    state.outstanding += 1
+                    if _awaitable(result) and request.header.api_key in AWAITED_BY_READER and outbox.idle:
+                        direct.flush()
+                        answered = await self._complete(request, result, peer)
+                        if answered is None:
+                            return  # the handler failed, or a fault rule drops the connection
+                        response = answered
+                    elif _awaitable(result):
+                        # a plain task, not the task group's: anyio's start_soon cost 8% of a single-record
+                        # produce's event-loop time; _connection cancels what is left when it ends
+                        task = loop.create_task(self._complete(request, result, peer))
+                        state.completions.add(task)
+                        task.add_done_callback(state.completions.discard)
+                        direct.flush()
+                        await outbox.put(task)
+                        continue
+                    else:
+                        response = core.response_bytes(request, result)
+                    if plaintext and outbox.idle and not any(isinstance(c, FileRecords) for c in response):
+                        # nothing ahead of it and the writer waiting: sent from here, a loop turn sooner,
+                        # with the other answers to this read (kshim.net.outbox.DirectSends)
+                        direct.add(response)
+                        continue
+                    direct.flush()
+                    await outbox.put(response)
+                direct.flush()
+                if core.frame_size and not state.reserved:
+                    # a large frame has begun: hold its size in the shared budget before reading on
+                    state.reserved = core.frame_size
+                    await self.memory.reserve(state.reserved)
+        finally:
+            direct.flush()  # answers to requests read before a failure or a dropped one still go out
 
     async def _idle_watchdog(self, tg: TaskGroup, state: _Connection, peer: str) -> None:
         """connections.max.idle.ms: closes the connection once its reader has waited for a request
