@@ -93,6 +93,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="port of the web console and /metrics (docs/console.md); 0 picks a free one, "
                             "printed on the ready line (default 0)")
     serve.add_argument("--no-console", action="store_true", help="serve no web console and no /metrics")
+    serve.add_argument("--schema-registry", action="store_true",
+                       help="also serve a Confluent-compatible Schema Registry, its state in the compacted topic "
+                            "_schemas (docs/schema-registry.md); its URL is on the ready line")
+    serve.add_argument("--schema-registry-port", type=int, default=8081,
+                       help="port of the schema registry, on --host; 0 picks a free one (default 8081)")
     serve.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
                        help="finalize the transaction.version feature at this level when starting (2, the "
                             "default of a new cluster: transactions v2, KIP-890; 0 or 1: clients use v1); "
@@ -200,6 +205,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         max_open_segment_files=args.max_open_segment_files, authorizer=authorizer_config(args),
         console_port=None if args.no_console else args.console_port, broker_security=broker_security,
         inter_broker=inter_broker, transaction_version=args.transaction_version,
+        schema_registry_port=args.schema_registry_port if args.schema_registry else None,
+        security=security if security.listeners else None,
         client_properties=security.client_properties(args.data_dir), overrides=getattr(args, "passed_on", []))
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
@@ -215,7 +222,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     return anyio.run(run_cluster, settings)
 
 
-async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None, ephemeral: bool = False) -> None:
+async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | None, ephemeral: bool = False,
+                 registry_port: int | None = None) -> None:
     # lazy: `kshim ctl` and the cluster's controller process do not load the server and its handlers
     from kshim.net.broker_server import BrokerServer
     from kshim.net.server import Server, open_listeners
@@ -259,6 +267,15 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition, faults)
                 bound = await tg.start(Console(source, client_properties).serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
+            if registry_port is not None:
+                from kshim.schema_registry import service as registry  # start-up: only with --schema-registry
+                inter_address = (config.host, port)
+                if config.security.listeners:
+                    inter_address = (inter.host, inter.port)  # the bound one
+                bound = await tg.start(registry.serve, registry.RegistryConfig(
+                    config.host, registry_port, [inter_address], config.data_dir, config.security))
+                scheme = "https" if config.security.needs_tls else "http"
+                console += f"; schema registry {scheme}://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 kept = " (EPHEMERAL: deleted at exit)" if ephemeral else ""
@@ -394,6 +411,11 @@ def _run(args: argparse.Namespace) -> int:
         except SecurityConfigError as e:
             print(f"kshim: {e}", file=sys.stderr)
             return 2
+        inter = security.inter_broker() if security.listeners else None
+        if args.schema_registry and inter is not None and inter.sasl and security.inter_broker_user is None:
+            print(f"kshim: --schema-registry connects to the SASL listener {inter.name} as a client: "
+                  "give it a user with --inter-broker-user", file=sys.stderr)
+            return 2
         if security.listeners:  # the first listener is the broker's address (its bootstrap)
             args.host, args.port = security.listeners[0].host, security.listeners[0].port
         tuning.keep_freed_buffers()
@@ -424,5 +446,6 @@ def _run(args: argparse.Namespace) -> int:
             print(f"kshim: log dir: {e}", file=sys.stderr)
             return 1
         return run_server(_serve, config, lock, None if args.no_console else args.console_port, args.ephemeral,
+                          args.schema_registry_port if args.schema_registry else None,
                           name="kshim", address=f"{args.host}:{args.port}")
     return 2

@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 DEFERRED = ("cryptography", "prometheus_client", "kshim.ctl.", "kshim.security.tls", "importlib.metadata",
-            "kshim.console", "crc32c",
+            "kshim.console", "kshim.schema_registry", "crc32c",
             "ctypes.util")  # find_library runs ldconfig in a subprocess: libc is reached with CDLL(None)
 ALLOWED = {"kshim.ctl.common"}  # CtlError, which the console sources catch (it imports wire.errors only)
 

@@ -1,20 +1,22 @@
 """A small HTTP/1.1 server over anyio for the console: enough for a browser and a Prometheus scraper.
 
-One request per connection (`Connection: close`), except a server-sent event stream, which stays
-open and carries the console's state each time it changes. Bounded everywhere: the request head
-(16 KiB) and body (64 KiB), the time to send them (10 s), and the connections open at once; a
-request past a bound gets its 4xx answer and the connection is closed. It serves what `routes`
+One request per connection (`Connection: close`; HTTPS with an `ssl_context`), except a
+server-sent event stream, which stays open and carries the console's state each time it changes.
+Bounded everywhere: the request head (16 KiB) and body (64 KiB, or `max_body_bytes`), the time to
+send them (10 s; the TLS handshake's too), and the connections open at once; a request past a bound gets its 4xx answer and the connection is closed. It serves what `routes`
 gives; it knows nothing of kshim.
 """
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import ByteStream, SocketAttribute, SocketStream
+from anyio.streams.tls import TLSStream
 
 log = logging.getLogger("kshim.console.http")
 
@@ -23,9 +25,10 @@ MAX_BODY_BYTES = 64 * 1024
 READ_TIMEOUT_S = 10.0
 SEND_TIMEOUT_S = 30.0  # a client that stops reading (an event stream's too) is dropped after this
 MAX_CONNECTIONS = 64
-REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-           409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type",
+           422: "Unprocessable Content", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           503: "Service Unavailable"}
 
 
 @dataclass
@@ -67,7 +70,7 @@ class BadRequest(Exception):
         self.status = status
 
 
-async def _read_request(stream: SocketStream) -> HttpRequest:
+async def _read_request(stream: ByteStream, max_body_bytes: int = MAX_BODY_BYTES) -> HttpRequest:
     buf = bytearray()
     while b"\r\n\r\n" not in buf:
         if len(buf) > MAX_HEAD_BYTES:
@@ -96,8 +99,8 @@ async def _read_request(stream: SocketStream) -> HttpRequest:
         raise BadRequest(400, "bad Content-Length") from None
     if length < 0:
         raise BadRequest(400, "bad Content-Length")
-    if length > MAX_BODY_BYTES:
-        raise BadRequest(413, f"bodies are limited to {MAX_BODY_BYTES} bytes")
+    if length > max_body_bytes:
+        raise BadRequest(413, f"bodies are limited to {max_body_bytes} bytes")
     if "chunked" in headers.get("transfer-encoding", "").lower():
         raise BadRequest(400, "chunked request bodies are not supported: send Content-Length")
     body = bytearray(rest)
@@ -117,44 +120,55 @@ def _head(status: int, content_type: str, length: int | None, extra: dict[str, s
 
 
 class HttpServer:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, max_body_bytes: int = MAX_BODY_BYTES, name: str = "the console",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.handler = handler
         self.connections = 0
+        self.max_body_bytes, self.name = max_body_bytes, name
+        self.ssl_context = ssl_context  # HTTPS: the handshake is bounded like the request
 
     async def serve(self, host: str, port: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         """Listen on host:port (0: a free one) until cancelled; task_status gets the port bound."""
         try:
             listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
         except OSError as e:
-            raise OSError(e.errno, f"the console cannot listen on {host}:{port}: {e.strerror}") from None
+            raise OSError(e.errno, f"{self.name} cannot listen on {host}:{port}: {e.strerror}") from None
         async with listener:
             task_status.started(listener.extra(SocketAttribute.local_port))
             await listener.serve(self._connection)
 
-    async def _connection(self, stream: SocketStream) -> None:
-        async with stream:
+    async def _connection(self, tcp: SocketStream) -> None:
+        async with tcp:
             if self.connections >= MAX_CONNECTIONS:
-                await self._send_plain(stream, 503, "too many connections")
+                await self._send_plain(tcp, 503, "too many connections")
                 return
             self.connections += 1
             try:
+                stream: ByteStream = tcp
+                if self.ssl_context is not None:
+                    with anyio.move_on_after(READ_TIMEOUT_S):
+                        stream = await TLSStream.wrap(tcp, server_side=True, ssl_context=self.ssl_context,
+                                                      standard_compatible=False)
+                    if stream is tcp:
+                        return
                 await self._exchange(stream)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            except (ssl.SSLError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                    ConnectionError):
                 pass
             finally:
                 self.connections -= 1
 
-    async def _send_plain(self, stream: SocketStream, status: int, text: str) -> None:
+    async def _send_plain(self, stream: ByteStream, status: int, text: str) -> None:
         body = (text + "\n").encode()
         try:
             await stream.send(_head(status, "text/plain; charset=utf-8", len(body), {}) + body)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
             pass
 
-    async def _exchange(self, stream: SocketStream) -> None:
+    async def _exchange(self, stream: ByteStream) -> None:
         try:
             with anyio.fail_after(READ_TIMEOUT_S):
-                request = await _read_request(stream)
+                request = await _read_request(stream, self.max_body_bytes)
         except TimeoutError:
             return  # nothing complete within the time: just close
         except BadRequest as e:

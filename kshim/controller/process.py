@@ -41,6 +41,7 @@ from kshim.controller import rpc
 from kshim.errors import BrokerError
 from kshim.log.dirlock import DataDirInUse, lock_data_dir
 from kshim.security.acls import AuthorizerConfig
+from kshim.security.config import SecurityConfig
 from kshim.sockets import open_listener
 from wire.errors import ErrorCode
 
@@ -101,6 +102,8 @@ class ClusterSettings:
     # Kafka broker configs every broker process gets as --override (topic defaults, BrokerConfig
     # fields: kshim.configs.server_properties), NAME=VALUE each
     overrides: list[str] = field(default_factory=list)
+    schema_registry_port: int | None = None  # --schema-registry (0: a free port); None: no registry
+    security: SecurityConfig | None = field(default=None, repr=False)  # with --listeners: the registry's TLS and users
 
     @property
     def rf(self) -> int:
@@ -567,6 +570,14 @@ async def run_cluster(settings: ClusterSettings) -> int:
                     source = ClusterSource(service, settings.broker_dir)
                     bound = await tg.start(Console(source, settings.client_properties).serve, settings.host, settings.console_port)
                     console = f"; console http://{settings.host}:{bound}/"
+                if settings.schema_registry_port is not None:
+                    from kshim.schema_registry import service as registry  # start-up: only with --schema-registry
+                    host, base = settings.inter_broker or (settings.host, settings.port)
+                    bound = await tg.start(registry.serve, registry.RegistryConfig(
+                        settings.host, settings.schema_registry_port,
+                        [(host, base + i) for i in range(settings.brokers)], data_dir, settings.security))
+                    scheme = "https" if settings.security is not None and settings.security.needs_tls else "http"
+                    console += f"; schema registry {scheme}://{settings.host}:{bound}/"
                 bootstrap = ",".join(f"{settings.host}:{settings.port + i}" for i in range(settings.brokers))
                 print(f"kshim ready: bootstrap {bootstrap} ({settings.brokers} brokers, data in {data_dir}){console}",
                       flush=True)

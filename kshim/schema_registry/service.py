@@ -1,0 +1,117 @@
+"""The schema registry as `kshim serve --schema-registry` runs it: its store (a Kafka client of
+the broker's inter-broker listener, with the broker's inter-broker identity), the registry, and
+the REST API on HOST:PORT (0: a free port), HTTPS when a broker listener has TLS (the first TLS
+listener's certificate options), HTTP basic auth against the broker's SASL users when a listener
+has SASL.
+
+Basic auth asks the broker: the user and password must pass a SASL exchange (PLAIN, then
+SCRAM-SHA-512, then SCRAM-SHA-256) on the broker's SASL listener, so `--sasl-users` and the SCRAM
+credentials stored with `kshim ctl scram` both work, checked by the broker's own code. A pair that
+passed is remembered for AUTH_CACHE_S (a digest of it, never the password)."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import anyio
+
+from kshim.console.http import HttpServer
+from kshim.ctl.security import client_security
+from kshim.replication.client import CONNECTION_LOST, AuthenticationError, BrokerConnection, ClientSecurity
+from kshim.schema_registry.kafka_store import KafkaStore
+from kshim.schema_registry.registry import Registry
+from kshim.schema_registry.rest import RestApi
+from kshim.security.config import Listener, SecurityConfig
+
+log = logging.getLogger("kshim.schema_registry")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # a schema of a few MiB, in JSON (escaped) with its references
+AUTH_CACHE_S = 60.0
+AUTH_CACHE_ENTRIES = 1024
+AUTH_TIMEOUT_S = 10.0
+MECHANISMS = ("PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256")
+
+
+@dataclass
+class RegistryConfig:
+    host: str
+    port: int  # 0: a free one
+    bootstrap: Sequence[tuple[str, int]]  # the brokers' inter-broker listener addresses
+    data_dir: Path  # where --tls-dev keeps its files
+    security: SecurityConfig | None = None  # the broker's: TLS certificate, SASL users
+    sasl_address: tuple[str, int] | None = None  # a SASL listener of a broker (basic auth asks it)
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+class BrokerAuthenticator:
+    """HTTP basic credentials checked with a SASL exchange on a broker listener."""
+
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
+        self.host, self.port, self.tls = host, port, tls
+        self._passed: dict[bytes, float] = {}  # digest of (user, password) -> anyio time it expires
+
+    async def __call__(self, user: str, password: str) -> bool:
+        digest = hashlib.sha256(f"{len(user)}:{user}:{password}".encode()).digest()
+        now = anyio.current_time()
+        if self._passed.get(digest, 0.0) > now:
+            return True
+        for mechanism in MECHANISMS:
+            conn = BrokerConnection(self.host, self.port, "kshim-schema-registry-auth",
+                                    ClientSecurity(self.tls, mechanism, user, password))
+            try:
+                await conn.connect(AUTH_TIMEOUT_S)
+            except AuthenticationError:
+                continue
+            except CONNECTION_LOST as e:
+                log.warning("schema registry: cannot check credentials with %s:%d: %s", self.host, self.port, e)
+                return False
+            await conn.aclose()
+            if len(self._passed) >= AUTH_CACHE_ENTRIES:
+                self._passed = {k: t for k, t in self._passed.items() if t > now}
+                if len(self._passed) >= AUTH_CACHE_ENTRIES:
+                    self._passed.clear()
+            self._passed[digest] = now + AUTH_CACHE_S
+            return True
+        return False
+
+
+def _sasl_listener(security: SecurityConfig) -> Listener | None:
+    inter = security.inter_broker()
+    if inter is not None and inter.sasl:
+        return inter
+    return next((listener for listener in security.listeners if listener.sasl), None)
+
+
+async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve until cancelled; task_status gets the port bound, once `_schemas` was read to its end."""
+    security = config.security
+    client: ClientSecurity | None = None
+    server_tls: ssl.SSLContext | None = None
+    authenticate = None
+    if security is not None and security.listeners:
+        client = client_security(security.client_properties(config.data_dir), "the inter-broker identity")
+        if security.needs_tls:
+            from kshim.security.tls import client_context, server_context  # loaded by the broker already
+            server_tls = server_context(security, config.data_dir)[0]
+        sasl = _sasl_listener(security)
+        if sasl is not None:
+            tls = None
+            if sasl.tls:
+                tls = client_context(security, sasl, config.data_dir)
+            host, port = config.sasl_address or (sasl.host, sasl.port)
+            authenticate = BrokerAuthenticator(host, port, tls)
+    store = KafkaStore(config.bootstrap, client)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run)
+            api = RestApi(Registry(store), authenticate, lambda: store.cluster_id)
+            http = HttpServer(api, max_body_bytes=config.max_body_bytes, name="the schema registry",
+                              ssl_context=server_tls)
+            bound = await tg.start(http.serve, config.host, config.port)
+            task_status.started(bound)
+    finally:
+        await store.aclose()
