@@ -63,12 +63,12 @@ async def test_offset_metadata_size_commit_timeout_and_compression(tmp_path, mon
         groups = served(broker).groups
         groups.load_pending()
         timeouts = []
-        write = groups.runtime.write
+        write = groups.runtime.write_started
 
-        async def spy(index, batch, timeout_s, on_appended=None):
+        def spy(index, batch, timeout_s):
             timeouts.append(timeout_s)
-            return await write(index, batch, timeout_s, on_appended)
-        monkeypatch.setattr(groups.runtime, "write", spy)
+            return write(index, batch, timeout_s)
+        monkeypatch.setattr(groups.runtime, "write_started", spy)
         resp = await call_awaiting(broker, offset_commit, 8, commit_body("g", "x" * 11))
         assert resp.topics[0].partitions[0].error_code == ErrorCode.OFFSET_METADATA_TOO_LARGE
         resp = await call_awaiting(broker, offset_commit, 8, commit_body("g", "x" * 10))

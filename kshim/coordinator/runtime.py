@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from functools import lru_cache
-from typing import Callable, Iterator, Mapping, Protocol
+from typing import Awaitable, Callable, Iterator, Mapping, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -251,6 +251,11 @@ class CoordinatorRuntime:
                     on_appended: Callable[[PartitionAppend], None] | None = None) -> PartitionAppend:
         """Append to partition `index` as its leader and wait until COMMITTED (see ReplicaManager.append_and_wait)."""
         return await self.broker.replica_manager.append_and_wait(self.name, index, records, timeout_s, on_appended)
+
+    def write_started(self, index: int, records: bytes, timeout_s: float
+                      ) -> PartitionAppend | Awaitable[PartitionAppend]:
+        """`write`, answered at once when the records are COMMITTED as they are appended (or the append failed)."""
+        return self.broker.replica_manager.append_started(self.name, index, records, timeout_s)
 
     def take_for_loading(self, index: int):
         """The replica of `index` to load now, leaving `loading`; None if it is not ready yet (it

@@ -249,6 +249,17 @@ class Appender:
             on_appended(result)
         return await self._coordinator_committed(topic, index, records, result, partition, timeout_s)
 
+    def append_started(self, topic: str, index: int, records: bytes, timeout_s: float
+                       ) -> PartitionAppend | Awaitable[PartitionAppend]:
+        """`append_and_wait` of a batch, with the wait left out when there is none: the outcome
+        itself when the append failed or its records are COMMITTED at once (a partition with no
+        followers in its ISR), else an awaitable of it. A handler that gets the outcome answers
+        without a task and in the same turn of the loop."""
+        result, partition = self._coordinator_append(topic, index, records)
+        if partition is None or partition.high_watermark > result.last_offset:
+            return result
+        return self._coordinator_committed(topic, index, records, result, partition, timeout_s)
+
     async def append_markers_and_wait(self, tps: list[tuple[str, int]], marker: TxnMarker,
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         """`append_and_wait` of one marker on several partitions: all appended first, then each

@@ -562,6 +562,11 @@ class ReplicaManager:
         successful append, before the wait."""
         return await self._appender.append_and_wait(topic, index, records, timeout_s, on_appended)
 
+    def append_started(self, topic: str, index: int, records: bytes, timeout_s: float
+                       ) -> PartitionAppend | Awaitable[PartitionAppend]:
+        """`append_and_wait` of a batch: the outcome at once when there is nothing to wait for, else an awaitable."""
+        return self._appender.append_started(topic, index, records, timeout_s)
+
     async def append_markers_and_wait(self, tps: list[tuple[str, int]], marker: TxnMarker,
                                       timeout_s: float) -> dict[tuple[str, int], ErrorCode]:
         """`append_and_wait` of one marker on several partitions: all appended first, then each

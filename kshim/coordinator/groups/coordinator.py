@@ -395,24 +395,47 @@ class GroupCoordinator:
         """Append offset records (None = tombstone) for one group and wait until COMMITTED; then
         apply them to the in-memory map. With `producer` (id, epoch) the records belong to that
         producer's transaction (TxnOffsetCommit): they wait, invisible, for its marker."""
+        if producer is not None:
+            if not updates:
+                return ErrorCode.NONE
+            index = self.partition_of(group_id)
+            if index not in self.loaded:
+                return ErrorCode.NOT_COORDINATOR
+            pid, epoch = producer
+            return await self._write_txn(self._batch(group_id, updates, pid, epoch), index, group_id, updates, pid)
+        written = self.write_started(group_id, updates)
+        return written if isinstance(written, ErrorCode) else await written
+
+    def _batch(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]],
+               pid: int = -1, epoch: int = -1) -> bytes:
+        return records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
+                                     for (t, p), e in updates], compression=self.config.offsets_compression_codec,
+                                    producer_id=pid, producer_epoch=epoch, transactional=pid >= 0)
+
+    def write_started(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]]
+                      ) -> ErrorCode | Awaitable[ErrorCode]:
+        """`write` without a producer: the outcome at once when the records are COMMITTED as they
+        are appended (no followers to wait for) or refused, else an awaitable of it. OffsetCommit
+        then answers in the same turn of the loop, without a task."""
         if not updates:
             return ErrorCode.NONE
         index = self.partition_of(group_id)
         if index not in self.loaded:
             return ErrorCode.NOT_COORDINATOR
-        pid, epoch = producer or (-1, -1)
-        batch = records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
-                                      for (t, p), e in updates], compression=self.config.offsets_compression_codec,
-                                     producer_id=pid, producer_epoch=epoch, transactional=producer is not None)
-        if producer is not None:
-            return await self._write_txn(batch, index, group_id, updates, pid)
+        written = self.runtime.write_started(index, self._batch(group_id, updates),
+                                             self.config.offsets_commit_timeout_ms / 1000)
+        if isinstance(written, PartitionAppend):
+            return self._written(group_id, index, updates, written)
+        return self._wait_written(group_id, index, updates, written)
+
+    async def _wait_written(self, group_id: str, index: int, updates: list[tuple[TopicPartition, OffsetEntry | None]],
+                            written: Awaitable[PartitionAppend]) -> ErrorCode:
         # in flight only while the append waits: one that fails at once is never seen
         flight = self.in_flight.setdefault(group_id, {})
         for tp, _ in updates:
             flight[tp] = flight.get(tp, 0) + 1
         try:
-            result = await self.runtime.write(
-                index, batch, self.config.offsets_commit_timeout_ms / 1000)
+            result = await written
         finally:
             for tp, _ in updates:
                 flight[tp] -= 1
@@ -420,6 +443,11 @@ class GroupCoordinator:
                     del flight[tp]
             if not flight:
                 self.in_flight.pop(group_id, None)
+        return self._written(group_id, index, updates, result)
+
+    def _written(self, group_id: str, index: int, updates: list[tuple[TopicPartition, OffsetEntry | None]],
+                 result: PartitionAppend) -> ErrorCode:
+        """The outcome of an offset write, applied to the in-memory map when it succeeded."""
         if result.error:
             return self._write_error(group_id, result)
         if index not in self.loaded:

@@ -6,7 +6,8 @@
   group is a simple consumer committing without membership.
 - Each partition becomes a record of the group's `__consumer_offsets` partition (kshim's own
   format); the answer waits until the records are COMMITTED (acks=all), so an acknowledged commit
-  survives a broker restart. The wait is an awaitable: the connection goes on reading.
+  survives a broker restart. The wait is an awaitable (the connection goes on reading); with no
+  followers the records are COMMITTED as they are appended and the answer is immediate.
 - Metadata over 4096 bytes: OFFSET_METADATA_TOO_LARGE for that partition. Retention times
   (v2-4) are ignored: offsets of Empty groups expire after offsets.retention.minutes (7 days).
 - NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE when this broker
@@ -20,7 +21,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Mapping
+from typing import Awaitable, Mapping
 
 from construct import Container
 
@@ -37,12 +38,16 @@ VERSIONS = (2, 10)
 BY_ID = 10  # topics named by id from this version
 
 
-async def _write(coordinator: GroupCoordinator, req: Container, updates: list, codes: dict,
-                 by_id: Mapping[uuid.UUID, TopicInfo] | None) -> dict:
-    code = await coordinator.write(req.group_id, updates)
+def _answer(req: Container, updates: list, codes: dict, code: ErrorCode,
+            by_id: Mapping[uuid.UUID, TopicInfo] | None) -> dict:
     for tp, _ in updates:
         codes[tp] = code
     return commit_response(req, codes, by_id)
+
+
+async def _written(written: Awaitable[ErrorCode], req: Container, updates: list, codes: dict,
+                   by_id: Mapping[uuid.UUID, TopicInfo] | None) -> dict:
+    return _answer(req, updates, codes, await written, by_id)
 
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
@@ -62,4 +67,8 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
         updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, names))
     if not updates:
         return commit_response(req, codes, by_id)
-    return _write(coordinator, req, updates, codes, by_id)
+    # answered at once when the offsets are COMMITTED as appended (no followers to wait for)
+    written = coordinator.write_started(req.group_id, updates)
+    if isinstance(written, ErrorCode):
+        return _answer(req, updates, codes, written, by_id)
+    return _written(written, req, updates, codes, by_id)
