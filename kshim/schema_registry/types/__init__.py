@@ -9,32 +9,15 @@ subjects, ids) builds on these and lives beside this package.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+
+from kshim.schema_registry.types.avro import parse_avro
+from kshim.schema_registry.types.base import InvalidSchema, Schema
+from kshim.schema_registry.types.jsonschema import parse_json
+from kshim.schema_registry.types.protobuf import parse_protobuf
 
 __all__ = ["SCHEMA_TYPES", "InvalidSchema", "Schema", "parse"]
 
 SCHEMA_TYPES = ("AVRO", "JSON", "PROTOBUF")
-
-
-class InvalidSchema(Exception):
-    """The schema text does not parse or is not valid for its type (Confluent's 42201)."""
-
-
-@runtime_checkable
-class Schema(Protocol):
-    schema_type: str
-
-    def canonical(self) -> str:
-        """The text the registry stores and compares: equal schemas give equal strings."""
-        ...
-
-    def formatted(self, fmt: str | None) -> str:
-        """`GET ...?format=fmt`: None or an unknown format gives canonical()."""
-        ...
-
-    def compatibility_errors(self, previous: Schema) -> list[str]:
-        """BACKWARD: can a reader using self read data written with previous? [] means yes."""
-        ...
 
 
 def parse(
@@ -57,17 +40,10 @@ def parse(
     for name, ref_text in references.items():
         if not isinstance(name, str) or not isinstance(ref_text, str):
             raise InvalidSchema("references must map names to schema texts")
-    # imported here so one type's library missing or slow to import costs only that type
     if kind == "AVRO":
-        from kshim.schema_registry.types.avro import parse_avro
-
         return parse_avro(text, references, normalize=normalize)
     if kind == "JSON":
-        from kshim.schema_registry.types.jsonschema import parse_json
-
         return parse_json(text, references, normalize=normalize)
     if kind == "PROTOBUF":
-        from kshim.schema_registry.types.protobuf import parse_protobuf
-
         return parse_protobuf(text, references, normalize=normalize)
     raise InvalidSchema(f"unknown schema type {schema_type!r}: expected one of {', '.join(SCHEMA_TYPES)}")

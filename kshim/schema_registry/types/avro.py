@@ -26,7 +26,7 @@ import avro.errors
 import avro.name
 import avro.schema
 
-from kshim.schema_registry.types import InvalidSchema, Schema
+from kshim.schema_registry.types.base import InvalidSchema, Schema
 
 # Confluent's Difference descriptions, "%s" filled with the side: reader = new, writer = previous
 _DESCRIPTIONS = {

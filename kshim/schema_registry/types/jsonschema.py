@@ -37,7 +37,7 @@ import referencing.exceptions
 import referencing.jsonschema
 from jsonschema_specifications import REGISTRY as SPECIFICATIONS
 
-from kshim.schema_registry.types import InvalidSchema, Schema
+from kshim.schema_registry.types.base import InvalidSchema, Schema
 
 if TYPE_CHECKING:
     from referencing._core import Resolver

@@ -37,7 +37,7 @@ import grpc_tools
 from google.protobuf import descriptor_pb2, descriptor_pool, message
 from grpc_tools import _protoc_compiler
 
-from kshim.schema_registry.types import InvalidSchema, Schema
+from kshim.schema_registry.types.base import InvalidSchema, Schema
 from kshim.schema_registry.types.protobuf_render import UnsupportedDescriptor, render, scalar_name
 
 MAIN_FILE = "default"  # Confluent's name for the schema's own file
