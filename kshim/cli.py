@@ -104,12 +104,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             "UpdateFeatures changes it later (docs/transactions.md)")
     serve.add_argument("--max-partitions-per-broker", type=positive, default=None,
                        help="partition replicas one broker may host; CreateTopics and CreatePartitions past it "
-                            "fail with POLICY_VIOLATION (default: from the open-file limit, which serve raises "
-                            "to its hard limit: 3/4 of it over 6 descriptors per partition, at most 10000)")
+                            "fail with POLICY_VIOLATION (default: a memory budget, half the machine's or the "
+                            "cgroup's memory at 32 KiB per partition)")
     serve.add_argument("--max-open-segment-files", type=positive, default=None,
-                       help="older log segments whose file may be open at once per broker: they open on use "
-                            "and the least recently used close past this (default: an eighth of the open-file "
-                            "limit, at least 64; each partition's active segment always keeps its 3 files)")
+                       help="segment files (.log, .index, .timeindex) open at once per broker: they open on use "
+                            "and the least recently used close past this (default: 3/4 of the open-file limit, "
+                            "which serve raises to its hard limit)")
     cluster = serve.add_argument_group(
         "cluster", "--brokers N runs N broker processes on ports PORT..PORT+N-1 under a controller process, "
                    "with data in DATA_DIR/broker-i and DATA_DIR/controller; `kshim ctl` controls them")
@@ -145,10 +145,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _partition_budget(args: argparse.Namespace) -> int:
     fd_limit = tuning.raise_fd_limit()
-    budget = args.max_partitions_per_broker or tuning.default_partition_budget(fd_limit)
+    memory = tuning.memory_limit()
+    budget = args.max_partitions_per_broker or tuning.default_partition_budget(memory)
     segments = tuning.configure_open_segments(args.max_open_segment_files)
-    log.info("open-file limit %d: up to %d partition replicas per broker, %d older segment files open",
-             fd_limit, budget, segments)
+    log.info("memory %d MiB: up to %d partition replicas per broker; open-file limit %d: %d segment files "
+             "open at once", memory >> 20, budget, fd_limit, segments)
     return budget
 
 

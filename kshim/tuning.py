@@ -6,7 +6,8 @@ socket read, so by default nearly every such buffer comes back zero-filled from 
 200 MB produce run that was ~160k minor page faults and more system time than all the Python code.
 Raising both thresholds keeps freed buffers in the heap for reuse. Elsewhere than glibc this does
 nothing. The garbage collector is told to leave the loaded code alone (freeze_loaded_objects), and
-the open-file limit sizes the partition budget and the open segments (below).
+the memory sizes the partition budget and the open-file limit the cache of segment
+descriptors (below).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import ctypes
 import gc
 import logging
 
+from kshim.configs.broker import BYTES_PER_PARTITION
 from kshim.log import log as log_module
 from kshim.log.open_files import OPEN_SEGMENTS
 
@@ -52,12 +54,12 @@ def freeze_loaded_objects() -> int:
     return gc.get_freeze_count()
 
 
-# ------------------------------------------------------------------ file descriptors
-FDS_PER_PARTITION = 6  # the active segment holds 3 descriptors (log, index, time index); 3 more of slack
-OPEN_SEGMENTS_SHARE = 8  # older segments' descriptors (opened on use, LRU-bounded): an eighth of the limit
-FD_RESERVE_SHARE = 4  # a quarter of the limit stays for connections, the metadata store, sockets
+# ------------------------------------------------------------------ partitions, memory, descriptors
+MEMORY_SHARE = 2  # idle partitions may take half the memory the broker may use
+MIN_PARTITIONS = 16
+FD_RESERVE_SHARE = 4  # a quarter of the open-file limit stays for connections, the metadata store, sockets
 REGION_FDS_SHARE = 16  # of that quarter, a sixteenth of the limit for Fetch's file regions in flight
-MAX_DEFAULT_PARTITIONS = 10_000
+MIN_SEGMENT_FDS = 16
 FD_TARGET = 1 << 20
 
 
@@ -76,21 +78,48 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def default_partition_budget(fd_limit: int) -> int:
-    """Partition replicas a broker may host so that it can always open them all again at start-up."""
-    usable = fd_limit - fd_limit // FD_RESERVE_SHARE
-    return max(16, min(MAX_DEFAULT_PARTITIONS, usable // FDS_PER_PARTITION))
+def memory_limit() -> int:
+    """Bytes the broker may use: the machine's memory, or less when its cgroup allows less."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if not total:
+        import os
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            total = 8 << 30  # unknown: assume a small server
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def default_partition_budget(memory_bytes: int) -> int:
+    """Partition replicas a broker may host: a memory budget (segment descriptors are a cache,
+    kshim.log.open_files, so the open-file limit no longer bounds them)."""
+    return max(MIN_PARTITIONS, memory_bytes // MEMORY_SHARE // BYTES_PER_PARTITION)
 
 
 def default_open_segments(fd_limit: int) -> int:
-    """Older segments whose `.log` may be open at once (kshim.log.open_files): an eighth of the
-    limit, which with the partition budget's 3 descriptors per active segment and the quarter kept
-    for connections stays within it."""
-    return max(64, fd_limit // OPEN_SEGMENTS_SHARE)
+    """Segment descriptors (`.log`, `.index`, `.timeindex`) open at once: the open-file limit but
+    the quarter kept for connections, the metadata store and Fetch's file regions."""
+    return max(MIN_SEGMENT_FDS, fd_limit - fd_limit // FD_RESERVE_SHARE)
 
 
 def configure_open_segments(requested: int | None) -> int:
-    """Size the process's bound on open older segments: `requested`, or from the open-file limit."""
+    """Size the process's descriptor cache of segment files: `requested`, or from the open-file limit."""
     import resource
 
     fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]

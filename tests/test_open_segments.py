@@ -1,6 +1,7 @@
-"""Older segments open their file on use and an LRU bound closes them (kshim/log/open_files.py):
-a log with many segments keeps at most the bound open, reads stay right across evictions, a scan
-in progress keeps its segment, and an evicted descriptor is closed only after a grace period."""
+"""Segments open their files on use and an LRU bound on descriptors closes them
+(kshim/log/open_files.py), the active segments' as the older ones': a log with many segments keeps
+at most the bound open, reads stay right across evictions, a use in progress keeps its segment,
+and an evicted descriptor is closed at once."""
 from __future__ import annotations
 
 import os
@@ -61,10 +62,10 @@ def test_a_reopened_log_opens_no_older_segment_until_it_is_read(tmp_path, bound)
     before, opened = open_fds(), bound.opened
     log = Log(tmp_path / "t-0", LogConfig(segment_bytes=200))
     try:
-        assert bound.opened - opened <= 1 and bound.open_count() == 0  # only the active segment's files
-        assert open_fds() - before <= 3 + 1  # log, index, time index (+ a transient)
+        assert bound.opened - opened <= 1 and bound.open_count() == 1  # only the active segment's log
+        assert open_fds() - before <= 1
         assert [r.value[:9] for r in decode_all(log.read(3, 150))] == [b"value-003"]  # one batch
-        assert bound.open_count() == 1
+        assert bound.open_count() == 2
     finally:
         log.close()
 
@@ -142,10 +143,7 @@ def test_threads_opening_one_segment_at_once_share_one_descriptor(tmp_path, boun
     log = fill(tmp_path / "t-0", 3)
     try:
         seg = log._segments[0]
-        for held in list(bound._open):
-            bound.forget(held)
-            os.close(held._fd)
-            held._fd = -1
+        bound.drop_unpinned()
         real_open = os.open
         both_opening = threading.Barrier(2, timeout=10)
 
@@ -155,7 +153,7 @@ def test_threads_opening_one_segment_at_once_share_one_descriptor(tmp_path, boun
             return fd
         monkeypatch.setattr(open_files.os, "open", slow_open)
         before, got = open_fds(), []
-        threads = [threading.Thread(target=lambda: got.append(bound.descriptor(seg))) for _ in range(2)]
+        threads = [threading.Thread(target=lambda: got.append(bound.pin(seg))) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
@@ -163,6 +161,77 @@ def test_threads_opening_one_segment_at_once_share_one_descriptor(tmp_path, boun
         monkeypatch.setattr(open_files.os, "open", real_open)
         assert len(got) == 2 and got[0] == got[1] == seg._fd >= 0
         assert open_fds() == before + 1  # the second descriptor was closed
+        bound.unpin(seg)
+        bound.unpin(seg)
         assert values(log)[0] == b"value-000"
     finally:
         log.close()
+
+
+LOGS = 40
+
+
+def test_active_segments_share_the_bound_with_the_older_ones(tmp_path, bound):
+    """Far more partitions than descriptors: appends (with index entries), reads, flushes and a
+    clean reopen of every log stay right while at most the bound is open between uses."""
+    bound.configure(8)
+    config = LogConfig(index_interval_bytes=150, flush_messages=3)
+    logs = [Log(tmp_path / f"t-{i}", config) for i in range(LOGS)]
+    base_fds = open_fds()
+    try:
+        for round_ in range(6):
+            for i, log in enumerate(logs):
+                log.append(bytearray(encode_batch([(None, b"v%02d-%d" % (i, round_) + b"x" * 100)])))
+                assert bound.open_count() <= 8
+        assert open_fds() <= base_fds + 8
+        assert bound.evicted >= LOGS
+        for i, log in enumerate(logs):
+            assert [r.value[:5] for r in decode_all(log.read(0, 1 << 20))] == [b"v%02d-%d" % (i, r) for r in range(6)]
+            assert len(log._segments[-1].idx_off) >= 2  # index entries were written
+    finally:
+        for log in logs:
+            log.close()
+    assert bound.open_count() == 0
+    for i in range(LOGS):
+        log = Log(tmp_path / f"t-{i}", config)
+        try:
+            assert not log.recovered  # the index files held every entry: the clean path was taken
+            assert len(decode_all(log.read(0, 1 << 20))) == 6
+        finally:
+            log.close()
+
+
+def test_a_pinned_active_segment_keeps_its_descriptor(tmp_path, bound):
+    logs = [Log(tmp_path / f"t-{i}", LogConfig()) for i in range(10)]
+    try:
+        seg = logs[0]._segments[-1]
+        with seg.pinned() as fd:
+            for log in logs[1:]:  # each opens its active segment, evicting the least recent unpinned
+                log.append(bytearray(encode_batch([(None, b"v")])))
+            assert seg._fd == fd and os.fstat(fd).st_ino == os.stat(seg.stem + ".log").st_ino
+        logs[0].append(bytearray(encode_batch([(None, b"after")])))
+        assert [r.value for r in decode_all(logs[0].read(0, 1 << 20))] == [b"after"]
+    finally:
+        for log in logs:
+            log.close()
+
+
+def test_a_flush_after_an_eviction_fsyncs_the_file_it_wrote(tmp_path, bound, monkeypatch):
+    """The write went through a descriptor the cache closed since: the flush opens the file
+    again and fsyncs it (flush.messages / flush.ms must never skip a file)."""
+    from kshim.log import segment
+    logs = [Log(tmp_path / f"t-{i}", LogConfig()) for i in range(10)]
+    try:
+        logs[0].append(bytearray(encode_batch([(None, b"v" * 100)])))
+        seg = logs[0]._segments[-1]
+        for log in logs[1:]:
+            log.append(bytearray(encode_batch([(None, b"v")])))
+        assert seg._fd == -1  # evicted
+        synced: list[int] = []
+        real_fsync = os.fsync
+        monkeypatch.setattr(segment.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), real_fsync(fd)))
+        logs[0].flush()
+        assert os.stat(seg.stem + ".log").st_ino in synced
+    finally:
+        for log in logs:
+            log.close()

@@ -18,9 +18,10 @@ from wire.records import decode_all, encode_batch
 REAL_WRITE = os.write
 
 
-def full_disk_on(monkeypatch, fds: set[int]) -> None:
+def full_disk_on(monkeypatch, paths: set[str]) -> None:
+    """Writes to these files fail (by path: segment descriptors are a cache, opened again on use)."""
     def write(fd: int, data) -> int:
-        if fd in fds:
+        if os.readlink(f"/proc/self/fd/{fd}") in paths:
             raise OSError(errno.ENOSPC, "No space left on device")
         return REAL_WRITE(fd, data)
     monkeypatch.setattr(segment_module.os, "write", write)
@@ -44,12 +45,12 @@ async def test_a_full_disk_fails_the_append_whole_and_appends_resume(tmp_path, m
         assert rm.append(1, 5, [("t", 0, encode_batch([(None, b"a")]))])[0].error == ErrorCode.NONE
         partition = rm.partition("t", 0)
         seg = partition.log._segments[-1]
-        size, end = os.fstat(seg.fd).st_size, partition.log.log_end_offset
-        full_disk_on(monkeypatch, {seg.fd})
+        size, end = os.stat(seg.stem + ".log").st_size, partition.log.log_end_offset
+        full_disk_on(monkeypatch, {seg.stem + ".log"})
         for value in (b"lost-1", b"lost-2"):
             (result,) = rm.append(1, 5, [("t", 0, encode_batch([(None, value)]))])
             assert result.error == ErrorCode.KAFKA_STORAGE_ERROR and not result.appended
-        assert os.fstat(seg.fd).st_size == size and partition.log.log_end_offset == end  # nothing torn
+        assert os.stat(seg.stem + ".log").st_size == size and partition.log.log_end_offset == end  # nothing torn
         assert caplog.text.count("appends fail with KAFKA_STORAGE_ERROR") == 1  # once per occurrence
         monkeypatch.setattr(segment_module.os, "write", REAL_WRITE)  # space again
         (result,) = rm.append(1, 5, [("t", 0, encode_batch([(None, b"c")]))])
@@ -65,7 +66,7 @@ def test_a_failed_index_write_keeps_the_append_and_the_index_is_rebuilt(tmp_path
     for i in range(3):
         log.append(bytearray(encode_batch([(None, b"v%d" % i)])))
     seg = log._segments[-1]
-    full_disk_on(monkeypatch, {seg.idx_fd, seg.tidx_fd})
+    full_disk_on(monkeypatch, {seg.stem + ".index", seg.stem + ".timeindex"})
     for i in range(3, 6):
         log.append(bytearray(encode_batch([(None, b"v%d" % i)])))  # no exception: the records are written
     assert not os.path.exists(seg.stem + segment_module.INDEX_SUFFIX)
@@ -93,7 +94,7 @@ async def test_a_full_disk_fails_a_transaction_marker_with_a_retriable_error(tmp
         txn = encode_batch([(None, b"in-txn")], producer_id=7, producer_epoch=0, base_sequence=0, transactional=True)
         assert rm.append(1, 5, [("t", 0, txn)])[0].error == ErrorCode.NONE
         end = partition.log.log_end_offset
-        full_disk_on(monkeypatch, {partition.log._segments[-1].fd})
+        full_disk_on(monkeypatch, {partition.log._segments[-1].stem + ".log"})
         marker = TxnMarker(7, 0, True, 0)
         result = await rm.append_and_wait("t", 0, marker, 5)
         assert result.error == ErrorCode.KAFKA_STORAGE_ERROR and not result.appended
@@ -114,7 +115,7 @@ def test_a_full_disk_on_a_follower_leaves_its_log_as_it_was(tmp_path, monkeypatc
     follower.append_as_follower(encode_batch([(None, b"a")]), 1)
     second = bytearray(encode_batch([(None, b"b"), (None, b"c")]))
     second[0:8] = (1).to_bytes(8, "big")  # the leader's offsets: base offset 1 (outside the CRC)
-    full_disk_on(monkeypatch, {follower.log._segments[-1].fd})
+    full_disk_on(monkeypatch, {follower.log._segments[-1].stem + ".log"})
     for _ in range(2):
         with pytest.raises(OSError):
             follower.append_as_follower(bytes(second), 3)

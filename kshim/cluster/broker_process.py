@@ -71,7 +71,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--replica-lag-time-max-ms", type=positive, default=DEFAULT_REPLICA_LAG_TIME_MAX_MS,
                    help=f"a follower this far behind leaves the ISR (default {DEFAULT_REPLICA_LAG_TIME_MAX_MS})")
     p.add_argument("--max-open-segment-files", type=positive, default=None,
-                   help="older log segments whose file may be open at once (default: from the open-file limit)")
+                   help="segment files open at once, a cache (default: 3/4 of the open-file limit)")
     p.add_argument("--supervisor-pid", type=int, default=None,
                    help="exit when this process (the supervisor, our parent) dies")
     p.add_argument("--supervisor-fd", type=int, default=None,

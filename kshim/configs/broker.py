@@ -10,6 +10,11 @@ from kshim.security.acls import AuthorizerConfig
 from kshim.security.config import SecurityConfig
 
 
+# the memory a hosted partition replica is budgeted (kshim.tuning.default_partition_budget): an
+# idle one measures ~9-10 KiB of RSS (docs/storage.md), the rest is room for a busy one's state
+BYTES_PER_PARTITION = 32 * 1024
+
+
 @dataclass
 class BrokerConfig:
     host: str = "127.0.0.1"
@@ -29,7 +34,7 @@ class BrokerConfig:
     max_connections_per_ip: int = 10_000
     connections_max_idle_ms: int = 600_000
     request_stall_timeout_ms: int = 30_000
-    max_partitions_per_broker: int = 10_000  # serve sets it from the open-file limit unless given
+    max_partitions_per_broker: int = 10_000  # serve sets it from the memory unless given (kshim.tuning)
     node_id: int = 0
     advertised_host: str | None = None  # what Metadata tells clients; defaults to host
     topic_defaults: dict[str, str] = field(default_factory=dict)  # broker-level topic config defaults

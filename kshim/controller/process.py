@@ -89,7 +89,7 @@ class ClusterSettings:
     log_level: str = "info"
     connection: ConnectionSettings | None = None  # the brokers' connection budgets
     max_partitions_per_broker: int = 10_000
-    max_open_segment_files: int | None = None  # the brokers' default: from their open-file limit
+    max_open_segment_files: int | None = None  # the brokers' cache of segment files; default: from their open-file limit
     authorizer: AuthorizerConfig = field(default_factory=AuthorizerConfig)  # every broker enforces the same ACLs
     console_port: int | None = None  # the web console's port (0: a free one); None: no console
     # --listeners (docs/security.md): each broker's security options, and the base address of the

@@ -24,6 +24,7 @@ from kshim.cluster.image import (
     DEFAULT_FEATURES, INTERNAL_TOPICS, METADATA_VERSION, SUPPORTED_FEATURES, TRANSACTION_VERSION, BrokerInfo,
     ClientQuota, MetadataImage, PartitionInfo, QuotaEntityPart, TopicInfo)
 from kshim.configs import BrokerLevel, TopicConfig, quotas, resolve
+from kshim.configs.broker import BYTES_PER_PARTITION
 from kshim.controller.store import STOPPED_PID, MetadataStore, PartitionRow, PendingDeletion
 from kshim.broadcast import Signal
 from kshim.errors import BrokerError
@@ -184,8 +185,9 @@ class ControllerState:
             if hosted[broker] + n > limit:
                 raise BrokerError(ErrorCode.POLICY_VIOLATION,
                                   f"broker {broker} hosts {hosted[broker]} partition replicas; {n} more would pass its "
-                                  f"limit of {limit} (kshim serve --max-partitions-per-broker; it follows the "
-                                  f"open-file limit)")
+                                  f"limit of {limit}: a memory budget of {BYTES_PER_PARTITION >> 10} KiB per "
+                                  f"partition replica (kshim serve --max-partitions-per-broker; by default half "
+                                  f"the broker's memory)")
 
     # ------------------------------------------------------------------ replicas waiting to be deleted
     def pending_deletions(self) -> list[PendingDeletion]:

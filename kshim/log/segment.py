@@ -24,7 +24,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import pairwise
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from typing import Callable, Iterator, Sequence
 
 from wire.crc import crc32c
@@ -126,8 +126,9 @@ class Segment:
     def __init__(self, stem: str, base_offset: int, fd: int, size: int, interval: int) -> None:
         self.base_offset = base_offset
         self.stem = stem
-        self._fd = fd      # -1: not open (an older segment opens it on use), -2: closed for good
-        self._pins = 0     # scans under way (kshim.log.open_files): never evicted meanwhile
+        # descriptors (kshim.log.open_files: a cache; every use pins the segment)
+        self._fd = fd      # -1: not open (opened on use), -2: closed for good
+        self._pins = 0     # uses under way: never evicted meanwhile
         self.size = size
         self.next_offset = base_offset       # one past the last offset stored here
         self.idx_off = array("i")            # relative last offsets of indexed batches
@@ -136,8 +137,7 @@ class Segment:
         self.ts_off = array("i")             # ... and the relative offset carrying it
         self.loaded = True                   # False: index files not read yet (older segments load lazily)
         # Index files take appends only while the segment is active, and their descriptors are
-        # opened at the first entry (one per 4 KiB appended): a partition that took no more than
-        # that since its start holds one descriptor, not three (10,000 partitions in a 20,000 limit)
+        # opened at the first entry (one per 4 KiB appended), then cached as the `.log`'s is
         self.active = False
         self.idx_fd: int | None = None
         self.tidx_fd: int | None = None
@@ -159,6 +159,7 @@ class Segment:
         stem = stem_for(directory, base_offset)
         fd = os.open(stem + LOG_SUFFIX, _OPEN_FLAGS | os.O_TRUNC, 0o644)
         seg = cls(stem, base_offset, fd, 0, interval)
+        OPEN_SEGMENTS.adopt(seg)
         for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
             os.close(os.open(stem + suffix, _OPEN_FLAGS | os.O_TRUNC, 0o644))
         seg.open_index_files()
@@ -170,54 +171,29 @@ class Segment:
         stem = stem_for(directory, base_offset)
         return cls(stem, base_offset, -1, os.stat(stem + LOG_SUFFIX).st_size, interval)
 
-    @property
-    def fd(self) -> int:
-        """The `.log` descriptor: the active segment's is always open; an older segment's is
-        opened on use and may be closed by the open-files bound (kshim.log.open_files)."""
-        fd = self._fd
-        if fd >= 0:
-            if not self.active:
-                OPEN_SEGMENTS.touch(self)
-            return fd
-        return OPEN_SEGMENTS.descriptor(self)
-
     def pinned(self) -> AbstractContextManager[int]:
-        """The `.log` descriptor, kept open until the block ends (never evicted meanwhile)."""
+        """The `.log` descriptor (opened if the cache closed it), kept open until the block ends:
+        every use of a segment's descriptors holds a pin (kshim.log.open_files)."""
         return OPEN_SEGMENTS.pinned(self)
 
-    def reading(self) -> AbstractContextManager[int]:
-        """The `.log` descriptor for a read: the active segment's as it is (it is never evicted,
-        and it becomes inactive only by a roll under the Log's lock, which readers hold); an
-        older segment's pinned for the duration."""
-        if self.active and self._fd >= 0:
-            return nullcontext(self._fd)
-        return OPEN_SEGMENTS.pinned(self)
+    reading = pinned  # a read's pin: the active segment's descriptors are cached like the others'
 
     def open_index_files(self) -> None:
-        """The segment becomes active: its index files take appends (opened at the first entry)."""
-        if not self.active:
-            self.active = True
-            OPEN_SEGMENTS.activated(self)
+        """The segment becomes active: its index files take appends (opened on use)."""
+        self.active = True
 
     def _index_fd(self) -> int:
-        if self.idx_fd is None:
-            self.idx_fd = os.open(self.stem + INDEX_SUFFIX, _OPEN_FLAGS, 0o644)
-        return self.idx_fd
+        """(Under a pin.)"""
+        return OPEN_SEGMENTS.index_descriptor(self, False)
 
     def _time_index_fd(self) -> int:
-        if self.tidx_fd is None:
-            self.tidx_fd = os.open(self.stem + TIMEINDEX_SUFFIX, _OPEN_FLAGS, 0o644)
-        return self.tidx_fd
+        """(Under a pin.)"""
+        return OPEN_SEGMENTS.index_descriptor(self, True)
 
     def close_index_files(self) -> None:
-        was_active = self.active
-        for fd in (self.idx_fd, self.tidx_fd):
-            if fd is not None:
-                os.close(fd)
-        self.idx_fd = self.tidx_fd = None
         self.active = False
-        if was_active and self._fd >= 0:
-            OPEN_SEGMENTS.deactivated(self)
+        if self.idx_fd is not None or self.tidx_fd is not None:
+            OPEN_SEGMENTS.close_indexes(self)
 
     def finish(self) -> None:
         """Becoming inactive (roll) or closing: append the final time index entry, as Kafka does,
@@ -229,15 +205,8 @@ class Segment:
         self._recent.clear()
 
     def close(self) -> None:
-        OPEN_SEGMENTS.forget(self)
-        for fd in (self.idx_fd, self.tidx_fd):
-            if fd is not None:
-                os.close(fd)
-        self.idx_fd = self.tidx_fd = None
         self.active = False
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd = -2
+        OPEN_SEGMENTS.close(self)
 
     @property
     def is_open(self) -> bool:
@@ -258,12 +227,18 @@ class Segment:
                 pass
 
     def fsync(self) -> None:
-        with self.reading() as log_fd:
+        """fsync the files. A descriptor the cache closed after the write is opened again: an
+        fsync on any descriptor of a file flushes its dirty pages (Linux)."""
+        with self.pinned() as log_fd:
             os.fsync(log_fd)
+            self._fsync_indexes()
+        self.dirty = False
+
+    def _fsync_indexes(self) -> None:
         for fd, suffix in ((self.idx_fd, INDEX_SUFFIX), (self.tidx_fd, TIMEINDEX_SUFFIX)):
             if fd is not None:
                 os.fsync(fd)
-            else:  # a rolled segment: its index files are closed but may still be unsynced
+            else:  # closed (a roll, or the cache): the file may still hold unsynced entries
                 try:
                     tmp = os.open(self.stem + suffix, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 except FileNotFoundError:
@@ -272,7 +247,6 @@ class Segment:
                     os.fsync(tmp)
                 finally:
                     os.close(tmp)
-        self.dirty = False
 
     def largest_timestamp(self) -> int:
         """For retention.ms: the max record timestamp, or the file's mtime when batches carry
@@ -297,7 +271,7 @@ class Segment:
         then calls :meth:`account` for each, in order. Returns the position written at. On failure
         the file is cut back to where it was: never a torn batch behind a failed write."""
         start = self.size
-        fd = self.fd
+        fd = OPEN_SEGMENTS.pin(self)
         try:
             if len(datas) == 1:
                 data = datas[0]
@@ -314,6 +288,8 @@ class Segment:
         except BaseException:
             os.ftruncate(fd, start)
             raise
+        finally:
+            OPEN_SEGMENTS.unpin(self)
         return start
 
     def account(self, start: int, nbytes: int, metas: list[tuple[int, int, int, int]], rel0: int,
@@ -374,7 +350,8 @@ class Segment:
         if self.index_lost:
             return
         try:
-            write_all(fd(), entry)
+            with self.pinned():
+                write_all(fd(), entry)
         except OSError as e:
             self.index_lost = True
             for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
@@ -598,7 +575,8 @@ class Segment:
         end = self._replay(0, validate=validate, write=False)
         if validate:
             if end < self.size:
-                os.ftruncate(self.fd, end)
+                with self.pinned() as fd:
+                    os.ftruncate(fd, end)
                 self.size = end
             self._keep_final_time_entry()
         else:
@@ -628,7 +606,7 @@ class Segment:
         after the last index entry (CRC-checked, cheap); otherwise, or if anything is off, scan the
         whole segment, truncate at the first bad batch and rebuild the indexes. Returns whether the
         clean path was taken (False: recovered)."""
-        with self.pinned():  # not active until its index files are open: keep the bound off it
+        with self.pinned():  # one open of the `.log` for the whole recovery
             return self._open_active(clean)
 
     def _open_active(self, clean: bool) -> bool:
@@ -651,7 +629,8 @@ class Segment:
         # max timestamp (None: the Log substitutes its clock).
         self.first_append_ms = None
         if self.size >= HEADER_SIZE:
-            ts = read_header(os.pread(self.fd, HEADER_SIZE, 0), 0)[8]
+            with self.pinned() as fd:
+                ts = read_header(os.pread(fd, HEADER_SIZE, 0), 0)[8]
             if ts >= 0:
                 self.first_append_ms = ts
 
@@ -662,7 +641,8 @@ class Segment:
         if not self.loaded:
             self.ensure_loaded()
         self.open_index_files()
-        os.ftruncate(self.fd, pos)
+        with self.pinned() as fd:
+            os.ftruncate(fd, pos)
         self.size = pos
         self.dirty = True
         k = bisect_left(self.idx_pos, pos)
@@ -673,8 +653,9 @@ class Segment:
         kt = bisect_left(self.ts_off, new_next - self.base_offset)
         del self.ts_ts[kt:]
         del self.ts_off[kt:]
-        os.ftruncate(self._index_fd(), len(self.idx_off) * IDX_ENTRY)
-        os.ftruncate(self._time_index_fd(), len(self.ts_off) * TIDX_ENTRY)
+        with self.pinned():
+            os.ftruncate(self._index_fd(), len(self.idx_off) * IDX_ENTRY)
+            os.ftruncate(self._time_index_fd(), len(self.ts_off) * TIDX_ENTRY)
         self._reset_tail_state()
         self._replay(self.idx_pos[-1] if self.idx_pos else 0, validate=False, write=True)
         self.txn_index.truncate_from(self.next_offset)
