@@ -183,9 +183,9 @@ class Registry:
         if depth > 32:
             raise invalid_schema("references nest more than 32 deep (a cycle?)")
         for ref in references:
-            versions = self.state.subjects.get(ref.subject, {})
-            target = versions.get(ref.version) if ref.version > 0 else \
-                (self.state.versions(ref.subject) or [None])[-1]
+            live = self.state.versions(ref.subject)
+            target = self.state.subjects.get(ref.subject, {}).get(ref.version) if ref.version > 0 else \
+                (live[-1] if live else None)
             if target is None:
                 raise invalid_schema(f"Invalid schema: reference {ref.name!r} to subject '{ref.subject}' version "
                                      f"{ref.version} not found")
