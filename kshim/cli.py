@@ -270,9 +270,8 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                 console = f"; console http://{config.host}:{bound}/"
             if registry_port is not None:
                 from kshim.schema_registry import service as registry  # start-up: only with --schema-registry
-                inter_address = (config.host, port)
-                if config.security.listeners:
-                    inter_address = (inter.host, inter.port)  # the bound one
+                bound_inter = config.security.inter_broker() if config.security.listeners else None
+                inter_address = (bound_inter.host, bound_inter.port) if bound_inter is not None else (config.host, port)
                 bound = await tg.start(registry.serve, registry.RegistryConfig(
                     config.host, registry_port, [inter_address], config.data_dir, config.security))
                 scheme = "https" if config.security.needs_tls else "http"
