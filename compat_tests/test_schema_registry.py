@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import KshimProcess, wait_until
 
 REGISTRY = ("--schema-registry", "--schema-registry-port", "0")
@@ -355,3 +356,19 @@ def test_basic_auth_against_the_broker_users(sasl_registry):
     client = SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:alice-secret"})
     assert client.register_schema("secure-value", avro(USER_V1)) == 1
     assert client.get_subjects() == ["secure-value"]
+
+
+def test_a_cluster_keeps_serving_when_the_schemas_leader_dies(tmp_path):
+    """--brokers 3: `_schemas` has 3 replicas; killing its leader, the registry writes to the new one."""
+    with running(Cluster(tmp_path / "cluster", 3, *REGISTRY)) as cluster:
+        client = SchemaRegistryClient({"url": registry_url(cluster.process)})
+        first = client.register_schema("c-value", _schema(1))
+        before = cluster.partition("_schemas")
+        assert len(before["replicas"]) == 3 and before["leader"] >= 0, before
+        assert run_ctl(cluster.data_dir, "kill", str(before["leader"])).returncode == 0
+        second = client.register_schema("c-value", avro({"type": "record", "name": "R1", "fields": [
+            {"name": "f", "type": "int"}, {"name": "g", "type": "int", "default": 0}]}))
+        assert second == first + 1
+        assert cluster.partition("_schemas")["leader"] != before["leader"]
+        assert client.get_versions("c-value") == [1, 2]
+        assert run_ctl(cluster.data_dir, "start", str(before["leader"])).returncode == 0
