@@ -75,9 +75,19 @@ def request_partitions(api_key: int, version: int, body: Any, topic_name: TopicN
     without partitions (Metadata, CreateTopics); topic ids become names through `topic_name`."""
     if body is None:
         return []
+    fields = _REQUEST_FIELDS.get(api_key)
+    if fields is None:
+        fields = _REQUEST_FIELDS[api_key] = codec.message(api_key, "request").fields
+    if _topic_plan(fields, version) == _NO_TOPICS:  # most small requests (Heartbeat, ApiVersions...)
+        return []
     out: list[tuple[str, int | None]] = []
-    _walk_topics(codec.message(api_key, "request").fields, version, body, topic_name, out)
+    _walk_topics(fields, version, body, topic_name, out)
     return out
+
+
+_REQUEST_FIELDS: dict[int, tuple[Field, ...]] = {}
+_RESPONSE_FIELDS: dict[int, tuple[Field, ...]] = {}
+_NO_TOPICS: tuple = ((), ())
 
 
 _TOPIC_PLAN: dict[tuple[int, int], tuple] = {}
@@ -147,8 +157,15 @@ def response_errors(api_key: int, version: int, body: Mapping[str, Any] | None) 
     """The distinct non-zero error codes anywhere in a response, in the order met."""
     if body is None:
         return []
+    fields = _RESPONSE_FIELDS.get(api_key)
+    if fields is None:
+        fields = _RESPONSE_FIELDS[api_key] = codec.message(api_key, "response").fields
+    here, nested = _error_plan(fields, version)
+    if not nested:  # a flat answer (Heartbeat, FindCoordinator v0-3...): its own fields only
+        codes = [code for name in here if (code := _get(body, name))]
+        return codes if len(codes) < 2 else list(dict.fromkeys(codes))
     found: dict[int, None] = {}
-    _collect_errors(codec.message(api_key, "response").fields, version, body, found)
+    _collect_errors(fields, version, body, found)
     return list(found)
 
 

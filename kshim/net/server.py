@@ -631,11 +631,12 @@ class Server:
         return charge_request_time(ctx, time.perf_counter_ns() - started, result)  # request_percentage
 
     def _partitions(self, request: Request) -> list[tuple[str, int | None]]:
-        def name(topic_id: Any) -> str | None:
-            info = self.broker.topics_by_id.get(topic_id)
-            return info.name if info is not None else None
         h = request.header
-        return request_partitions(h.api_key, h.api_version, request.body, name)
+        return request_partitions(h.api_key, h.api_version, request.body, self._topic_name)
+
+    def _topic_name(self, topic_id: Any) -> str | None:
+        info = self.broker.topics_by_id.get(topic_id)
+        return info.name if info is not None else None
 
     def _log(self, request: Request, peer: str, body: Mapping[str, Any] | None, started: float,
              rule: FaultRule | None, outcome: str = "answered") -> None:
