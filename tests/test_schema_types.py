@@ -77,10 +77,22 @@ def test_avro_parse_and_canonical() -> None:
     "{", "[1]", "123", "null", '"NoSuchType"', '{"type":"record"}', '{"type":"record","name":"R"}',
     '{"type":"enum","name":"E","symbols":["A","A"]}', '{"type":"fixed","name":"F","size":-1}',
     '{"type":"record","name":"R","fields":[{"name":"a","type":"nope"}]}', '{"type":"map"}',
+    # defaults of the wrong type (Confluent validates defaults of new schemas)
+    '{"type":"record","name":"R","fields":[{"name":"a","type":"int","default":"x"}]}',
+    '{"type":"record","name":"R","fields":[{"name":"a","type":"int","default":null}]}',
+    '{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"enum","name":"E","symbols":["A"]},"default":"B"}]}',
+    '{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"int"},"default":[1,"2"]}]}',
 ])
 def test_avro_invalid(text: str) -> None:
     with pytest.raises(InvalidSchema):
         parse("AVRO", text)
+
+
+def test_avro_valid_defaults() -> None:
+    for field_type, default in (("int", 1), ("double", 1), ("string", "x"), (["null", "string"], None),
+                                (["null", "string"], "x"), ({"type": "map", "values": "long"}, {"a": 1}),
+                                ({"type": "fixed", "name": "F", "size": 2}, "\u0000\u0001"), ("boolean", False)):
+        avro({**RECORD, "fields": [{"name": "f", "type": field_type, "default": default}]})
 
 
 def test_avro_references_resolve_by_full_name() -> None:
@@ -329,6 +341,26 @@ def test_protobuf_builtin_imports_and_references() -> None:
     changed = address.replace("string city", "int64 city")
     assert kinds(proto(customer, {"acme/address.proto": changed}), s) == [
         "FIELD_SCALAR_KIND_CHANGED", "FIELD_NAMED_TYPE_CHANGED"]
+
+
+def test_protobuf_descriptor_keeps_custom_options() -> None:
+    text = proto('syntax = "proto3";\nimport "confluent/meta.proto";\nmessage M {\n'
+                 '  option (confluent.message_meta) = { doc: "a message" };\n'
+                 '  string s = 1 [(confluent.field_meta) = { tags: "PII" }];\n}\n')
+    assert '(confluent.field_meta) = { tags: "PII" }' in text.canonical()
+    assert '(confluent.message_meta) = { doc: "a message" }' in text.canonical()
+    assert proto(text.formatted("serialized")).canonical() == text.canonical()
+
+
+def test_protobuf_what_the_python_client_registers() -> None:
+    # ProtobufSerializer registers DESCRIPTOR.serialized_pb of the message's file, base64
+    from google.protobuf import struct_pb2
+
+    s = proto(base64.b64encode(struct_pb2.DESCRIPTOR.serialized_pb).decode())
+    assert "message Struct {" in s.canonical() and "map<string, .google.protobuf.Value> fields = 1;" in s.canonical()
+    assert "enum NullValue {" in s.canonical() and "json_name" not in s.canonical()  # only chosen ones print
+    chosen = proto('syntax = "proto3";\nmessage M {\n  string a_b = 1 [json_name = "x"];\n  string c_d = 2;\n}\n')
+    assert 'string a_b = 1 [json_name = "x"];' in chosen.canonical() and "string c_d = 2;" in chosen.canonical()
 
 
 @pytest.mark.parametrize("text", [

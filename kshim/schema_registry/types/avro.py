@@ -11,8 +11,9 @@ the new schema, writer = the previous one; the messages follow Confluent's
 canonical(): the parsed schema as compact JSON with docs, defaults and other properties kept,
 referenced types written by name (Confluent stores Schema.toString() the same way).
 formatted("resolved"): the same with the referenced types written out in place.
-Not done: Confluent's default validation (a field default of the wrong type is accepted), and
-normalize=True is our own stable form (full names, keys sorted), not byte-equal to Confluent's.
+Field defaults must be of their field's type (Confluent parses new schemas with
+validateDefaults; a union's default may match any branch, as Java Avro 1.10+ accepts).
+Not done: normalize=True is our own stable form (full names, keys sorted), not byte-equal to Confluent's.
 """
 
 from __future__ import annotations
@@ -164,11 +165,55 @@ def _full_names(obj: Any, namespace: str | None) -> Any:
     return out
 
 
+def _valid_value(schema: avro.schema.Schema, value: Any) -> bool:
+    """Java Avro's Schema.isValidValue: may this JSON value be a default of this type?"""
+    t = schema.type
+    if t == "null":
+        return value is None
+    if t == "boolean":
+        return isinstance(value, bool)
+    if t in ("int", "long"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t in ("float", "double"):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if t in ("string", "bytes", "fixed"):
+        return isinstance(value, str)
+    if isinstance(schema, avro.schema.EnumSchema):
+        return isinstance(value, str) and value in schema.symbols
+    if isinstance(schema, avro.schema.ArraySchema):
+        return isinstance(value, list) and all(_valid_value(schema.items, v) for v in value)
+    if isinstance(schema, avro.schema.MapSchema):
+        return isinstance(value, dict) and all(_valid_value(schema.values, v) for v in value.values())
+    if isinstance(schema, avro.schema.UnionSchema):  # Java since 1.10: any branch
+        return any(_valid_value(s, value) for s in schema.schemas)
+    if isinstance(schema, avro.schema.RecordSchema):
+        return isinstance(value, dict) and all(
+            _valid_value(f.type, value[f.name]) if f.name in value else f.has_default for f in schema.fields)
+    return True
+
+
+def _check_defaults(schema: avro.schema.Schema, seen: set[int]) -> None:
+    """Confluent parses a new schema with validateDefaults: a default must be of its field's type."""
+    if id(schema) in seen:
+        return
+    seen.add(id(schema))
+    if isinstance(schema, avro.schema.RecordSchema):
+        for f in schema.fields:
+            if f.has_default and not _valid_value(f.type, f.default):
+                raise InvalidSchema(f"Invalid default for field {f.name}: {json.dumps(f.default)} "
+                                    f"not a {json.dumps(f.type.to_json())}")
+            _check_defaults(f.type, seen)
+    for child in (getattr(schema, "items", None), getattr(schema, "values", None), *getattr(schema, "schemas", ())):
+        if isinstance(child, avro.schema.Schema):
+            _check_defaults(child, seen)
+
+
 def parse_avro(text: str, references: Mapping[str, str], *, normalize: bool) -> AvroSchema:
     names, refs = _reference_names(references)
     obj = _json(text, "schema")
     try:
         parsed = _load(obj, names)
+        _check_defaults(parsed, set())
     except RecursionError as e:
         raise InvalidSchema("Invalid schema: nested too deeply") from e
     return AvroSchema(parsed, refs, normalize)

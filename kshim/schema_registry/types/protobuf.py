@@ -18,8 +18,8 @@ enum, sint32/sint64, string/bytes, fixed32/sfixed32, fixed64/sfixed64), FIELD_NA
 FIELD_NUMERIC_LABEL_CHANGED, REQUIRED_FIELD_ADDED/REMOVED, ONEOF_FIELD_REMOVED,
 MULTIPLE_FIELDS_MOVED_TO_ONEOF, FIELD_MOVED_TO_EXISTING_ONEOF. Compatible (not reported): fields,
 messages, enums and enum constants added or removed, renames, oneofs added or removed as a whole.
-Not done: custom options of a base64 descriptor are dropped from its canonical text; proto2
-groups are rejected; normalize=True only orders fields, enum values and imports.
+Not done: custom options of a base64 descriptor given as a reference are dropped (the schema's
+own are kept); proto2 groups are rejected; normalize=True only orders fields, enum values and imports.
 """
 
 from __future__ import annotations
@@ -228,9 +228,21 @@ class ProtobufSchema:
         return errors
 
 
-def parse_protobuf(text: str, references: Mapping[str, str], *, normalize: bool) -> ProtobufSchema:
-    source = _as_text(text, "schema")
+def _descriptor_as_text(fdp: descriptor_pb2.FileDescriptorProto, references: Mapping[str, str]) -> str:
+    """A registered descriptor as .proto text, its custom options (confluent.field_meta...) kept:
+    they print by name only from a pool that has the descriptor's imports, so compile those first."""
+    stub = 'syntax = "proto3";\n' + "".join(f'import "{d}";\n' for d in fdp.dependency if '"' not in d)
+    pool = _pool(_compile(stub, references)) if fdp.dependency else None
     try:
+        return render(fdp, pool)
+    except (UnsupportedDescriptor, ValueError) as e:
+        raise InvalidSchema(f"Invalid schema: {e}") from e
+
+
+def parse_protobuf(text: str, references: Mapping[str, str], *, normalize: bool) -> ProtobufSchema:
+    try:
+        fdp = _descriptor_from_base64(text)
+        source = text if fdp is None else _descriptor_as_text(fdp, references)
         files = _compile(source, references)
     except OSError as e:  # a reference name the file system will not take
         raise InvalidSchema(f"Invalid schema: {e}") from e

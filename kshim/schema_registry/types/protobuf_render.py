@@ -132,7 +132,7 @@ class Renderer:
         opts = self._options(field.options, "google.protobuf.FieldOptions")
         if field.HasField("default_value"):
             opts.insert(0, f"default = {_default(field)}")
-        if field.HasField("json_name"):
+        if field.HasField("json_name") and field.json_name != _json_name(field.name):
             opts.append(f"json_name = {json.dumps(field.json_name)}")
         suffix = f" [{', '.join(opts)}]" if opts else ""
         self.out.append(f"{indent}{label}{type_text} {field.name} = {field.number}{suffix};")
@@ -219,6 +219,13 @@ def _repeated(fd: object) -> bool:
     # protobuf 6.31+ has is_repeated and 7 dropped label; older ones have only label
     flag = getattr(fd, "is_repeated", None)
     return bool(flag) if flag is not None else getattr(fd, "label", 0) == 3  # LABEL_REPEATED
+
+
+def _json_name(name: str) -> str:
+    """protoc's default json_name: underscores dropped, the letter after each upper-cased.
+    Descriptors from generated code carry it on every field; only a chosen one is printed."""
+    parts = name.split("_")
+    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
 
 
 def _range(start: int, end: int) -> str:
