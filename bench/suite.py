@@ -12,7 +12,7 @@ Runs, each as its own script (each prints its full table on the way; see docs/be
 - acks=all against acks=1 on a 3-broker cluster with RF 3, throughput and p99 at 2,000 records/s
   (bench/replication.py; kshim alone: the target is relative to kshim's own acks=1);
 - transactions of 1, 100 and 1000 records (bench/transactions.py);
-- restart with 10,000 partitions (bench/restart.py; kshim alone);
+- 10,000 partitions: creation, a sampled produce, restarts (bench/restart.py; kshim alone);
 - small requests per second, ApiVersions, Metadata, FindCoordinator, Heartbeat and OffsetCommit,
   pipelined, one at a time and over 64 connections, from a raw client (bench/requests.py).
 The peer is librdkafka's mock broker started by each script (`--peer-mock`) unless `--peer` names a
@@ -182,6 +182,10 @@ def main(argv=None) -> int:
             add(f"transactions/s, {size} records each", kv, pv, ratio(kv, pv), ">= 0.8x", ".0f")
     restart = docs["restart"]
     if restart:
+        add(f"create {restart['partitions']} partitions, CreateTopics of 1,000, s", restart.get("create_s"), None, None,
+            "< 30 s at 10,000", ".2f")
+        add(f"a record into each of 500 sampled of {restart['partitions']} partitions, read back",
+            1.0 if restart.get("sample_ok") else 0.0, None, None, "1 = yes", ".0f")
         add(f"ready after a clean stop, {restart['partitions']} partitions, s", restart["clean_ready_s"], None, None,
             "< 5 s", ".2f")
         add(f"SIGTERM to exit, {restart['partitions']} partitions, s", restart["sigterm_s"], None, None, "< 2 s", ".2f")

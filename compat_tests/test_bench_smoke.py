@@ -39,6 +39,8 @@ def test_the_suite_runs_every_row_and_prints_its_summary(tmp_path):
                 "broker CPU s per 200 MB produced, durable", "produce at 100 partitions / at 4",
                 "end-to-end p99 ms at 20000/s", "acks=all / acks=1 MB/s, RF 3 (kshim's own)",
                 "transactions/s, 1000 records each", "SIGTERM to exit, 100 partitions, s",
+                "create 100 partitions, CreateTopics of 1,000, s",
+                "a record into each of 500 sampled of 100 partitions, read back",
                 "kernel floor: CPU s per 200 MB written into new page-cache pages, fresh / just-freed memory",
                 "produce, share of the client's ceiling (a broker that only acknowledges), durable log, 1 KiB"):
         assert row in rows, sorted(rows)
