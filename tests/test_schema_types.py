@@ -489,3 +489,14 @@ def test_fuzz_protobuf(tokens: list[str], noise: bytes) -> None:
         except InvalidSchema:
             continue
         assert proto(s.canonical()).canonical() == s.canonical()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(SCHEMA_TYPES), name=st.text(max_size=12), ref=st.text(max_size=30) | _json_values.map(json.dumps),
+       text=st.sampled_from(['"string"', '{"type":"object","properties":{"a":{"$ref":"x"}}}', 'syntax = "proto3"; import "x";',
+                             '{"type":"record","name":"R","fields":[{"name":"a","type":"x"}]}']))
+def test_fuzz_references(kind: str, name: str, ref: str, text: str) -> None:
+    try:
+        parse(kind, text, {name: ref, "x": ref})
+    except InvalidSchema:
+        pass
