@@ -49,7 +49,7 @@ SESSION_TIMEOUT_MS = 20000
 def console_url(process: KshimProcess) -> str:
     ready = next(line for line in process.output if line.startswith("kshim ready:"))
     assert "console http://127.0.0.1:" in ready, ready
-    return ready.split("console ", 1)[1].split()[0]
+    return ready.split("console ", 1)[1].split()[0].rstrip(";")  # "; schema registry ..." may follow
 
 
 def get(url: str) -> tuple[int, str]:
@@ -360,6 +360,24 @@ def test_metrics_scraped_and_parsed_on_a_single_broker(tmp_path):
         assert post(url + "action", b"action=kill&node=0", "application/x-www-form-urlencoded")[0] == 415
         status, answer = post(url + "action", b'{"action": "kill", "node": 0}', "application/json")
         assert status == 400 and not answer["ok"]  # a single broker offers no node actions
+    finally:
+        assert process.terminate() == 0
+
+
+def test_page_shows_the_schema_registrys_subjects_and_versions(tmp_path, browser):
+    process = KshimProcess(tmp_path / "data", "--schema-registry", "--schema-registry-port", "0").start()
+    try:
+        registry = process.ready_line.split("; schema registry ", 1)[1].split()[0]
+        page = Page(browser, console_url(process))
+        page.wait_for_selector("#schemas-section p.muted")  # the section, with no subjects yet
+        for fields in ([{"name": "a", "type": "int"}], [{"name": "a", "type": "int"}, {"name": "b", "type": "int",
+                                                                                     "default": 0}]):
+            schema = json.dumps({"type": "record", "name": "Shown", "fields": fields})
+            status, _ = post(f"{registry}subjects/shown-value/versions", json.dumps({"schema": schema}).encode(),
+                             "application/vnd.schemaregistry.v1+json")
+            assert status == 200
+        page.wait_for_selector('tr[data-subject="shown-value"] [data-version="2"]')
+        assert "v1 (id 1, AVRO)" in page.inner_text('tr[data-subject="shown-value"]')
     finally:
         assert process.terminate() == 0
 

@@ -261,19 +261,21 @@ async def _serve(config: BrokerConfig, lock: DataDirLock, console_port: int | No
                     print(f"kshim listener {listener.url()}", flush=True)
             if server.dev_ca is not None:
                 print(f"kshim tls-dev: clients trust the CA in {server.dev_ca.resolve()}", flush=True)
-            console = ""
+            console, console_app = "", None
             if console_port is not None:
                 from kshim.console.console import Console  # start-up: not with --no-console
                 from kshim.console.sources import StandaloneSource
                 source = StandaloneSource(broker, lambda: broker.image, node.metrics.exposition, faults)
-                bound = await tg.start(Console(source, client_properties).serve, config.host, console_port)
+                console_app = Console(source, client_properties)
+                bound = await tg.start(console_app.serve, config.host, console_port)
                 console = f"; console http://{config.host}:{bound}/"
             if registry_port is not None:
                 from kshim.schema_registry import service as registry  # start-up: only with --schema-registry
                 bound_inter = config.security.inter_broker() if config.security.listeners else None
                 inter_address = (bound_inter.host, bound_inter.port) if bound_inter is not None else (config.host, port)
                 bound = await tg.start(registry.serve, registry.RegistryConfig(
-                    config.host, registry_port, [inter_address], config.data_dir, config.security))
+                    config.host, registry_port, [inter_address], config.data_dir, config.security,
+                    on_ready=console_app.set_schemas if console_app is not None else None))
                 scheme = "https" if config.security.needs_tls else "http"
                 console += f"; schema registry {scheme}://{config.host}:{bound}/"
             # signals are ours before the ready line: a SIGTERM right after it stops cleanly

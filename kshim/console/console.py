@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Mapping
 
 import anyio
 
@@ -56,6 +56,8 @@ class Console:
         self._client_properties = dict(client_properties or {})  # Kafka client properties (a password)
         self._security: tuple[ClientSecurity | None] | None = None  # made from them on first use
         self.state: dict[str, Any] = {"mode": source.mode, "version": 0, "ready": False}
+        # the schema registry's subjects and versions, when one runs in this process (set once it started)
+        self.schemas: Callable[[], list[dict[str, Any]]] | None = None
         self.version = 0
         self.changed = anyio.Event()
         self.streams = 0
@@ -69,6 +71,10 @@ class Console:
         self._watch = anyio.Event()  # set when someone starts watching an idle console
 
     # ------------------------------------------------------------------ state
+    def set_schemas(self, view: Callable[[], list[dict[str, Any]]]) -> None:
+        """The schema registry's subjects and versions, shown from the next refresh on."""
+        self.schemas = view
+
     @property
     def watched(self) -> bool:
         return self.streams > 0 or anyio.current_time() < self._watched_until
@@ -123,8 +129,9 @@ class Console:
             faults = await self.source.fault_rules(sorted(answered))  # the brokers that just answered
         except (BrokerError, OSError, TimeoutError):
             faults = None
-        self.publish(build_state(self.source, overview, self._known, set(answered), self._groups, self._txns,
-                                 faults))
+        state = build_state(self.source, overview, self._known, set(answered), self._groups, self._txns, faults)
+        state["schemas"] = self.schemas() if self.schemas is not None else None
+        self.publish(state)
 
     def publish(self, state: dict[str, Any]) -> None:
         text = json.dumps(state, sort_keys=True)

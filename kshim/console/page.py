@@ -81,6 +81,7 @@ PAGE = r"""<!doctype html>
 </section>
 <section id="groups-section"><h2>Consumer groups</h2><div id="groups"></div></section>
 <section id="transactions-section"><h2>Open transactions</h2><div id="transactions"></div></section>
+<section id="schemas-section" hidden><h2>Schema registry</h2><div id="schemas"></div></section>
 <section id="faults-section"><h2>Fault rules</h2>
   <form id="fault-form" class="muted">
     <select id="f-action"><option>error</option><option>delay</option><option>drop</option><option>timeout</option></select>
@@ -217,6 +218,17 @@ function renderTransactions(s) {
     "<th>coordinator</th><th>running</th><th>partitions</th><th></th></tr>" + h + "</table>" : '<p class="muted">no open transactions</p>') + summary;
 }
 
+// the schema registry's subjects and versions (kshim serve --schema-registry); null without one
+function renderSchemas(s) {
+  $("schemas-section").hidden = s.schemas == null;
+  if (s.schemas == null) return;
+  const rows = s.schemas.map((x) => `<tr data-subject="${esc(x.subject)}"><td>${esc(x.subject)}</td><td>` +
+    x.versions.map((v) => `<span data-version="${v.version}"${v.deleted ? ' class="muted" title="soft-deleted"' : ""}>` +
+      `v${v.version} (id ${v.id}, ${esc(v.type)})</span>`).join(" ") + "</td></tr>").join("");
+  $("schemas").innerHTML = rows ? "<table><tr><th>subject</th><th>versions</th></tr>" + rows + "</table>"
+                                : '<p class="muted">no subjects</p>';
+}
+
 // the brokers' request fault rules (kshim ctl fault); null when they could not be read
 function renderFaults(s) {
   if (s.faults == null) {
@@ -273,7 +285,7 @@ function render(s) {
   const c = s.controller || {};
   $("controller").textContent = `controller ${c.state || "?"}, metadata version ${c.image_version ?? "?"}` + (s.error ? ` (${s.error})` : "");
   document.body.dataset.version = s.version;
-  renderBrokers(s); renderPartitions(s); renderGroups(s); renderTransactions(s); renderFaults(s);
+  renderBrokers(s); renderPartitions(s); renderGroups(s); renderTransactions(s); renderSchemas(s); renderFaults(s);
 }
 
 $("internal").addEventListener("change", () => state && renderPartitions(state));

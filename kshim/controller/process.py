@@ -565,17 +565,19 @@ async def run_cluster(settings: ClusterSettings) -> int:
                     await supervisor.stop_all()
                     tg.cancel_scope.cancel()
                     return code
-                console = ""
+                console, console_app = "", None
                 if settings.console_port is not None:
                     source = ClusterSource(service, settings.broker_dir)
-                    bound = await tg.start(Console(source, settings.client_properties).serve, settings.host, settings.console_port)
+                    console_app = Console(source, settings.client_properties)
+                    bound = await tg.start(console_app.serve, settings.host, settings.console_port)
                     console = f"; console http://{settings.host}:{bound}/"
                 if settings.schema_registry_port is not None:
                     from kshim.schema_registry import service as registry  # start-up: only with --schema-registry
                     host, base = settings.inter_broker or (settings.host, settings.port)
                     bound = await tg.start(registry.serve, registry.RegistryConfig(
                         settings.host, settings.schema_registry_port,
-                        [(host, base + i) for i in range(settings.brokers)], data_dir, settings.security))
+                        [(host, base + i) for i in range(settings.brokers)], data_dir, settings.security,
+                        on_ready=console_app.set_schemas if console_app is not None else None))
                     scheme = "https" if settings.security is not None and settings.security.needs_tls else "http"
                     console += f"; schema registry {scheme}://{settings.host}:{bound}/"
                 bootstrap = ",".join(f"{settings.host}:{settings.port + i}" for i in range(settings.brokers))

@@ -15,7 +15,7 @@ import logging
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import anyio
 
@@ -25,6 +25,7 @@ from kshim.replication.client import CONNECTION_LOST, AuthenticationError, Broke
 from kshim.schema_registry.kafka_store import KafkaStore
 from kshim.schema_registry.registry import Registry
 from kshim.schema_registry.rest import RestApi
+from kshim.schema_registry.state import RegistryState
 from kshim.security.config import Listener, SecurityConfig
 
 log = logging.getLogger("kshim.schema_registry")
@@ -45,6 +46,18 @@ class RegistryConfig:
     security: SecurityConfig | None = None  # the broker's: TLS certificate, SASL users
     sasl_address: tuple[str, int] | None = None  # a SASL listener of a broker (basic auth asks it)
     max_body_bytes: int = MAX_BODY_BYTES
+    # given, once serving, a view of the subjects and versions (the web console shows it)
+    on_ready: Callable[[Callable[[], list[dict[str, Any]]]], None] | None = None
+
+
+CONSOLE_SUBJECTS = 500  # the console's page lists this many subjects at most
+
+
+def summary(state: RegistryState) -> list[dict[str, Any]]:
+    """Subjects (the first CONSOLE_SUBJECTS) and their versions, soft-deleted ones flagged."""
+    return [{"subject": s, "versions": [{"version": v.version, "id": v.id, "type": v.schema_type, "deleted": v.deleted}
+                                        for v in state.versions(s, deleted=True)]}
+            for s in sorted(state.subjects)[:CONSOLE_SUBJECTS]]
 
 
 class BrokerAuthenticator:
@@ -112,6 +125,8 @@ async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED
             http = HttpServer(api, max_body_bytes=config.max_body_bytes, name="the schema registry",
                               ssl_context=server_tls)
             bound = await tg.start(http.serve, config.host, config.port)
+            if config.on_ready is not None:
+                config.on_ready(lambda: summary(store.state))
             task_status.started(bound)
     finally:
         await store.aclose()
