@@ -42,19 +42,21 @@ class Encoded(dict):
     word (ApiVersions): encoded once, sent as those bytes while its throttle_time_ms is still the
     one encoded (a quota may raise it on the way out; then it is encoded afresh). The mapping stays
     the body, for the request log and anything else that reads it."""
-    __slots__ = ("version", "data", "throttle")
+    __slots__ = ("version", "data", "throttle", "memo")
 
     def __init__(self, api_key: int, version: int, body: Mapping[str, Any]) -> None:
         super().__init__(body)
         stream = GatherStream()
         codec.encode_into(api_key, version, "response", body, stream)
         self.version, self.data, self.throttle = version, b"".join(stream.finish()), body.get("throttle_time_ms")
+        # what others derive from the body once for all its copies (the request log's error codes)
+        self.memo: dict[str, Any] = {}
 
     def copy(self) -> "Encoded":
         """Another body with the same encoding (what a handler returns: a quota may change it)."""
         other = Encoded.__new__(Encoded)
         dict.update(other, self)
-        other.version, other.data, other.throttle = self.version, self.data, self.throttle
+        other.version, other.data, other.throttle, other.memo = self.version, self.data, self.throttle, self.memo
         return other
 
 

@@ -44,7 +44,7 @@ from kshim.net.broker_server import BrokerServer
 from kshim.net.handlers import Handler, RequestContext, load_handlers, supported_versions
 from kshim.net.handlers.throttling import charge_request_time
 from kshim.net.outbox import DirectSends, Outbox
-from kshim.net.protocol import ConnectionCore, ProtocolError, Request
+from kshim.net.protocol import ConnectionCore, Encoded, ProtocolError, Request
 from kshim.net.quota_manager import Throttle
 from kshim.net.request_shape import error_response, request_partitions, response_errors
 from kshim.observability.faults import API_NAMES, FaultRule, FaultRules
@@ -643,10 +643,17 @@ class Server:
         if not self.requests.enabled:
             return
         h = request.header
+        if body is None:
+            errors: list[int] | tuple = ()
+        elif type(body) is Encoded:  # an answer repeated word for word (Metadata): walked once
+            errors = body.memo.get("errors")
+            if errors is None:
+                errors = body.memo["errors"] = response_errors(h.api_key, request.response_version, body)
+        else:
+            errors = response_errors(h.api_key, request.response_version, body)
         self.requests.record(
             api_key=h.api_key, version=h.api_version, client_id=h.client_id, correlation_id=h.correlation_id,
-            peer=peer, partitions=self._partitions(request), started=started,
-            errors=response_errors(h.api_key, request.response_version, body) if body is not None else (),
+            peer=peer, partitions=self._partitions(request), started=started, errors=errors,
             fault=rule.id if rule is not None else None, outcome=outcome)
 
     def _late(self, request: Request, result: Mapping[str, Any] | None | Awaitable[Any], rule: FaultRule,
