@@ -343,6 +343,21 @@ def test_protobuf_builtin_imports_and_references() -> None:
         "FIELD_SCALAR_KIND_CHANGED", "FIELD_NAMED_TYPE_CHANGED"]
 
 
+def test_protobuf_nested_message_order_survives() -> None:
+    # clients name a nested message by its index in nested_type, where protoc also puts map entries
+    text = ('syntax = "proto3";\nmessage A {\n  message X { int32 x = 1; }\n  map<string, int32> m = 1;\n'
+            '  message Y { int32 y = 1; }\n  map<string, X> n = 2;\n  message Z { int32 z = 1; }\n  int32 last = 3;\n}\n')
+
+    def nested(s: Schema) -> list[str]:
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(s.formatted("serialized")))
+        return [n.name for n in fdp.message_type[0].nested_type]
+
+    original = proto(text)
+    assert nested(original) == ["X", "MEntry", "Y", "NEntry", "Z"]
+    assert nested(proto(original.canonical())) == nested(original)
+    assert proto(original.canonical()).canonical() == original.canonical()
+
+
 def test_protobuf_descriptor_keeps_custom_options() -> None:
     text = proto('syntax = "proto3";\nimport "confluent/meta.proto";\nmessage M {\n'
                  '  option (confluent.message_meta) = { doc: "a message" };\n'

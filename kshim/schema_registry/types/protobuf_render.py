@@ -159,7 +159,23 @@ class Renderer:
         self._option_lines(m.options, "google.protobuf.MessageOptions", inner)
         synthetic = {f.oneof_index for f in m.field if f.proto3_optional}
         printed_oneofs: set[int] = set()
+        # protoc adds a map field's entry type to nested_type where the field is declared, and
+        # clients address nested messages by index (Confluent's message indexes): print the
+        # nested messages declared before each map field before it, so the order comes back
+        entry_index = {n.name: i for i, n in enumerate(m.nested_type) if n.options.map_entry}
+        next_nested = 0
+
+        def nested_until(end: int) -> None:
+            nonlocal next_nested
+            for nested in m.nested_type[next_nested:end]:
+                if not nested.options.map_entry:
+                    self._message(nested, inner)
+            next_nested = max(next_nested, end)
+
         for field in m.field:
+            entry = entry_index.get(field.type_name.rpartition(".")[2]) if field.type == FDP.TYPE_MESSAGE else None
+            if entry is not None and field.type_name in self.map_entries:
+                nested_until(entry)
             if field.HasField("oneof_index") and field.oneof_index not in synthetic:
                 idx = field.oneof_index
                 if idx in printed_oneofs:
@@ -181,9 +197,7 @@ class Renderer:
             self.out.append(f"{inner}reserved {', '.join(json.dumps(n) for n in m.reserved_name)};")
         for x in m.extension_range:
             self.out.append(f"{inner}extensions {_range(x.start, x.end - 1)};")
-        for nested in m.nested_type:
-            if not nested.options.map_entry:
-                self._message(nested, inner)
+        nested_until(len(m.nested_type))
         for e in m.enum_type:
             self._enum(e, inner)
         self._extensions(m.extension, inner)
