@@ -372,3 +372,17 @@ def test_a_cluster_keeps_serving_when_the_schemas_leader_dies(tmp_path):
         assert cluster.partition("_schemas")["leader"] != before["leader"]
         assert client.get_versions("c-value") == [1, 2]
         assert run_ctl(cluster.data_dir, "start", str(before["leader"])).returncode == 0
+
+
+def test_https_with_the_brokers_tls_certificate(tmp_path):
+    proc = KshimProcess(tmp_path / "data", "--listeners", "SSL://127.0.0.1:0", "--tls-dev", *REGISTRY).start()
+    try:
+        url = registry_url(proc)
+        assert url.startswith("https://127.0.0.1:")
+        ca = next(line for line in proc.output if "clients trust the CA in" in line).rsplit(" ", 1)[1]
+        client = SchemaRegistryClient({"url": url, "ssl.ca.location": ca})
+        assert client.register_schema("tls-value", avro(USER_V1)) == 1
+        with pytest.raises(Exception):  # plain HTTP on the HTTPS port gets no answer
+            urllib.request.urlopen(url.replace("https://", "http://") + "/subjects", timeout=10)
+    finally:
+        proc.kill()
