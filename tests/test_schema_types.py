@@ -200,6 +200,10 @@ def test_json_references() -> None:
     # compatibility looks through $ref into the referenced schema
     changed = {**address, "properties": {"city": {"type": "integer"}}}
     assert kinds(js(user, {"address.json": changed}), s) == ["TYPE_CHANGED", "TYPE_CHANGED"]  # home, work
+    # a relative $ref in a schema with an $id resolves against it, and still finds the reference
+    with_id = {"$id": "https://acme.com/schemas/user.json", **user}
+    js(with_id, {"address.json": address})  # home: .../schemas/address.json, work: the reference's $id
+    js({"$ref": "address.json#/properties/city"}, {"address.json": address})
     recursive = {"definitions": {"node": {"type": "object", "properties": {"next": {"$ref": "#/definitions/node"}}}},
                  "$ref": "#/definitions/node"}
     assert js(recursive).compatibility_errors(js(recursive)) == []

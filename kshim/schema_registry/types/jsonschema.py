@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urljoin
 
 import jsonschema
 import jsonschema.exceptions
@@ -145,9 +146,12 @@ def parse_json(text: str, references: Mapping[str, str], *, normalize: bool) -> 
     document = _load(text, "schema")
     resources = [(name, _resource(_load(ref, f"reference {name!r}"))) for name, ref in references.items()]
     try:
-        registry: referencing.Registry[Any] = SPECIFICATIONS.with_resources(resources)
         root = _resource(document)
         base = root.id() or ""
+        # a reference answers to its name, to that name relative to the schema's $id (a relative
+        # $ref in a schema with an $id resolves there), and to its own $id (crawl)
+        named = [(uri, resource) for name, resource in resources for uri in {name, urljoin(base, name)}]
+        registry: referencing.Registry[Any] = SPECIFICATIONS.with_resources(named)
         registry = registry.with_resource(base, root).crawl()
         resolver = registry.resolver(base_uri=base)
         for ref in _refs(document):  # Confluent's parser fails on a $ref it cannot resolve
