@@ -267,6 +267,12 @@ def test_json_references() -> None:
     ({"type": "array", "items": [{"type": "string"}], "additionalItems": False},
      {"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": False},
      ["ITEM_REMOVED_FROM_CLOSED_CONTENT_MODEL"]),
+    # dependencies: a reader may drop or narrow them, not add or extend them
+    ({**OPEN, "dependencies": {"a": ["b"]}}, OPEN, ["DEPENDENCY_ARRAY_ADDED"]),
+    (OPEN, {**OPEN, "dependencies": {"a": ["b"]}}, []),
+    ({**OPEN, "dependencies": {"a": ["b", "c"]}}, {**OPEN, "dependencies": {"a": ["b"]}}, ["DEPENDENCY_ARRAY_EXTENDED"]),
+    ({**OPEN, "dependencies": {"a": ["b"]}}, {**OPEN, "dependencies": {"a": ["b", "c"]}}, []),
+    ({**OPEN, "dependencies": {"a": {"required": ["b"]}}}, OPEN, ["DEPENDENCY_SCHEMA_ADDED"]),
     # nested: a property's own change is reported at its path
     (props(OPEN, a={"type": "integer"}), OPEN, ["TYPE_CHANGED"]),
     ({"not": {"type": "string"}}, {"not": {"type": "string"}}, []),

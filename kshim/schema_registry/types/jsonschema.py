@@ -12,13 +12,12 @@ Compatibility: Confluent's JSON SchemaDiff (strict policy), pairwise, original =
 (writer), update = self (reader), on the keywords most schemas use: type (TYPE_CHANGED, number to
 integer TYPE_NARROWED, a type becoming a union SUM_TYPE_EXTENDED), properties against the content
 model (open: additionalProperties absent or true; closed: false; partially open: a schema or
-patternProperties), required, additionalProperties, min/maxProperties, items (one schema or a
-tuple, additionalItems), min/maxItems, uniqueItems, enum and const, string min/maxLength and
-pattern, number bounds and multipleOf, allOf/anyOf/oneOf (criterion and subschemas matched one to
-one), not, $ref (compared through). Difference names are Confluent's.
-Not done: dependencies/dependentRequired/dependentSchemas, unevaluated*, contains, propertyNames,
-if/then/else, and a schema mixing a combiner or enum with other keywords is taken as its combiner
-or enum alone.
+patternProperties), required, additionalProperties, dependencies (arrays and schemas),
+min/maxProperties, items (one schema or a tuple, additionalItems), min/maxItems, uniqueItems, enum
+and const, string min/maxLength and pattern, number bounds and multipleOf, allOf/anyOf/oneOf
+(criterion and subschemas matched one to one), not, $ref (compared through). Difference names are
+Confluent's. Not done: unevaluated*, contains, propertyNames, if/then/else; a schema mixing a
+combiner or enum with other keywords is taken as its combiner or enum alone.
 """
 
 from __future__ import annotations
@@ -425,6 +424,7 @@ class _Context:
                 self._property_added(o, u.sub(uprops[name]), name in ureq, name, where)
             else:
                 self.compare(o.sub(oprops[name]), u.sub(uprops[name]), where)
+        self._dependencies(o, u, path + ["dependencies"])
         oa, ua = o.get("additionalProperties", True), u.get("additionalProperties", True)
         where = path + ["additionalProperties"]
         if (oa is not False) != (ua is not False):
@@ -435,6 +435,32 @@ class _Context:
             self.compare(o.sub(oa), u.sub(ua), where)
         _number_change(self, "maxProperties", "MAX_PROPERTIES", o.get("maxProperties"), u.get("maxProperties"), path)
         _number_change(self, "minProperties", "MIN_PROPERTIES", o.get("minProperties"), u.get("minProperties"), path)
+
+    def _dependencies(self, o: _Node, u: _Node, path: list[str]) -> None:
+        """dependencies (draft-07) or dependentRequired/dependentSchemas (2019-09 on)."""
+        def split(n: _Node) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+            both = {**(n.get("dependencies") or {}), **(n.get("dependentRequired") or {}),
+                    **(n.get("dependentSchemas") or {})}
+            arrays = {k: v for k, v in both.items() if isinstance(v, list)}
+            return arrays, {k: v for k, v in both.items() if not isinstance(v, list)}
+
+        (oarr, osch), (uarr, usch) = split(o), split(u)
+        for key in sorted(oarr.keys() | uarr.keys()):
+            if key not in uarr:
+                self.add("DEPENDENCY_ARRAY_REMOVED", path + [key])
+            elif key not in oarr:
+                self.add("DEPENDENCY_ARRAY_ADDED", path + [key])
+            elif set(oarr[key]) != set(uarr[key]):
+                kind = ("EXTENDED" if set(uarr[key]) >= set(oarr[key]) else
+                        "NARROWED" if set(uarr[key]) <= set(oarr[key]) else "CHANGED")
+                self.add(f"DEPENDENCY_ARRAY_{kind}", path + [key])
+        for key in sorted(osch.keys() | usch.keys()):
+            if key not in usch:
+                self.add("DEPENDENCY_SCHEMA_REMOVED", path + [key])
+            elif key not in osch:
+                self.add("DEPENDENCY_SCHEMA_ADDED", path + [key])
+            else:
+                self.compare(o.sub(osch[key]), u.sub(usch[key]), path + [key])
 
     def _property_removed(self, u: _Node, old: _Node, name: str, where: list[str]) -> None:
         if _is_open(u, "patternProperties"):
