@@ -356,6 +356,16 @@ def test_basic_auth_against_the_broker_users(sasl_registry):
     client = SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:alice-secret"})
     assert client.register_schema("secure-value", avro(USER_V1)) == 1
     assert client.get_subjects() == ["secure-value"]
+    # a SCRAM credential stored at run time (kshim ctl scram) is a user too
+    added = subprocess.run([sys.executable, "-m", "kshim", "ctl", "--data-dir", str(sasl_registry.data_dir), "scram",
+                            "add", "bob", "--mechanism", "SCRAM-SHA-256", "--password-stdin"],
+                           input="bob-secret\n", capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stdout + added.stderr
+    bob = SchemaRegistryClient({"url": url, "basic.auth.user.info": "bob:bob-secret"})
+    assert bob.get_subjects() == ["secure-value"]
+    with pytest.raises(SchemaRegistryError) as wrong_bob:
+        SchemaRegistryClient({"url": url, "basic.auth.user.info": "bob:alice-secret"}).get_subjects()
+    assert wrong_bob.value.http_status_code == 401
 
 
 def test_a_cluster_keeps_serving_when_the_schemas_leader_dies(tmp_path):

@@ -72,6 +72,9 @@ class RestApi:
         except StoreError as e:
             log.warning("schema registry: %s %s: %s", request.method, request.path, e)
             return _error(500, e.code, f"Error while writing to the schemas topic: {e}")
+        except Exception:  # a bug, not the client's: Confluent's answer to the unexpected
+            log.exception("schema registry: %s %s failed", request.method, request.path)
+            return _error(500, 50001, "Internal error in the schema registry")
 
     async def _authorized(self, request: HttpRequest) -> bool:
         kind, _, encoded = request.headers.get("authorization", "").partition(" ")
