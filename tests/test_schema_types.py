@@ -377,6 +377,36 @@ def test_protobuf_descriptor_keeps_custom_options() -> None:
     assert proto(text.formatted("serialized")).canonical() == text.canonical()
 
 
+EXOTIC = """syntax = "proto2";
+package p;
+import "google/protobuf/descriptor.proto";
+extend google.protobuf.FieldOptions { optional string tag = 50001; }
+message A {
+  extensions 100 to 199;
+  optional double d = 1 [default = inf];
+  optional float f = 2 [default = -1.5e10];
+  optional bytes b = 3 [default = "\\x00\\xff\\"q"];
+  optional string s = 4 [default = "h\u00e9llo\\n", (tag) = "x"];
+  repeated int32 p = 5 [packed = true];
+  optional E e = 6 [default = NEG];
+  enum E { option allow_alias = true; NEG = -1; ZERO = 0; ALIAS = 0 [deprecated = true]; reserved 5 to 10, 20; }
+  extend A { optional int32 ext = 100; }
+  oneof o { int32 x = 7; }
+  reserved "gone";
+}
+service S { option deprecated = true; rpc M(A) returns (A) { option idempotency_level = NO_SIDE_EFFECTS; }
+            rpc N(stream A) returns (stream A); }
+"""
+
+
+@pytest.mark.parametrize("text", [EXOTIC, 'edition = "2023";\nmessage A { int32 a = 1 [features.field_presence = IMPLICIT]; }\n'])
+def test_protobuf_canonical_round_trips(text: str) -> None:
+    # the printer covers what protoc accepts: text and descriptor give one canonical text
+    s = proto(text)
+    assert proto(s.canonical()).canonical() == s.canonical()
+    assert proto(s.formatted("serialized")).canonical() == s.canonical()
+
+
 def test_protobuf_what_the_python_client_registers() -> None:
     # ProtobufSerializer registers DESCRIPTOR.serialized_pb of the message's file, base64
     from google.protobuf import struct_pb2
@@ -399,7 +429,7 @@ def test_protobuf_invalid(text: str) -> None:
 
 
 def test_protobuf_invalid_references() -> None:
-    for name in ("../etc/passwd", "/abs.proto", "a//b.proto", ""):
+    for name in ("../etc/passwd", "/abs.proto", "a//b.proto", "", "default"):
         with pytest.raises(InvalidSchema):
             proto('syntax = "proto3";', {name: 'syntax = "proto3";'})
 

@@ -61,6 +61,8 @@ _INCLUDES = _include_paths()
 
 def _safe_name(name: str) -> str:
     parts = name.split("/")
+    if name == MAIN_FILE:
+        raise InvalidSchema(f"invalid reference name {name!r}: the schema's own file has that name")
     if not name or name.startswith("/") or "\\" in name or "\0" in name or any(p in ("", ".", "..") for p in parts):
         raise InvalidSchema(f"invalid reference name {name!r}: expected a relative import path like other.proto")
     return name
@@ -232,7 +234,11 @@ def _descriptor_as_text(fdp: descriptor_pb2.FileDescriptorProto, references: Map
     """A registered descriptor as .proto text, its custom options (confluent.field_meta...) kept:
     they print by name only from a pool that has the descriptor's imports, so compile those first."""
     stub = 'syntax = "proto3";\n' + "".join(f'import "{d}";\n' for d in fdp.dependency if '"' not in d)
-    pool = _pool(_compile(stub, references)) if fdp.dependency else None
+    imports = [f for f in _compile(stub, references) if f.name != MAIN_FILE] if fdp.dependency else []
+    own = descriptor_pb2.FileDescriptorProto()
+    own.CopyFrom(fdp)
+    own.name = MAIN_FILE  # the descriptor itself too: options it defines and uses in one file
+    pool = _pool([*imports, own])
     try:
         return render(fdp, pool)
     except (UnsupportedDescriptor, ValueError) as e:
