@@ -40,7 +40,7 @@ from construct import Container, stream_read, stream_write
 
 from wire import codegen
 from wire.primitives import (
-    ZERO_UUID, Array, Bool, Bytes, DecodeError, EncodeError, FileRecords, Float64, GatherStream, Int8, Int16, Int32,
+    ZERO_UUID, Array, Bool, Bytes, DecodeError, EncodeError, Fields, FileRecords, Float64, GatherStream, Int8, Int16, Int32,
     Int64, String, UInt16, Uuid, ViewStream, encode_uvarint, read_uvarint,
 )
 from wire.schema.messages import MESSAGES
@@ -143,7 +143,7 @@ class KStruct(c.Construct):
         self.builders = [(n, con._build, default) for n, con, default in self.regular]  # bound once: hot path
 
     def _parse(self, stream: Any, context: Any, path: str) -> Container:
-        obj = Container()
+        obj = Fields()
         for name, con, _ in self.regular:
             obj[name] = con._parse(stream, context, path)
         if self.flexible:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from construct import Container
 
 from wire.primitives import (
-    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, FileRecords, GatherStream, String, encode_uvarint, uvarint_at,
+    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, Fields, FileRecords, GatherStream, String, encode_uvarint, uvarint_at,
 )
 from wire.schema.model import MISSING
 
@@ -114,7 +114,7 @@ def _struct_of(con: Any) -> tuple[Any, bool] | None:
 class _Source:
     def __init__(self) -> None:
         self.ns: dict[str, Any] = {
-            "_C": Container, "_UUID": _make_uuid, "_uv": uvarint_at, "_neg": _negative, "_long": _too_long,
+            "_C": Fields, "_UUID": _make_uuid, "_uv": uvarint_at, "_neg": _negative, "_long": _too_long,
             "_DE": DecodeError, "_M": MISSING, "_FR": FileRecords, "_enc_uv": encode_uvarint,
             "_X": _Unexpected, "_BIG": BIG, "_unpack_from": struct.unpack_from, "_pack": struct.pack,
         }

@@ -646,9 +646,10 @@ class Server:
         if body is None:
             errors: list[int] | tuple = ()
         elif type(body) is Encoded:  # an answer repeated word for word (Metadata): walked once
-            errors = body.memo.get("errors")
-            if errors is None:
-                errors = body.memo["errors"] = response_errors(h.api_key, request.response_version, body)
+            memo = body.memo
+            if "errors" not in memo:
+                memo["errors"] = response_errors(h.api_key, request.response_version, body)
+            errors = memo["errors"]
         else:
             errors = response_errors(h.api_key, request.response_version, body)
         self.requests.record(
