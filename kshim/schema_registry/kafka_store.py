@@ -15,6 +15,7 @@ import anyio
 
 from kshim.replication.client import CONNECTION_LOST, BrokerConnection, ClientSecurity
 from kshim.schema_registry.state import RegistryState
+from wire.compression import CorruptRecordError
 from wire.errors import ErrorCode
 from wire.records import decode_records, encode_batch, iter_batches
 
@@ -126,7 +127,9 @@ class KafkaStore:
                     with anyio.fail_after(REQUEST_TIMEOUT_S + FETCH_WAIT_MS / 1000):
                         end = await self._fetch(conn, 0 if not started else FETCH_WAIT_MS)
                 except (*CONNECTION_LOST, StoreError, _Retry) as e:
-                    log.info("schema registry: reading %s: %s; retrying", self.topic, e)
+                    # a refusal (StoreError) says something is misconfigured: seen at warning level
+                    (log.warning if isinstance(e, StoreError) else log.info)(
+                        "schema registry: reading %s: %s; retrying", self.topic, e)
                     if conn is not None:
                         await _close(conn)
                         conn = None
@@ -166,7 +169,13 @@ class KafkaStore:
                 if header.next_offset <= self.state.offset:
                     continue
                 if not header.is_control:
-                    for record in decode_records(view[pos:pos + header.size]):
+                    try:
+                        batch = decode_records(view[pos:pos + header.size])
+                    except CorruptRecordError as e:  # not for this registry to repair: skipped, said
+                        log.warning("schema registry: %s offsets %d..%d skipped: %s", self.topic,
+                                    header.base_offset, header.next_offset - 1, e)
+                        batch = []
+                    for record in batch:
                         if record.offset >= self.state.offset:
                             self.state.apply(record.offset, record.key, record.value)
                 self.state.offset = max(self.state.offset, header.next_offset)

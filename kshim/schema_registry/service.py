@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import anyio
 
 from kshim.console.http import HttpServer
+from kshim.errors import StartRefused
 from kshim.ctl.security import client_security
 from kshim.replication.client import CONNECTION_LOST, AuthenticationError, BrokerConnection, ClientSecurity
 from kshim.schema_registry.kafka_store import KafkaStore
@@ -34,6 +35,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # a schema of a few MiB, in JSON (escaped) wit
 AUTH_CACHE_S = 60.0
 AUTH_CACHE_ENTRIES = 1024
 AUTH_TIMEOUT_S = 10.0
+START_TIMEOUT_S = 120.0  # to reach the brokers, create `_schemas` and read it to its end
 MECHANISMS = ("PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256")
 
 
@@ -120,7 +122,12 @@ async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED
     store = KafkaStore(config.bootstrap, client)
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(store.run)
+            try:
+                with anyio.fail_after(START_TIMEOUT_S):
+                    await tg.start(store.run)
+            except TimeoutError:
+                raise StartRefused(f"the schema registry could not read {store.topic} from the brokers at "
+                                   f"{store.bootstrap} within {START_TIMEOUT_S:.0f} s (see the log)") from None
             api = RestApi(Registry(store), authenticate, lambda: store.cluster_id)
             http = HttpServer(api, max_body_bytes=config.max_body_bytes, name="the schema registry",
                               ssl_context=server_tls)
