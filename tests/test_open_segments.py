@@ -235,3 +235,38 @@ def test_a_flush_after_an_eviction_fsyncs_the_file_it_wrote(tmp_path, bound, mon
     finally:
         for log in logs:
             log.close()
+
+
+def test_every_use_of_a_segment_descriptor_holds_a_pin(tmp_path, bound, monkeypatch):
+    """Writes, index entries, fsyncs, truncations and reads all run under a pin: a descriptor the
+    cache may close is never used bare."""
+    from kshim.log import segment
+    bound.configure(6)
+    logs = [Log(tmp_path / f"t-{i}", LogConfig(index_interval_bytes=150, flush_messages=2, segment_bytes=900))
+            for i in range(8)]
+    bare: list[str] = []
+
+    def checked(m, name: str) -> None:
+        real = getattr(os, name)
+
+        def call(fd, *args):
+            owner = [s for log in logs for s in log._segments if fd in (s._fd, s.idx_fd, s.tidx_fd)]
+            if owner and not all(s._pins for s in owner):
+                bare.append(f"{name} on {owner[0].stem}")
+            return real(fd, *args)
+        m.setattr(segment.os, name, call)
+    try:
+        with monkeypatch.context() as m:
+            for name in ("write", "writev", "fsync", "ftruncate", "pread", "fstat"):
+                checked(m, name)
+            for round_ in range(8):
+                for i, log in enumerate(logs):
+                    log.append(bytearray(encode_batch([(None, b"v%d-%d" % (i, round_) + b"x" * 100)])))
+            for log in logs:
+                assert len(decode_all(log.read(0, 1 << 20))) == 8
+                log.truncate_to(5)
+                log.flush()
+        assert not bare, bare[:5]
+    finally:
+        for log in logs:
+            log.close()

@@ -199,7 +199,8 @@ class Segment:
         """Becoming inactive (roll) or closing: append the final time index entry, as Kafka does,
         so the segment's max timestamp can be read back from the file's last entry."""
         if self.max_ts > (self.ts_ts[-1] if self.ts_ts else -1):
-            self._add_time_entry(write=self.active)
+            with self.pinned():
+                self._add_time_entry(write=self.active)
             self.dirty = True  # the next flush must sync that entry
         self.close_index_files()
         self._recent.clear()
@@ -301,16 +302,25 @@ class Segment:
         self.dirty = True
         recent = self._recent
         start -= rel0
-        for rel, size, last, max_ts in metas:
-            # _track() inlined: this runs once per appended batch
-            if max_ts > self.max_ts:
-                self.max_ts = max_ts
-                self.max_ts_offset = last
-            if self.bytes_since_index > self.interval:
-                self._index_entry(start + rel, last, True)
-            self.bytes_since_index += size
-            recent[self.next_offset] = start + rel  # this batch's base offset -> its position
-            self.next_offset = last + 1
+        # one pin for the index entries of the whole write (one per index.interval.bytes), taken
+        # when these bytes can reach the interval (no entry is written otherwise)
+        pinned = self.bytes_since_index + nbytes > self.interval and self.active and not self.index_lost
+        if pinned:
+            OPEN_SEGMENTS.pin(self)
+        try:
+            for rel, size, last, max_ts in metas:
+                # _track() inlined: this runs once per appended batch
+                if max_ts > self.max_ts:
+                    self.max_ts = max_ts
+                    self.max_ts_offset = last
+                if self.bytes_since_index > self.interval:
+                    self._index_entry(start + rel, last, True)
+                self.bytes_since_index += size
+                recent[self.next_offset] = start + rel  # this batch's base offset -> its position
+                self.next_offset = last + 1
+        finally:
+            if pinned:
+                OPEN_SEGMENTS.unpin(self)
         if len(recent) > 2 * _RECENT_MAX:  # amortised eviction: keep the newest half
             self._recent = dict(list(recent.items())[-_RECENT_MAX:])
 
@@ -344,14 +354,13 @@ class Segment:
             self._write_index(self._time_index_fd, _TIDX.pack(self.max_ts, rel))
 
     def _write_index(self, fd: Callable[[], int], entry: bytes) -> None:
-        """Append an index entry. The indexes derive from the log, so a failed write (a full disk)
-        must not fail an append whose records are already written: the index files are dropped,
+        """Append an index entry (the caller holds a pin). The indexes derive from the log, so a
+        failed write (a full disk) must not fail an append whose records are already written: the index files are dropped,
         the next open rebuilds them from the log, and lookups use the entries in memory."""
         if self.index_lost:
             return
         try:
-            with self.pinned():
-                write_all(fd(), entry)
+            write_all(fd(), entry)
         except OSError as e:
             self.index_lost = True
             for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
