@@ -399,12 +399,23 @@ service S { option deprecated = true; rpc M(A) returns (A) { option idempotency_
 """
 
 
-@pytest.mark.parametrize("text", [EXOTIC, 'edition = "2023";\nmessage A { int32 a = 1 [features.field_presence = IMPLICIT]; }\n'])
+GROUPS = """syntax = "proto2";
+message A {
+  message X { optional int32 x = 1; }
+  optional group G = 1 { optional int32 x = 2; repeated group H = 3 { optional string s = 4; } }
+  message Y { optional int32 y = 1; }
+  oneof o { group K = 5 { optional int32 k = 6; } }
+}
+"""
+
+
+@pytest.mark.parametrize("text", [EXOTIC, GROUPS, 'edition = "2023";\nmessage A { int32 a = 1 [features.field_presence = IMPLICIT]; }\n'])
 def test_protobuf_canonical_round_trips(text: str) -> None:
     # the printer covers what protoc accepts: text and descriptor give one canonical text
     s = proto(text)
     assert proto(s.canonical()).canonical() == s.canonical()
     assert proto(s.formatted("serialized")).canonical() == s.canonical()
+    assert proto(s.canonical()).formatted("serialized") == s.formatted("serialized")  # the same descriptor
 
 
 def test_protobuf_what_the_python_client_registers() -> None:

@@ -19,7 +19,8 @@ FIELD_NUMERIC_LABEL_CHANGED, REQUIRED_FIELD_ADDED/REMOVED, ONEOF_FIELD_REMOVED,
 MULTIPLE_FIELDS_MOVED_TO_ONEOF, FIELD_MOVED_TO_EXISTING_ONEOF. Compatible (not reported): fields,
 messages, enums and enum constants added or removed, renames, oneofs added or removed as a whole.
 Not done: custom options of a base64 descriptor given as a reference are dropped (the schema's
-own are kept); proto2 groups are rejected; normalize=True only orders fields, enum values and imports.
+own are kept); proto2 groups in extend blocks are rejected; normalize=True only orders fields,
+enum values and imports.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ _SCALARS = {
 
 
 class UnsupportedDescriptor(ValueError):
-    """A descriptor this printer cannot render faithfully (proto2 groups)."""
+    """A descriptor this printer cannot render faithfully (a proto2 group in an extend block)."""
 
 
 def scalar_name(field: descriptor_pb2.FieldDescriptorProto) -> str | None:
@@ -43,14 +43,19 @@ class Renderer:
         self.out: list[str] = []
         # map entry types by full name, so a map field prints as map<K, V>
         self.map_entries: dict[str, descriptor_pb2.DescriptorProto] = {}
-        prefix = f".{fdp.package}" if fdp.package else ""
-        self._collect_maps(fdp.message_type, prefix)
+        # proto2 groups: the field and its message type print as one `group` block
+        self.types: dict[str, descriptor_pb2.DescriptorProto] = {}
+        self.group_types: set[str] = set()
+        self.prefix = f".{fdp.package}" if fdp.package else ""
+        self._collect_maps(fdp.message_type, self.prefix)
 
     def _collect_maps(self, messages: Iterable[descriptor_pb2.DescriptorProto], prefix: str) -> None:
         for m in messages:
             full = f"{prefix}.{m.name}"
             if m.options.map_entry:
                 self.map_entries[full] = m
+            self.types[full] = m
+            self.group_types.update(f.type_name for f in m.field if f.type == FDP.TYPE_GROUP)
             self._collect_maps(m.nested_type, full)
 
     def render(self) -> str:
@@ -69,7 +74,7 @@ class Renderer:
         self._option_lines(f.options, "google.protobuf.FileOptions", "")
         for m in f.message_type:
             self.out.append("")
-            self._message(m, "")
+            self._message(m, "", full=f"{self.prefix}.{m.name}")
         for e in f.enum_type:
             self.out.append("")
             self._enum(e, "")
@@ -119,8 +124,9 @@ class Renderer:
             self.out.extend(f"{indent}option {o};" for o in lines)
 
     def _field(self, field: descriptor_pb2.FieldDescriptorProto, indent: str, in_oneof: bool) -> None:
-        if field.type == FDP.TYPE_GROUP:
-            raise UnsupportedDescriptor(f"field {field.name}: proto2 groups are not supported")
+        group = self.types.get(field.type_name) if field.type == FDP.TYPE_GROUP else None
+        if field.type == FDP.TYPE_GROUP and (group is None or field.extendee):
+            raise UnsupportedDescriptor(f"field {field.name}: this proto2 group is not supported")
         entry = self.map_entries.get(field.type_name)
         if entry is not None:
             key, val = entry.field[0], entry.field[1]
@@ -135,6 +141,9 @@ class Renderer:
         if field.HasField("json_name") and field.json_name != _json_name(field.name):
             opts.append(f"json_name = {json.dumps(field.json_name)}")
         suffix = f" [{', '.join(opts)}]" if opts else ""
+        if group is not None:
+            self._message(group, indent, f"{label}group", f" = {field.number}{suffix}", field.type_name)
+            return
         self.out.append(f"{indent}{label}{type_text} {field.name} = {field.number}{suffix};")
 
     def _type(self, field: descriptor_pb2.FieldDescriptorProto) -> str:
@@ -153,28 +162,30 @@ class Renderer:
             return "optional " if field.proto3_optional else ""
         return "optional "
 
-    def _message(self, m: descriptor_pb2.DescriptorProto, indent: str) -> None:
+    def _message(self, m: descriptor_pb2.DescriptorProto, indent: str, keyword: str = "message",
+                 tail: str = "", full: str = "") -> None:
         inner = indent + "  "
-        self.out.append(f"{indent}message {m.name} {{")
+        self.out.append(f"{indent}{keyword} {m.name}{tail} {{")
         self._option_lines(m.options, "google.protobuf.MessageOptions", inner)
         synthetic = {f.oneof_index for f in m.field if f.proto3_optional}
         printed_oneofs: set[int] = set()
         # protoc adds a map field's entry type to nested_type where the field is declared, and
         # clients address nested messages by index (Confluent's message indexes): print the
         # nested messages declared before each map field before it, so the order comes back
-        entry_index = {n.name: i for i, n in enumerate(m.nested_type) if n.options.map_entry}
+        entry_index = {n.name: i for i, n in enumerate(m.nested_type)
+                       if n.options.map_entry or f"{full}.{n.name}" in self.group_types}
         next_nested = 0
 
         def nested_until(end: int) -> None:
             nonlocal next_nested
             for nested in m.nested_type[next_nested:end]:
-                if not nested.options.map_entry:
-                    self._message(nested, inner)
+                if not nested.options.map_entry and f"{full}.{nested.name}" not in self.group_types:
+                    self._message(nested, inner, full=f"{full}.{nested.name}")
             next_nested = max(next_nested, end)
 
         for field in m.field:
-            entry = entry_index.get(field.type_name.rpartition(".")[2]) if field.type == FDP.TYPE_MESSAGE else None
-            if entry is not None and field.type_name in self.map_entries:
+            entry = entry_index.get(field.type_name.rpartition(".")[2])
+            if entry is not None and (field.type_name in self.map_entries or field.type_name in self.group_types):
                 nested_until(entry)
             if field.HasField("oneof_index") and field.oneof_index not in synthetic:
                 idx = field.oneof_index
