@@ -396,3 +396,38 @@ def test_https_with_the_brokers_tls_certificate(tmp_path):
             urllib.request.urlopen(url.replace("https://", "http://") + "/subjects", timeout=10)
     finally:
         proc.kill()
+
+
+def _protobuf_with_an_import():
+    """Two .proto files, the second importing the first: its serializer registers the first as a reference."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    f = descriptor_pb2.FieldDescriptorProto
+    common = descriptor_pb2.FileDescriptorProto(name="kshim_test/money.proto", package="kshim.common", syntax="proto3")
+    money = common.message_type.add(name="Money")
+    money.field.add(name="currency", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    money.field.add(name="cents", number=2, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+    order = descriptor_pb2.FileDescriptorProto(name="kshim_test/order.proto", package="kshim.orders", syntax="proto3",
+                                               dependency=["kshim_test/money.proto"])
+    msg = order.message_type.add(name="Order")
+    msg.field.add(name="id", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    msg.field.add(name="total", number=2, type=f.TYPE_MESSAGE, type_name=".kshim.common.Money",
+                  label=f.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(common)
+    pool.Add(order)
+    return (message_factory.GetMessageClass(pool.FindMessageTypeByName("kshim.orders.Order")),
+            message_factory.GetMessageClass(pool.FindMessageTypeByName("kshim.common.Money")))
+
+
+def test_protobuf_with_an_imported_file_registers_it_as_a_reference(registry, client):
+    order, money = _protobuf_with_an_import()
+    values = [order(id=f"o{i}", total=money(currency="EUR", cents=100 * i)) for i in range(3)]
+    serializer = ProtobufSerializer(order, client, {"use.deprecated.format": False})
+    got = round_trip(registry, "proto-orders", serializer, ProtobufDeserializer(order, {"use.deprecated.format": False}),
+                     values)
+    assert got == values
+    latest = client.get_latest_version("proto-orders-value")
+    assert [(ref.name, ref.subject) for ref in latest.schema.references] == [
+        ("kshim_test/money.proto", "kshim_test/money.proto")]
+    url = registry_url(registry)
+    assert http(f"{url}/subjects/kshim_test%2Fmoney.proto/versions/1/referencedby") == (200, [latest.schema_id])
