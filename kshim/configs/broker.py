@@ -11,7 +11,7 @@ from kshim.security.config import SecurityConfig
 
 
 # the memory a hosted partition replica is budgeted (kshim.tuning.default_partition_budget): an
-# idle one measures ~9-10 KiB of RSS (docs/storage.md), the rest is room for a busy one's state
+# idle one measures 9-11 KiB of RSS (docs/benchmarks.md), the rest is room for a busy one's state
 BYTES_PER_PARTITION = 32 * 1024
 
 
