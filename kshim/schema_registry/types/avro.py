@@ -119,9 +119,12 @@ class AvroSchema:
     def compatibility_errors(self, previous: Schema) -> list[str]:
         if not isinstance(previous, AvroSchema):
             return ["Incompatible because of different schema type"]
-        result = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(
-            self.parsed, previous.parsed
-        )
+        try:
+            result = avro.compatibility.ReaderWriterCompatibilityChecker().get_compatibility(
+                self.parsed, previous.parsed
+            )
+        except RecursionError:  # Confluent answers an unexpected failure the same way
+            return ["Unexpected exception during compatibility check: the schemas nest too deeply"]
         if result.compatibility is avro.compatibility.SchemaCompatibilityType.compatible:
             return []
         # avro merges the details of several incompatibilities into sets: pair them only when one
