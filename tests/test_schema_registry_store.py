@@ -223,3 +223,16 @@ def test_references_resolve_from_subject_versions():
     assert reg.version("person", "latest").references == (r.Reference("x.Address", "address", 1),)
     assert reg.referenced_by("address", "1") == [person]
     assert refused(lambda: reg.delete_subject("address")).code == 42206  # still referenced
+
+
+def test_an_imported_copy_of_a_schema_answers_for_it_once_the_first_id_is_gone():
+    reg = Registry(MemoryStore())
+    anyio.run(lambda: reg.set_mode(None, {"mode": "IMPORT"}))
+    register(reg, "a", {**V1, "id": 10})
+    register(reg, "b", {**V1, "id": 20})  # the same schema under another id, as copied from elsewhere
+    anyio.run(lambda: reg.set_mode(None, {"mode": "READWRITE"}))
+    assert register(reg, "c", V1) == 10
+    for subject in ("a", "c"):  # every holder of id 10
+        anyio.run(lambda: reg.delete_subject(subject))
+        anyio.run(lambda: reg.delete_subject(subject, permanent=True))
+    assert register(reg, "d", V1) == 20

@@ -76,8 +76,14 @@ class RegistryState:
         holders.discard((subject, version))
         if not holders:
             self.holders.pop(old.id, None)
-            if self.ids.get(identity(old)) == old.id:
-                del self.ids[identity(old)]
+        if not holders and self.ids.get(identity(old)) == old.id:
+            del self.ids[identity(old)]
+            # another id may hold the same schema (imported under its own id): it answers for it now
+            same = identity(old)
+            for other in (v for vs in self.subjects.values() for v in vs.values()):
+                if identity(other) == same:
+                    self.ids[same] = other.id
+                    break
 
     # ------------------------------------------------------------------ questions
     def versions(self, subject: str, *, deleted: bool = False) -> list[r.SchemaValue]:
