@@ -334,8 +334,9 @@ def test_protobuf_text_and_descriptor_are_one_schema() -> None:
 
 def test_protobuf_builtin_imports_and_references() -> None:
     proto('syntax = "proto3"; import "google/protobuf/any.proto"; import "google/protobuf/struct.proto";'
-          'import "confluent/meta.proto"; import "confluent/type/decimal.proto";'
-          'message M { google.protobuf.Any a = 1; confluent.type.Decimal d = 2 [(confluent.field_meta).doc = "x"]; }')
+          'import "confluent/meta.proto"; import "confluent/type/decimal.proto"; import "google/type/date.proto";'
+          'message M { google.protobuf.Any a = 1; confluent.type.Decimal d = 2 [(confluent.field_meta).doc = "x"];'
+          ' google.type.Date day = 3; }')
     customer = 'syntax = "proto3";\npackage acme.v1;\nimport "acme/address.proto";\nmessage Customer { Address home = 1; }\n'
     address = 'syntax = "proto3";\npackage acme.v1;\nmessage Address { string city = 1; }\n'
     with pytest.raises(InvalidSchema, match="address.proto"):
