@@ -40,7 +40,15 @@ def response_header_version(api_key: int, version: int) -> int:
 
 
 def _flexible_or_false(api_key: int, version: int) -> bool:
-    return (api_key, "request") in MESSAGES and is_flexible(api_key, version)
+    flexible = _FLEXIBLE.get((api_key, version))
+    if flexible is None:  # once per API and version (twice a request otherwise: header in, header out)
+        flexible = (api_key, "request") in MESSAGES and is_flexible(api_key, version)
+        if 0 <= version < 128 and (api_key, "request") in MESSAGES:  # bounded: a peer picks these
+            _FLEXIBLE[(api_key, version)] = flexible
+    return flexible
+
+
+_FLEXIBLE: dict[tuple[int, int], bool] = {}
 
 
 def decode_request_header(frame: bytes | bytearray | memoryview) -> RequestHeader:
