@@ -161,28 +161,32 @@ class KafkaStore:
             return part.last_stable_offset
         if part.error_code:
             raise _Retry(ErrorCode(part.error_code).name)
-        data = part.records
         before = self.state.offset
-        if data:
-            view = memoryview(data)
-            for pos, header in iter_batches(view, strict=False):
-                if header.next_offset <= self.state.offset:
-                    continue
-                if not header.is_control:
-                    try:
-                        batch = decode_records(view[pos:pos + header.size])
-                    except CorruptRecordError as e:  # not for this registry to repair: skipped, said
-                        log.warning("schema registry: %s offsets %d..%d skipped: %s", self.topic,
-                                    header.base_offset, header.next_offset - 1, e)
-                        batch = []
-                    for record in batch:
-                        if record.offset >= self.state.offset:
-                            self.state.apply(record.offset, record.key, record.value)
-                self.state.offset = max(self.state.offset, header.next_offset)
+        if part.records:
+            try:
+                self._apply_batches(memoryview(part.records))
+            except CorruptRecordError as e:  # a batch header it cannot read: where the next one starts is unknown
+                raise StoreError(f"{self.topic} at offset {self.state.offset}: {e}") from None
         if self.state.offset != before:
             self.applied.set()
             self.applied = anyio.Event()
         return part.last_stable_offset
+
+    def _apply_batches(self, view: memoryview) -> None:
+        for pos, header in iter_batches(view, strict=False):
+            if header.next_offset <= self.state.offset:
+                continue
+            if not header.is_control:
+                try:
+                    batch = decode_records(view[pos:pos + header.size])
+                except CorruptRecordError as e:  # not for this registry to repair: skipped, said
+                    log.warning("schema registry: %s offsets %d..%d skipped: %s", self.topic,
+                                header.base_offset, header.next_offset - 1, e)
+                    batch = []
+                for record in batch:
+                    if record.offset >= self.state.offset:
+                        self.state.apply(record.offset, record.key, record.value)
+            self.state.offset = max(self.state.offset, header.next_offset)
 
     # ------------------------------------------------------------------ writing
     async def write(self, records: list[tuple[bytes, bytes | None]]) -> None:

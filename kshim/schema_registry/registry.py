@@ -178,7 +178,7 @@ class Registry:
         return self.state.modes[subject]
 
     # ------------------------------------------------------------------ schemas
-    def _resolve(self, references: Iterable[r.Reference], into: dict[str, str], depth: int = 0) -> None:
+    def resolve(self, references: Iterable[r.Reference], into: dict[str, str], depth: int = 0) -> None:
         """Reference name -> referenced schema text, transitive references included."""
         if depth > 32:
             raise invalid_schema("references nest more than 32 deep (a cycle?)")
@@ -191,11 +191,11 @@ class Registry:
                                      f"{ref.version} not found")
             if ref.name not in into:
                 into[ref.name] = target.schema
-                self._resolve(target.references, into, depth + 1)
+                self.resolve(target.references, into, depth + 1)
 
     def _parse(self, schema_type: str, text: str, references: tuple[r.Reference, ...], normalize: bool) -> Schema:
         resolved: dict[str, str] = {}
-        self._resolve(references, resolved)
+        self.resolve(references, resolved)
         try:
             return parse(schema_type, text, resolved, normalize=normalize)
         except InvalidSchema as e:

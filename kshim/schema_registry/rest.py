@@ -216,7 +216,7 @@ class RestApi:
         if not fmt:
             return v
         resolved: dict[str, str] = {}
-        self.registry._resolve(v.references, resolved)
+        self.registry.resolve(v.references, resolved)
         try:
             text = parse(v.schema_type, v.schema, resolved).formatted(fmt)
         except InvalidSchema as e:
