@@ -5,6 +5,7 @@ modes, error bodies, ids kept across a restart and a kill -9 (and never reused, 
 compaction dropped a deleted schema's records), basic auth on a SASL broker."""
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import subprocess
@@ -147,6 +148,12 @@ def test_protobuf_records_round_trip(registry, client):
     assert got == values
     latest = client.get_latest_version("proto-points-value")
     assert latest.schema.schema_type == "PROTOBUF" and "message Point" in latest.schema.schema_str
+    # ?format=serialized: the FileDescriptorProto, base64, as Confluent serves it
+    from google.protobuf import descriptor_pb2
+    status, answer = http(f"{registry_url(registry)}/schemas/ids/{latest.schema_id}?format=serialized")
+    assert status == 200 and answer["schemaType"] == "PROTOBUF"
+    parsed = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(answer["schema"]))
+    assert [m.name for m in parsed.message_type] == ["Point"]
 
 
 def test_compatibility_levels_refuse_an_incompatible_schema_with_409(registry, client):
