@@ -273,6 +273,12 @@ def test_json_references() -> None:
     ({**OPEN, "dependencies": {"a": ["b", "c"]}}, {**OPEN, "dependencies": {"a": ["b"]}}, ["DEPENDENCY_ARRAY_EXTENDED"]),
     ({**OPEN, "dependencies": {"a": ["b"]}}, {**OPEN, "dependencies": {"a": ["b", "c"]}}, []),
     ({**OPEN, "dependencies": {"a": {"required": ["b"]}}}, OPEN, ["DEPENDENCY_SCHEMA_ADDED"]),
+    # a type beside a combiner or enum is one more allOf member (as everit reads it): changes to it count
+    ({**props(OPEN, a={"type": "integer"}), "oneOf": [{"required": ["a"]}]},
+     {**OPEN, "oneOf": [{"required": ["a"]}]}, ["COMBINED_TYPE_SUBSCHEMAS_CHANGED"]),
+    ({**OPEN, "oneOf": [{"required": ["a"]}]}, {**OPEN, "oneOf": [{"required": ["a"]}]}, []),
+    ({"type": "string", "enum": ["a", "b"]}, {"type": "string", "enum": ["a"]}, []),
+    ({"type": "string", "enum": ["a"]}, {"type": "string", "enum": ["a", "b"]}, ["COMBINED_TYPE_SUBSCHEMAS_CHANGED"]),
     # nested: a property's own change is reported at its path
     (props(OPEN, a={"type": "integer"}), OPEN, ["TYPE_CHANGED"]),
     ({"not": {"type": "string"}}, {"not": {"type": "string"}}, []),

@@ -16,8 +16,8 @@ patternProperties), required, additionalProperties, dependencies (arrays and sch
 min/maxProperties, items (one schema or a tuple, additionalItems), min/maxItems, uniqueItems, enum
 and const, string min/maxLength and pattern, number bounds and multipleOf, allOf/anyOf/oneOf
 (criterion and subschemas matched one to one), not, $ref (compared through). Difference names are
-Confluent's. Not done: unevaluated*, contains, propertyNames, if/then/else; a schema mixing a
-combiner or enum with other keywords is taken as its combiner or enum alone.
+Confluent's. A schema object mixing a type with enum, const, not or combiners is their allOf, as
+everit reads it. Not done: unevaluated*, contains, propertyNames, if/then/else.
 """
 
 from __future__ import annotations
@@ -196,7 +196,8 @@ class _Node:
             return "false"
         if not isinstance(s, dict):
             return "empty"
-        if any(c in s for c in _COMBINERS) or (isinstance(s.get("type"), list) and len(s["type"]) != 1):
+        if len(_parts(s)) > 1 or any(c in s for c in _COMBINERS) or (
+                isinstance(s.get("type"), list) and len(s["type"]) != 1):
             return "combined"
         for key in ("enum", "const", "not"):
             if key in s:
@@ -214,12 +215,26 @@ class _Node:
     def combined(self) -> tuple[str, list[_Node]]:
         """(criterion, subschemas); a type list is anyOf the single types, as everit reads it."""
         s = self.schema
+        parts = _parts(s)
+        if len(parts) > 1:
+            return "allOf", [self.sub(p) for p in parts]
         if isinstance(s.get("type"), list) and len(s["type"]) != 1 and not any(c in s for c in _COMBINERS):
             return "anyOf", [self.sub({**s, "type": t}) for t in s["type"]]
         present = [c for c in _COMBINERS if c in s]
         if len(present) == 1:
             return present[0], [self.sub(x) for x in s[present[0]]]
         return "allOf", [self.sub({c: s[c]}) for c in present]
+
+
+_SEPARATE = ("enum", "const", "not", *_COMBINERS)
+
+
+def _parts(s: dict[str, Any]) -> list[Any]:
+    """The schemas everit (Confluent's validator) makes of one object: the typed one, then one for
+    each of enum, const, not and every combiner; more than one is their allOf."""
+    rest = {k: v for k, v in s.items() if k not in _SEPARATE}
+    typed = "type" in rest or bool(set(rest) & (_OBJECT_KW | _ARRAY_KW | _STRING_KW | _NUMBER_KW))
+    return ([rest] if typed else []) + [{k: s[k]} for k in _SEPARATE if k in s]
 
 
 def _is_open(n: _Node, pattern_key: str | None) -> bool:
