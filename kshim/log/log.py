@@ -396,7 +396,7 @@ class Log(SegmentDeletion):
             while i < len(segs):
                 seg = segs[i]
                 i += 1
-                with seg.reading() as fd:  # an older segment stays open meanwhile
+                with seg.reading() as fd:  # pinned: its descriptor stays open meanwhile
                     pos = 0 if out else seg.position_of(offset)
                     if pos is None:
                         continue
