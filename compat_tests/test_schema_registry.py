@@ -438,3 +438,15 @@ def test_protobuf_with_an_imported_file_registers_it_as_a_reference(registry, cl
         ("kshim_test/money.proto", "kshim_test/money.proto")]
     url = registry_url(registry)
     assert http(f"{url}/subjects/kshim_test%2Fmoney.proto/versions/1/referencedby") == (200, [latest.schema_id])
+
+
+def test_a_taken_registry_port_stops_the_start_with_a_message(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = KshimProcess(tmp_path / "data", "--schema-registry", "--schema-registry-port", str(port))
+        with pytest.raises(RuntimeError):
+            proc.start()
+        assert proc.proc is not None and proc.proc.wait(30) == 1
+        assert f"the schema registry cannot listen on 127.0.0.1:{port}" in proc.logs(), proc.logs()

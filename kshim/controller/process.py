@@ -505,6 +505,12 @@ def _check_ports(settings: ClusterSettings) -> None:
         except OSError as e:
             raise StartupFailed(f"cannot serve the console on {settings.host}:{settings.console_port}: {e} "
                                 "(--console-port 0 picks a free one, --no-console turns it off)") from None
+    if settings.schema_registry_port:
+        try:
+            open_listener(settings.host, settings.schema_registry_port).close()
+        except OSError as e:
+            raise StartupFailed(f"cannot serve the schema registry on {settings.host}:{settings.schema_registry_port}: "
+                                f"{e} (--schema-registry-port 0 picks a free one)") from None
 
 
 async def _wait_controller(service: SupervisorService, timeout_s: float) -> None:
