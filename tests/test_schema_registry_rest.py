@@ -96,3 +96,11 @@ def test_basic_auth_asks_the_authenticator():
     assert call(api, "GET", "/subjects", headers=basic(b"alice:wrong"))[0] == 401
     assert call(api, "GET", "/subjects", headers=basic(b"alice:pw:with:colons")) == (200, [])
     assert asked == [("alice", "wrong"), ("alice", "pw:with:colons")]
+
+
+def test_serve_refuses_to_start_without_the_schema_libraries(monkeypatch, tmp_path):
+    from kshim.errors import StartRefused
+    from kshim.schema_registry import service
+    monkeypatch.setattr(service, "LIBRARIES", ("avro", "no_such_library_kshim", "no_such_parent.child"))
+    with pytest.raises(StartRefused, match="no_such_library_kshim, no_such_parent.child: pip install"):
+        anyio.run(service.serve, service.RegistryConfig("127.0.0.1", 0, [], tmp_path))
