@@ -27,6 +27,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from compat_tests.cluster import Cluster, run_ctl, running
 from compat_tests.kshim_process import KshimProcess, wait_until
+from kshim.testing import free_port_block
 
 REGISTRY = ("--schema-registry", "--schema-registry-port", "0")
 USER_V1 = {"type": "record", "name": "User", "namespace": "kshim.test",
@@ -450,3 +451,19 @@ def test_a_taken_registry_port_stops_the_start_with_a_message(tmp_path):
             proc.start()
         assert proc.proc is not None and proc.proc.wait(30) == 1
         assert f"the schema registry cannot listen on 127.0.0.1:{port}" in proc.logs(), proc.logs()
+
+
+def test_a_sasl_cluster_serves_the_registry_with_basic_auth(tmp_path):
+    """--brokers 2 with SASL_PLAINTEXT only: the registry reaches the brokers as the inter-broker user
+    and checks basic credentials on broker 0's SASL listener."""
+    users = tmp_path / "users"
+    users.write_text("admin:admin-secret\nalice:alice-secret\n")
+    base = free_port_block(2)
+    with running(Cluster(tmp_path / "cluster", 2, "--listeners", f"SASL_PLAINTEXT://127.0.0.1:{base}",
+                         "--sasl-users", str(users), "--inter-broker-user", "admin", *REGISTRY,
+                         base_port=base)) as cluster:
+        url = registry_url(cluster.process)
+        assert http(f"{url}/subjects")[0] == 401
+        client = SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:alice-secret"})
+        assert client.register_schema("sasl-cluster-value", _schema(1)) == 1
+        assert cluster.partition("_schemas")["replicas"] and client.get_subjects() == ["sasl-cluster-value"]
