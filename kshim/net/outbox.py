@@ -91,8 +91,8 @@ class DirectSends:
 
     Order: the reader flushes before it queues anything in the outbox, and at the end of the
     requests it read. A handler that waits (the reader then yields to the loop) must not hold the
-    answers before it: the first answer gathered schedules a flush for the loop's next turn, which
-    finds nothing to do when the reader flushed first. What the socket does not take goes to the
+    answers before it: a request handled while answers are gathered schedules a flush for the
+    loop's next turn (`guard`), which finds nothing to do when the reader flushed first. What the socket does not take goes to the
     outbox, which is empty then (nothing was queued since the first answer was gathered)."""
 
     __slots__ = ("sock", "outbox", "state", "chunks", "answers", "_scheduled", "_loop")
@@ -109,7 +109,12 @@ class DirectSends:
     def add(self, response: list) -> None:
         self.chunks += response
         self.answers += 1
-        if not self._scheduled:
+
+    def guard(self) -> None:
+        """Before a request is handled with answers gathered: should its handler wait, they go
+        out at the loop's next turn. (With none gathered, as for a client that sends one request
+        at a time, no callback is scheduled: a turn of the loop saved per request.)"""
+        if self.answers and not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush_soon)
 

@@ -502,6 +502,7 @@ class Server:
                     if state.throttle.until:  # muted once by a quota: checked (and waited for) before each request
                         direct.flush()
                         await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
+                    direct.guard()
                     result = await self._dispatch(request, peer, security, state.throttle)
                     if state.reserved and request.size == state.reserved:  # the large frame is handled
                         self.memory.release(state.reserved)
