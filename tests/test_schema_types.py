@@ -573,3 +573,11 @@ def test_fuzz_references(kind: str, name: str, ref: str, text: str) -> None:
         parse(kind, text, {name: ref, "x": ref})
     except InvalidSchema:
         pass
+
+
+def test_avro_text_keeps_java_avros_key_order():
+    """What GET /schemas/ids/{id} answers reads as Confluent's does: Java Avro's Schema.toString()
+    order (a record's type and name first; a field's name before its type)."""
+    text = parse("AVRO", json.dumps({"fields": [{"default": 1, "type": "int", "name": "a"}], "name": "R",
+                                     "type": "record"})).canonical()
+    assert text == '{"type":"record","name":"R","fields":[{"name":"a","type":"int","default":1}]}'

@@ -106,7 +106,7 @@ class AvroSchema:
         obj = self.parsed.to_json(names)
         if normalize:
             return json.dumps(_full_names(obj, None), sort_keys=True, separators=(",", ":"))
-        return json.dumps(obj, separators=(",", ":"))
+        return json.dumps(_java_order(obj), separators=(",", ":"))
 
     def canonical(self) -> str:
         return self._canonical
@@ -220,3 +220,41 @@ def parse_avro(text: str, references: Mapping[str, str], *, normalize: bool) -> 
     except RecursionError as e:
         raise InvalidSchema("Invalid schema: nested too deeply") from e
     return AvroSchema(parsed, refs, normalize)
+
+
+# the key order of Java Avro's Schema.toString(), which Confluent's registry stores and answers
+# (the Python library writes a field's "type" before its "name")
+_SCHEMA_KEYS = ("type", "name", "namespace", "doc", "fields", "symbols", "items", "values", "size", "default")
+_FIELD_KEYS = ("name", "type", "doc", "default", "order")
+
+
+def _java_order(schema: Any) -> Any:
+    if isinstance(schema, list):  # a union
+        return [_java_order(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = _keys_first(schema, _SCHEMA_KEYS)
+    if isinstance(out.get("type"), (dict, list)):
+        out["type"] = _java_order(out["type"])
+    for key in ("items", "values"):
+        if key in out:
+            out[key] = _java_order(out[key])
+    if isinstance(out.get("fields"), list):
+        out["fields"] = [_field_order(f) for f in out["fields"]]
+    return out
+
+
+def _field_order(field: Any) -> Any:
+    if not isinstance(field, dict):
+        return field
+    out = _keys_first(field, _FIELD_KEYS)
+    if "type" in out:
+        out["type"] = _java_order(out["type"])
+    return out
+
+
+def _keys_first(obj: dict[str, Any], first: tuple[str, ...]) -> dict[str, Any]:
+    out = {k: obj[k] for k in first if k in obj}
+    out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
+
