@@ -455,7 +455,7 @@ def test_a_taken_registry_port_stops_the_start_with_a_message(tmp_path):
 
 def test_a_sasl_cluster_serves_the_registry_with_basic_auth(tmp_path):
     """--brokers 2 with SASL_PLAINTEXT only: the registry reaches the brokers as the inter-broker user
-    and checks basic credentials on broker 0's SASL listener."""
+    and checks basic credentials on a broker's SASL listener: the next broker's while broker 0 is down."""
     users = tmp_path / "users"
     users.write_text("admin:admin-secret\nalice:alice-secret\n")
     base = free_port_block(2)
@@ -467,3 +467,9 @@ def test_a_sasl_cluster_serves_the_registry_with_basic_auth(tmp_path):
         client = SchemaRegistryClient({"url": url, "basic.auth.user.info": "alice:alice-secret"})
         assert client.register_schema("sasl-cluster-value", _schema(1)) == 1
         assert cluster.partition("_schemas")["replicas"] and client.get_subjects() == ["sasl-cluster-value"]
+        assert run_ctl(cluster.data_dir, "kill", "0").returncode == 0
+        admin = {"Authorization": "Basic " + base64.b64encode(b"admin:admin-secret").decode()}  # not cached yet
+        wrong = {"Authorization": "Basic " + base64.b64encode(b"admin:nope").decode()}
+        assert http(f"{url}/subjects", headers=admin) == (200, ["sasl-cluster-value"])
+        assert http(f"{url}/subjects", headers=wrong)[0] == 401
+        assert run_ctl(cluster.data_dir, "start", "0").returncode == 0

@@ -583,6 +583,7 @@ async def run_cluster(settings: ClusterSettings) -> int:
                     bound = await tg.start(registry.serve, registry.RegistryConfig(
                         settings.host, settings.schema_registry_port,
                         [(host, base + i) for i in range(settings.brokers)], data_dir, settings.security,
+                        brokers=settings.brokers,
                         on_ready=console_app.set_schemas if console_app is not None else None))
                     scheme = "https" if settings.security is not None and settings.security.needs_tls else "http"
                     console += f"; schema registry {scheme}://{settings.host}:{bound}/"

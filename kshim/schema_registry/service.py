@@ -50,6 +50,7 @@ class RegistryConfig:
     data_dir: Path  # where --tls-dev keeps its files
     security: SecurityConfig | None = None  # the broker's: TLS certificate, SASL users
     sasl_address: tuple[str, int] | None = None  # a SASL listener of a broker (basic auth asks it)
+    brokers: int = 1  # with --brokers N, broker i listens on each listener's port + i: basic auth asks any
     max_body_bytes: int = MAX_BODY_BYTES
     # given, once serving, a view of the subjects and versions (the web console shows it)
     on_ready: Callable[[Callable[[], list[dict[str, Any]]]], None] | None = None
@@ -66,10 +67,11 @@ def summary(state: RegistryState) -> list[dict[str, Any]]:
 
 
 class BrokerAuthenticator:
-    """HTTP basic credentials checked with a SASL exchange on a broker listener."""
+    """HTTP basic credentials checked with a SASL exchange on a broker listener (the next broker's
+    while one does not answer)."""
 
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
-        self.host, self.port, self.tls = host, port, tls
+    def __init__(self, addresses: Sequence[tuple[str, int]], tls: ssl.SSLContext | None) -> None:
+        self.addresses, self.tls = list(addresses), tls  # the brokers, asked in turn while one is down
         self._passed: dict[bytes, float] = {}  # digest of (user, password) -> anyio time it expires
 
     async def __call__(self, user: str, password: str) -> bool:
@@ -78,16 +80,11 @@ class BrokerAuthenticator:
         if self._passed.get(digest, 0.0) > now:
             return True
         for mechanism in MECHANISMS:
-            conn = BrokerConnection(self.host, self.port, "kshim-schema-registry-auth",
-                                    ClientSecurity(self.tls, mechanism, user, password))
-            try:
-                await conn.connect(AUTH_TIMEOUT_S)
-            except AuthenticationError:
-                continue
-            except CONNECTION_LOST as e:
-                log.warning("schema registry: cannot check credentials with %s:%d: %s", self.host, self.port, e)
-                return False
-            await conn.aclose()
+            passed = await self._exchange(mechanism, user, password)
+            if passed is None:
+                return False  # no broker answered
+            if not passed:
+                continue  # refused: the next mechanism
             if len(self._passed) >= AUTH_CACHE_ENTRIES:
                 self._passed = {k: t for k, t in self._passed.items() if t > now}
                 if len(self._passed) >= AUTH_CACHE_ENTRIES:
@@ -95,6 +92,22 @@ class BrokerAuthenticator:
             self._passed[digest] = now + AUTH_CACHE_S
             return True
         return False
+
+    async def _exchange(self, mechanism: str, user: str, password: str) -> bool | None:
+        """Whether a broker took the credentials with `mechanism`; None if none answered."""
+        for host, port in self.addresses:
+            conn = BrokerConnection(host, port, "kshim-schema-registry-auth",
+                                    ClientSecurity(self.tls, mechanism, user, password))
+            try:
+                await conn.connect(AUTH_TIMEOUT_S)
+            except AuthenticationError:
+                return False
+            except CONNECTION_LOST as e:
+                log.warning("schema registry: cannot check credentials with %s:%d: %s", host, port, e)
+                continue
+            await conn.aclose()
+            return True
+        return None
 
 
 def _installed(name: str) -> bool:
@@ -130,8 +143,9 @@ async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED
             tls = None
             if sasl.tls:
                 tls = client_context(security, sasl, config.data_dir)
-            host, port = config.sasl_address or (sasl.host, sasl.port)
-            authenticate = BrokerAuthenticator(host, port, tls)
+            addresses = [config.sasl_address] if config.sasl_address else [
+                (sasl.host, sasl.port + i) for i in range(config.brokers)]
+            authenticate = BrokerAuthenticator(addresses, tls)
     store = KafkaStore(config.bootstrap, client)
     try:
         async with anyio.create_task_group() as tg:
