@@ -441,15 +441,19 @@ class _Context:
                 self.compare(o.sub(oprops[name]), u.sub(uprops[name]), where)
         self._dependencies(o, u, path + ["dependencies"])
         oa, ua = o.get("additionalProperties", True), u.get("additionalProperties", True)
-        where = path + ["additionalProperties"]
-        if (oa is not False) != (ua is not False):
-            self.add("ADDITIONAL_PROPERTIES_ADDED" if ua is not False else "ADDITIONAL_PROPERTIES_REMOVED", where)
-        elif isinstance(oa, dict) != isinstance(ua, dict):
-            self.add("ADDITIONAL_PROPERTIES_NARROWED" if isinstance(ua, dict) else "ADDITIONAL_PROPERTIES_EXTENDED", where)
-        elif isinstance(oa, dict) and isinstance(ua, dict):
-            self.compare(o.sub(oa), u.sub(ua), where)
+        self._extra_change(o, u, oa, ua, path + ["additionalProperties"], "ADDITIONAL_PROPERTIES")
         _number_change(self, "maxProperties", "MAX_PROPERTIES", o.get("maxProperties"), u.get("maxProperties"), path)
         _number_change(self, "minProperties", "MIN_PROPERTIES", o.get("minProperties"), u.get("minProperties"), path)
+
+    def _extra_change(self, o: _Node, u: _Node, old: Any, new: Any, where: list[str], rule: str) -> None:
+        """additionalProperties or additionalItems (`rule`): opened or closed (false), a schema
+        where there was none (NARROWED) or none where there was one (EXTENDED), or both compared."""
+        if (old is not False) != (new is not False):
+            self.add(f"{rule}_ADDED" if new is not False else f"{rule}_REMOVED", where)
+        elif isinstance(old, dict) != isinstance(new, dict):
+            self.add(f"{rule}_NARROWED" if isinstance(new, dict) else f"{rule}_EXTENDED", where)
+        elif isinstance(old, dict) and isinstance(new, dict):
+            self.compare(o.sub(old), u.sub(new), where)
 
     def _dependencies(self, o: _Node, u: _Node, path: list[str]) -> None:
         """dependencies (draft-07) or dependentRequired/dependentSchemas (2019-09 on)."""
@@ -527,13 +531,7 @@ class _Context:
                 self._item_change(u, uextra, o.sub(otuple[i]), "REMOVED", where)
             else:
                 self._item_change(o, oextra, u.sub(utuple[i]), "ADDED", where)
-        where = path + ["additionalItems"]
-        if (oextra is not False) != (uextra is not False):
-            self.add("ADDITIONAL_ITEMS_REMOVED" if oextra is not False else "ADDITIONAL_ITEMS_ADDED", where)
-        elif isinstance(oextra, dict) != isinstance(uextra, dict):
-            self.add("ADDITIONAL_ITEMS_NARROWED" if isinstance(uextra, dict) else "ADDITIONAL_ITEMS_EXTENDED", where)
-        elif isinstance(oextra, dict) and isinstance(uextra, dict):
-            self.compare(o.sub(oextra), u.sub(uextra), where)
+        self._extra_change(o, u, oextra, uextra, path + ["additionalItems"], "ADDITIONAL_ITEMS")
         _number_change(self, "maxItems", "MAX_ITEMS", o.get("maxItems"), u.get("maxItems"), path)
         _number_change(self, "minItems", "MIN_ITEMS", o.get("minItems"), u.get("minItems"), path)
         ou, uu = bool(o.get("uniqueItems")), bool(u.get("uniqueItems"))

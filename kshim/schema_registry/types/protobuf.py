@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc_tools
 from google.protobuf import descriptor_pb2, descriptor_pool, message
@@ -170,19 +171,20 @@ def _normalized(fdp: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileD
     out = descriptor_pb2.FileDescriptorProto()
     out.CopyFrom(fdp)
 
+    def by_number(items: Any) -> None:  # a repeated field of descriptors, in place
+        ordered = sorted(items, key=lambda x: x.number)
+        del items[:]
+        items.extend(ordered)
+
     def sort_message(m: descriptor_pb2.DescriptorProto) -> None:
-        fields = sorted(m.field, key=lambda f: f.number)
-        del m.field[:]
-        m.field.extend(fields)
+        by_number(m.field)
         for n in m.nested_type:
             sort_message(n)
         for e in m.enum_type:
             sort_enum(e)
 
     def sort_enum(e: descriptor_pb2.EnumDescriptorProto) -> None:
-        values = sorted(e.value, key=lambda v: v.number)
-        del e.value[:]
-        e.value.extend(values)
+        by_number(e.value)
 
     for m in out.message_type:
         sort_message(m)
