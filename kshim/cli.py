@@ -347,6 +347,13 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"kshim: {e}", file=sys.stderr)
             return 2
     if args.command == "serve":
+        if args.schema_registry:
+            from kshim.schema_registry import missing_libraries  # start-up: only with --schema-registry
+            missing = missing_libraries()
+            if missing:  # the registry's modules import them: refused before the broker starts
+                print(f"kshim: --schema-registry needs {', '.join(missing)}: pip install 'kshim[schema-registry]'",
+                      file=sys.stderr)
+                return 2
         if args.ephemeral and args.log_dirs:  # they would outlive the process it deletes its data with
             print("kshim: --ephemeral keeps the logs in its own directory: leave out --log-dirs", file=sys.stderr)
             return 2

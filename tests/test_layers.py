@@ -107,6 +107,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "start-up: as kshim.net.server's, only a TLS inter-broker listener loads cryptography",
     ("kshim.cli", "kshim.console.console"): "start-up: not with --no-console",
     ("kshim.cli", "kshim.schema_registry.service"): "start-up: the schema registry loads only with --schema-registry",
+    ("kshim.cli", "kshim.schema_registry"): "start-up: its libraries are checked only with --schema-registry",
     ("kshim.controller.process", "kshim.schema_registry.service"): "start-up: as kshim.cli's, only with --schema-registry",
     ("kshim.schema_registry.service", "kshim.security.tls"):
         "start-up: as kshim.net.server's, cryptography loads only with a TLS listener",

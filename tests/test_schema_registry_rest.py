@@ -98,9 +98,12 @@ def test_basic_auth_asks_the_authenticator():
     assert asked == [("alice", "wrong"), ("alice", "pw:with:colons")]
 
 
-def test_serve_refuses_to_start_without_the_schema_libraries(monkeypatch, tmp_path):
-    from kshim.errors import StartRefused
-    from kshim.schema_registry import service
-    monkeypatch.setattr(service, "LIBRARIES", ("avro", "no_such_library_kshim", "no_such_parent.child"))
-    with pytest.raises(StartRefused, match="no_such_library_kshim, no_such_parent.child: pip install"):
-        anyio.run(service.serve, service.RegistryConfig("127.0.0.1", 0, [], tmp_path))
+def test_serve_refuses_to_start_without_the_schema_libraries(monkeypatch, tmp_path, capsys):
+    """Checked by the command before the broker starts: the registry's own modules import them."""
+    import kshim.schema_registry as package
+    from kshim.cli import main
+    monkeypatch.setattr(package, "LIBRARIES", ("avro", "no_such_library_kshim", "no_such_parent.child"))
+    assert main(["serve", "--schema-registry", "--data-dir", str(tmp_path / "data")]) == 2
+    assert "--schema-registry needs no_such_library_kshim, no_such_parent.child: pip install 'kshim[schema-registry]'" \
+        in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()  # refused before anything started

@@ -11,7 +11,6 @@ passed is remembered for AUTH_CACHE_S (a digest of it, never the password)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import ssl
 from dataclasses import dataclass
@@ -38,8 +37,6 @@ AUTH_CACHE_ENTRIES = 1024
 AUTH_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 120.0  # to reach the brokers, create `_schemas` and read it to its end
 MECHANISMS = ("PLAIN", "SCRAM-SHA-512", "SCRAM-SHA-256")
-# what the schema types parse with (pyproject.toml's schema-registry extra), by import name
-LIBRARIES = ("avro", "jsonschema", "google.protobuf", "grpc_tools")
 
 
 @dataclass
@@ -110,13 +107,6 @@ class BrokerAuthenticator:
         return None
 
 
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a dotted name whose parent is missing
-        return False
-
-
 def _sasl_listener(security: SecurityConfig) -> Listener | None:
     inter = security.inter_broker()
     if inter is not None and inter.sasl:
@@ -126,9 +116,6 @@ def _sasl_listener(security: SecurityConfig) -> Listener | None:
 
 async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; task_status gets the port bound, once `_schemas` was read to its end."""
-    missing = [name for name in LIBRARIES if not _installed(name)]
-    if missing:
-        raise StartRefused(f"--schema-registry needs {', '.join(missing)}: pip install 'kshim[schema-registry]'")
     security = config.security
     client: ClientSecurity | None = None
     server_tls: ssl.SSLContext | None = None
