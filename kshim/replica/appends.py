@@ -256,7 +256,7 @@ class Appender:
         followers in its ISR), else an awaitable of it. A handler that gets the outcome answers
         without a task and in the same turn of the loop."""
         result, partition = self._coordinator_append(topic, index, records)
-        if partition is None or partition.high_watermark > result.last_offset:
+        if partition is None or partition.committed(result.last_offset):
             return result
         return self._coordinator_committed(topic, index, records, result, partition, timeout_s)
 

@@ -327,11 +327,15 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
             self._hw_changed.fire()
             self.wake_all()
 
+    def committed(self, offset: int) -> bool:
+        """Whether `offset` is below the high watermark (COMMITTED) now."""
+        return self._high_watermark > offset
+
     async def wait_committed(self, offset: int, timeout_s: float) -> bool:
         """Wait until `offset` is below the high watermark (COMMITTED); False at the timeout or
         when this replica stops leading, even for a moment (its log may have been truncated and
         refilled meanwhile, so the same offset may hold other records)."""
-        if self._high_watermark > offset:  # already (one replica in the ISR): no timer to set up
+        if self.committed(offset):  # already (one replica in the ISR): no timer to set up
             return True
         epoch = self.leader_epoch
         with anyio.move_on_after(timeout_s):

@@ -46,7 +46,6 @@ class RegistryConfig:
     bootstrap: Sequence[tuple[str, int]]  # the brokers' inter-broker listener addresses
     data_dir: Path  # where --tls-dev keeps its files
     security: SecurityConfig | None = None  # the broker's: TLS certificate, SASL users
-    sasl_address: tuple[str, int] | None = None  # a SASL listener of a broker (basic auth asks it)
     brokers: int = 1  # with --brokers N, broker i listens on each listener's port + i: basic auth asks any
     max_body_bytes: int = MAX_BODY_BYTES
     # given, once serving, a view of the subjects and versions (the web console shows it)
@@ -130,9 +129,7 @@ async def serve(config: RegistryConfig, *, task_status=anyio.TASK_STATUS_IGNORED
             tls = None
             if sasl.tls:
                 tls = client_context(security, sasl, config.data_dir)
-            addresses = [config.sasl_address] if config.sasl_address else [
-                (sasl.host, sasl.port + i) for i in range(config.brokers)]
-            authenticate = BrokerAuthenticator(addresses, tls)
+            authenticate = BrokerAuthenticator([(sasl.host, sasl.port + i) for i in range(config.brokers)], tls)
     store = KafkaStore(config.bootstrap, client)
     try:
         async with anyio.create_task_group() as tg:

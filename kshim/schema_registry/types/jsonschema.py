@@ -487,14 +487,19 @@ class _Context:
             return
         partial = _partial(u, name)
         if partial is not None:
-            trial = self.trial(old, partial, where)
-            self.differences.extend(trial.differences)
-            covered = "IS" if trial.compatible() else "NOT"
-            self.add(f"PROPERTY_REMOVED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", where)
+            self._partially_open(old, partial, where, "REMOVED")
         elif old.schema is False:
             self.add("PROPERTY_WITH_FALSE_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)
         else:
             self.add("PROPERTY_REMOVED_FROM_CLOSED_CONTENT_MODEL", where)
+
+    def _partially_open(self, before: _Node, after: _Node, where: list[str], change: str) -> None:
+        """A property ADDED or REMOVED where patternProperties match its name: the change is
+        compared against the matching pattern's schema, and said covered or not."""
+        trial = self.trial(before, after, where)
+        self.differences.extend(trial.differences)
+        covered = "IS" if trial.compatible() else "NOT"
+        self.add(f"PROPERTY_{change}_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", where)
 
     def _property_added(self, o: _Node, new: _Node, required: bool, name: str, where: list[str]) -> None:
         has_default = isinstance(new.schema, dict) and "default" in new.schema
@@ -509,10 +514,7 @@ class _Context:
             return
         partial = _partial(o, name)
         if partial is not None:
-            trial = self.trial(partial, new, where)
-            self.differences.extend(trial.differences)
-            covered = "IS" if trial.compatible() else "NOT"
-            self.add(f"PROPERTY_ADDED_{covered}_COVERED_BY_PARTIALLY_OPEN_CONTENT_MODEL", where)
+            self._partially_open(partial, new, where, "ADDED")
         if required:
             kind = "REQUIRED_PROPERTY_WITH_DEFAULT" if has_default else "REQUIRED_PROPERTY"
             self.add(f"{kind}_ADDED_TO_UNOPEN_CONTENT_MODEL", where)
