@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 
@@ -95,14 +95,19 @@ class DirectSends:
     loop's next turn (`guard`), which finds nothing to do when the reader flushed first. What the socket does not take goes to the
     outbox, which is empty then (nothing was queued since the first answer was gathered)."""
 
-    __slots__ = ("sock", "outbox", "state", "chunks", "answers", "_scheduled", "_loop")
+    __slots__ = ("sock", "outbox", "state", "chunks", "answers", "settled", "_settle", "_scheduled", "_loop")
 
-    def __init__(self, sock: Any, outbox: Outbox, state: Any) -> None:
+    def __init__(self, sock: Any, outbox: Outbox, state: Any,
+                 settle: Callable[[list], None] | None = None) -> None:
         self.sock = sock
         self.outbox = outbox
         self.state = state  # the connection's: `outstanding` and `last_sent` are kept up to date
         self.chunks: list = []
         self.answers = 0
+        # what is recorded of answers (metrics, request log) once they are sent, by `settle`: a
+        # client waiting for its answer (one request at a time) does not wait for it too
+        self.settled: list = []
+        self._settle = settle
         self._scheduled = False
         self._loop = asyncio.get_running_loop()
 
@@ -123,8 +128,14 @@ class DirectSends:
         self.flush()
 
     def flush(self) -> None:
-        if not self.answers:
-            return
+        if self.answers:
+            self._send()
+        if self.settled:  # after the send; also for answers that went through the outbox
+            settled, self.settled = self.settled, []
+            if self._settle is not None:
+                self._settle(settled)
+
+    def _send(self) -> None:
         chunks, answers = self.chunks, self.answers
         self.chunks, self.answers = [], 0
         try:

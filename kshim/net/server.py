@@ -455,7 +455,7 @@ class Server:
                              wait_readable: Callable[[], Awaitable[None]]) -> None:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
-        direct = DirectSends(conn, outbox, state)
+        direct = DirectSends(conn, outbox, state, self._settle)
         waited = False  # the task waited (yielded) since its last read
         unyielded = 0  # bytes read since the task last yielded
         try:
@@ -503,7 +503,7 @@ class Server:
                         direct.flush()
                         await state.throttle.wait()  # muted by a quota (KIP-219): the next request waits
                     direct.guard()
-                    result = await self._dispatch(request, peer, security, state.throttle)
+                    result = await self._dispatch(request, peer, security, state.throttle, direct.settled)
                     if state.reserved and request.size == state.reserved:  # the large frame is handled
                         self.memory.release(state.reserved)
                         state.reserved = 0
@@ -574,10 +574,12 @@ class Server:
                 tg.cancel_scope.cancel()
                 return
 
-    async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity,
-                        throttle: Throttle) -> Mapping[str, Any] | None | Awaitable[Any]:
+    async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity, throttle: Throttle,
+                        settled: list | None = None) -> Mapping[str, Any] | None | Awaitable[Any]:
         """The request's answer: its handler's, unless a fault rule (kshim.observability.faults) says otherwise;
-        timed for the metrics and recorded in the request log."""
+        timed for the metrics and recorded in the request log. An answer ready now is timed now and,
+        given `settled` (the connection's DirectSends list), recorded after it is sent (`_settle`):
+        a client waiting for it does not wait for the bookkeeping too."""
         started = time.monotonic()
         metric_started = _now()
         h = request.header
@@ -605,9 +607,19 @@ class Server:
             if self.requests.enabled and (rule is None or rule.action == "delay"):
                 return self._logged(request, peer, result, started, rule)
             return result
+        if settled is not None:
+            settled.append((request, peer, result, started, rule, _now() - metric_started))
+            return result
         self.node.metrics.observe(h.api_key, request.body, result, _now() - metric_started)
         self._log(request, peer, result, started, rule)
         return result
+
+    def _settle(self, answered: list) -> None:
+        """The metrics and request log entries of answers `_dispatch` left for after their send."""
+        observe, log_request = self.node.metrics.observe, self._log
+        for request, peer, result, started, rule, took in answered:
+            observe(request.header.api_key, request.body, result, took)
+            log_request(request, peer, result, started, rule)
 
     async def _logged(self, request: Request, peer: str, result: Awaitable[Any], started: float,
                       rule: FaultRule | None) -> Any:
