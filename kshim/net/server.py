@@ -458,16 +458,21 @@ class Server:
         direct = DirectSends(conn, outbox, state, self._settle)
         waited = False  # the task waited (yielded) since its last read
         unyielded = 0  # bytes read since the task last yielded
+        drained = False  # the last plaintext read took less than it had room for: the socket was empty
         try:
             while True:
-                with core.receive_buffer() as view:
-                    room = len(view)
-                    try:
-                        n = conn.recv_into(view)
-                    except (BlockingIOError, ssl.SSLWantReadError):
-                        n = -1
-                    except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
-                        n = -2
+                if drained:  # wait at once: another recv would only fail (a syscall and an exception)
+                    drained = False
+                    n = -1
+                else:
+                    with core.receive_buffer() as view:
+                        room = len(view)
+                        try:
+                            n = conn.recv_into(view)
+                        except (BlockingIOError, ssl.SSLWantReadError):
+                            n = -1
+                        except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
+                            n = -2
                 if n == -2:
                     await anyio.sleep(TLS_RETRY_S)
                     continue
@@ -491,6 +496,8 @@ class Server:
                 if n == 0:
                     raise anyio.EndOfStream
                 core.received(n)
+                # TLS may hold decrypted bytes the selector cannot see: only a plaintext read tells
+                drained = plaintext and n < room
                 unyielded = n if waited else unyielded + n
                 if not waited and (n < room or unyielded > READ_ON_BYTES):
                     # a peer that always has bytes ready must not starve the others; a read that filled
@@ -729,8 +736,8 @@ class Server:
 
 
 def _awaitable(result: Any) -> TypeIs[Awaitable[Any]]:
-    """inspect.isawaitable, with the common answers (a dict, None) told apart first."""
-    return result is not None and type(result) is not dict and inspect.isawaitable(result)
+    """inspect.isawaitable, with the common answers (a dict or a subclass of it, None) told apart first."""
+    return result is not None and not isinstance(result, dict) and inspect.isawaitable(result)
 
 
 def _api_name(api_key: int) -> str:
