@@ -5,13 +5,15 @@ drives them: AddPartitionsToTxn for --partitions partitions, one Produce per par
 transactional batch of --records 100-byte records, encoded beforehand, outside the clock), EndTxn
 (commit), then the event loop runs until the coordinator has written the markers and
 CompleteCommit. Prints process CPU per cycle and its parts: each handler (request decoding
-included, response encoding not) and the completion.
+included, response encoding not) and the completion. With --v2, as a transactions v2 client
+(KIP-890, the Java client's protocol): no AddPartitionsToTxn, Produce v12 (the leader's
+verification adds the partition), EndTxn v5 (every end bumps the epoch).
 
 The client benchmarks (bench/transactions.py, bench/transactions_v2.py) wait on round trips,
 client timers and the other process sharing the cores; this one moves only with the broker's code,
 so it can show a change of a few percent. It measures no round trip and no socket work.
 
-    python bench/txn_cycle.py [--records 1] [--partitions 4] [--cycles 2000]
+    python bench/txn_cycle.py [--records 1] [--partitions 4] [--cycles 2000] [--v2]
     python bench/txn_cycle.py --checkout ../before --checkout . [--rounds 2]
 
 With --checkout (repeatable), each checkout's own kshim (its directory first on the path, with
@@ -33,7 +35,7 @@ from pathlib import Path
 WARMUP = 50
 
 
-def measure(records_per_batch: int, partitions: int, cycles: int) -> str:
+def measure(records_per_batch: int, partitions: int, cycles: int, v2: bool = False) -> str:
     import anyio
 
     from kshim.broker import BrokerConfig
@@ -78,8 +80,10 @@ def measure(records_per_batch: int, partitions: int, cycles: int) -> str:
                         "producer_epoch": -1}, False)
                     pid = init["producer_id"]
                     value = b"x" * 100
+                    # v2: every EndTxn bumps the epoch, and sequences start again at 0 with each
                     batches = [[records.encode_batch([(None, value)] * records_per_batch, producer_id=pid,
-                                                     producer_epoch=0, base_sequence=c * records_per_batch,
+                                                     producer_epoch=c if v2 else 0,
+                                                     base_sequence=0 if v2 else c * records_per_batch,
                                                      transactional=True) for _ in range(partitions)]
                                for c in range(WARMUP + cycles)]
                     add = {"v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
@@ -91,16 +95,19 @@ def measure(records_per_batch: int, partitions: int, cycles: int) -> str:
                         if c == WARMUP:
                             spent.clear()
                             started = time.process_time()
-                        await call(server, "24_add_partitions_to_txn", 3, add)
+                        if v2:
+                            end["producer_epoch"] = c
+                        else:
+                            await call(server, "24_add_partitions_to_txn", 3, add)
                         for p in range(partitions):
-                            resp = await call(server, "00_produce", 9, {
+                            resp = await call(server, "00_produce", 12 if v2 else 9, {
                                 "transactional_id": "tx", "acks": -1, "timeout_ms": 5000,
                                 "topic_data": [{"name": "t", "partition_data": [
                                     {"index": p, "records": batches[c][p]}]}]})
                             code = resp["responses"][0]["partition_responses"][0]["error_code"]
                             if code:
                                 raise SystemExit(f"Produce answered error {code}")
-                        if (await call(server, "26_end_txn", 3, end))["error_code"]:
+                        if (await call(server, "26_end_txn", 5 if v2 else 3, end))["error_code"]:
                             raise SystemExit("EndTxn failed")
                         waited = time.process_time()
                         for _ in range(10_000):  # the completion is a task on this loop
@@ -115,7 +122,7 @@ def measure(records_per_batch: int, partitions: int, cycles: int) -> str:
             finally:
                 broker.close()
         parts = ", ".join(f"{k} {1e6 * v / cycles:.0f}" for k, v in spent.items())
-        return (f"{1e6 * total / cycles:.0f} us CPU per transaction ({partitions} partitions, "
+        return (f"{1e6 * total / cycles:.0f} us CPU per transaction ({'v2, ' if v2 else ''}{partitions} partitions, "
                 f"{records_per_batch} records per batch; {parts})")
 
     return anyio.run(run)
@@ -126,17 +133,20 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1, help="records per batch (default 1)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per transaction (default 4)")
     parser.add_argument("--cycles", type=int, default=2000, help="transactions measured (default 2000)")
+    parser.add_argument("--v2", action="store_true", help="as a transactions v2 client (Produce v12, EndTxn v5)")
     parser.add_argument("--checkout", type=Path, action="append", default=[],
                         help="measure this checkout's kshim (repeatable; alternated)")
     parser.add_argument("--rounds", type=int, default=2, help="with --checkout: measurements of each (default 2)")
     args = parser.parse_args()
     if not 1 <= args.records <= 10_000 or not 1 <= args.partitions <= 100 or not 1 <= args.cycles <= 1_000_000:
         parser.error("--records 1..10000, --partitions 1..100, --cycles 1..1000000")
+    if args.v2 and args.cycles + WARMUP > 32_000:
+        parser.error("--v2: --cycles up to 31950 (an epoch per transaction: past 32766 comes a new producer id)")
     if not args.checkout:
-        print(measure(args.records, args.partitions, args.cycles))
+        print(measure(args.records, args.partitions, args.cycles, args.v2))
         return 0
     argv = [sys.executable, os.path.abspath(__file__), "--records", str(args.records),
-            "--partitions", str(args.partitions), "--cycles", str(args.cycles)]
+            "--partitions", str(args.partitions), "--cycles", str(args.cycles)] + (["--v2"] if args.v2 else [])
     for _ in range(args.rounds):
         for checkout in args.checkout:
             env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}

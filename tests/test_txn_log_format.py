@@ -9,6 +9,7 @@ import pytest
 
 from kshim.coordinator.transactions import log_format
 from kshim.coordinator.transactions.state import TxnMetadata, TxnState
+from wire import records
 
 pytestmark = pytest.mark.unit
 
@@ -40,3 +41,20 @@ def test_a_tombstone_and_a_foreign_key_decode_as_such():
     key, _ = log_format.encode(TxnMetadata("t", 1, 0, 1000))
     assert log_format.decode(key, None) == ("t", None)
     assert log_format.decode(b"\x00\x09junk", b"") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(metas, st.integers(0, (1 << 62)))
+def test_the_batch_encoder_builds_what_wire_records_builds(meta, timestamp):
+    key, value = log_format.encode(meta)
+    batch = log_format.encode_batch(meta, timestamp)
+    assert batch == records.encode_batch([(key, value, (), timestamp)])
+    [record] = records.decode_records(batch)
+    assert (bytes(record.key), bytes(record.value)) == (key, value)
+
+
+def test_the_batch_encoders_varints_are_wire_records_varints():
+    for n in [*range(0, 20_000), 1 << 20, 1 << 31]:
+        out = bytearray()
+        records._write_varint(out, n)
+        assert log_format._varint(n) == bytes(out), n
