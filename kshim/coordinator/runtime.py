@@ -47,6 +47,7 @@ LOAD_CHUNK_BYTES = 1 << 20
 INTERNAL_TOPIC_CONFIGS: dict[str, str | None] = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 DEFAULT_REPLICATION_FACTOR = 3  # offsets.topic.replication.factor, transaction.state.log.replication.factor
 LOAD_RETRY_MS = 50  # a partition waits to be loaded until its high watermark reaches its log end
+MAX_PLACED = 65_536  # keys whose partition partition_of keeps
 IDLE_WAKE_S = 60.0  # with no deadline, the run loop still looks around this often
 
 
@@ -142,6 +143,8 @@ class CoordinatorRuntime:
         self.loaded: set[int] = set()
         self.loading: set[int] = set()
         self.wake = Signal()  # the run loop looks again: something to load, or a deadline moved
+        self._placed_in: object = None  # the topics map `_placed` was computed with (partition_of)
+        self._placed: dict[str, int] = {}
 
     @property
     def num_partitions(self) -> int:
@@ -151,7 +154,17 @@ class CoordinatorRuntime:
         return self.default_partitions
 
     def partition_of(self, key: str) -> int:
-        return partition_for(key, self.num_partitions)
+        # asked once or more by every group or transaction request: placements are kept while the
+        # broker's topics map (replaced with each metadata image) is the same one
+        topics = self.broker.topics
+        if topics is not self._placed_in:
+            self._placed_in, self._placed = topics, {}
+        index = self._placed.get(key)
+        if index is None:
+            if len(self._placed) >= MAX_PLACED:
+                self._placed.clear()
+            index = self._placed[key] = partition_for(key, self.num_partitions)
+        return index
 
     def status(self, key: str) -> ErrorCode:
         """NONE when this broker leads the key's partition and has loaded it."""

@@ -23,11 +23,15 @@ VERSIONS = (0, 4)
 
 async def handle(ctx: RequestContext, req: Container) -> Response:
     coordinator = ctx.groups
-    code = coordinator.check(req.group_id) if req.group_id else ErrorCode.INVALID_GROUP_ID
-    if req.group_id and not authz.group_allowed(ctx, AclOperation.READ, req.group_id):
+    group_id = req.group_id
+    if not group_id:
+        code = ErrorCode.INVALID_GROUP_ID
+    elif not authz.group_allowed(ctx, AclOperation.READ, group_id):
         code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        code = coordinator.check(group_id)
     if not code:
-        group = coordinator.get_group(req.group_id)
+        group = coordinator.get_group(group_id)
         code = ErrorCode.UNKNOWN_MEMBER_ID if group is None else group.heartbeat(
             coordinator.clock(), member_id=req.member_id, instance_id=instance_id(req, ctx.version, 3),
             generation=req.generation_id)
