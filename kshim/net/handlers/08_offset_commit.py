@@ -62,7 +62,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
                                            req.get("group_instance_id") if v >= 7 else None)
     by_id = ctx.broker.topics_by_id if v >= BY_ID else None  # this image's ids, kept for the answer
     codes, updates = commit_entries(req, code, coordinator.config.offset_metadata_max_bytes, 6, v, by_id)
-    if not code:  # the group's refusal (authorization included) answers every partition
+    if not code and authz.enabled(ctx):  # the group's refusal (authorization included) answers every partition
         names = {key for t in req.topics if isinstance(key := topic_key(t, by_id), str)}
         updates = refuse_topics(codes, updates, authz.denied_topics(ctx, AclOperation.READ, names))
     if not updates:
