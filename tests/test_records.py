@@ -380,3 +380,15 @@ def test_fuzzed_batches_only_raise_corrupt(codec):
     for cut in range(0, len(batch), max(1, len(batch) // 50)):
         with pytest.raises(CorruptRecordError):
             decode_records(batch[:cut])
+
+
+@pytest.mark.parametrize("key_size", [0, 1, 63, 64, 200, 9000])
+@pytest.mark.parametrize("value_size", [None, 0, 63, 64, 70_000])
+def test_encode_one_builds_what_encode_batch_builds(key_size, value_size):
+    from wire import records
+    key = bytes(range(256)) * (key_size // 256) + bytes(key_size % 256)
+    value = None if value_size is None else b"v" * value_size
+    batch = records.encode_one(key, value, 1_700_000_000_123)
+    assert batch == records.encode_batch([(key, value, (), 1_700_000_000_123)])
+    [record] = records.decode_records(batch)
+    assert bytes(record.key) == key and (record.value is None if value is None else bytes(record.value) == value)

@@ -51,10 +51,3 @@ def test_the_batch_encoder_builds_what_wire_records_builds(meta, timestamp):
     assert batch == records.encode_batch([(key, value, (), timestamp)])
     [record] = records.decode_records(batch)
     assert (bytes(record.key), bytes(record.value)) == (key, value)
-
-
-def test_the_batch_encoders_varints_are_wire_records_varints():
-    for n in [*range(0, 20_000), 1 << 20, 1 << 31]:
-        out = bytearray()
-        records._write_varint(out, n)
-        assert log_format._varint(n) == bytes(out), n

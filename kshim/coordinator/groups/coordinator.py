@@ -408,8 +408,12 @@ class GroupCoordinator:
 
     def _batch(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]],
                pid: int = -1, epoch: int = -1) -> bytes:
+        compression = self.config.offsets_compression_codec
+        if len(updates) == 1 and pid < 0 and compression == records.NONE:  # most commits: one partition
+            ((t, p), e), = updates
+            return records.encode_one(encode_key(group_id, t, p), None if e is None else encode_value(e))
         return records.encode_batch([(encode_key(group_id, t, p), None if e is None else encode_value(e))
-                                     for (t, p), e in updates], compression=self.config.offsets_compression_codec,
+                                     for (t, p), e in updates], compression=compression,
                                     producer_id=pid, producer_epoch=epoch, transactional=pid >= 0)
 
     def write_started(self, group_id: str, updates: list[tuple[TopicPartition, OffsetEntry | None]]

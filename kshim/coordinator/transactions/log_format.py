@@ -11,7 +11,6 @@ records of versions it does not know.
 from __future__ import annotations
 
 import struct
-import time
 
 from construct import (
     ConstructError, If, Int8ub, Int16sb, Int16ub, Int32sb, Int64sb, PascalString, PrefixedArray, StreamError, Struct,
@@ -19,7 +18,7 @@ from construct import (
 )
 
 from kshim.coordinator.transactions.state import STATE_IDS, STATES_BY_ID, TxnMetadata
-from wire.crc import crc32c
+from wire import records
 
 KEY_VERSION = 1
 VALUE_VERSION = 3
@@ -62,37 +61,10 @@ def encode(meta: TxnMetadata) -> tuple[bytes, bytes]:
     return key, value
 
 
-# RecordBatch v2 (wire.records), split at the CRC, which covers everything after it
-_BATCH_HEAD = struct.Struct(">qiibI")  # base offset, batch length, leader epoch, magic, CRC
-_BATCH_TAIL = struct.Struct(">hiqqqhii")  # attributes .. record count
-_BATCH_HEAD_BYTES = _BATCH_HEAD.size + _BATCH_TAIL.size
-_LOG_OVERHEAD = 12  # base offset and batch length: not counted in the batch length
-
-
-def _varint(n: int) -> bytes:
-    """A zigzag varint of `n` >= 0 (lengths)."""
-    z = n << 1
-    if z < 0x4000:  # a key or a value of a few partitions: one or two bytes, without a loop
-        return bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7))
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def encode_batch(meta: TxnMetadata, timestamp_ms: int | None = None) -> bytes:
-    """The batch holding `meta`'s record, byte for byte what wire.records.encode_batch([(key,
-    value)]) builds (tests/test_txn_log_format.py checks it), in a third of its time: the
-    coordinator writes three per transaction. `timestamp_ms` defaults to now."""
-    key, value = encode(meta)
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    # one record: attributes, timestamp delta and offset delta 0, key, value, no headers
-    body = b"".join((b"\x00\x00\x00", _varint(len(key)), key, _varint(len(value)), value, b"\x00"))
-    tail = _BATCH_TAIL.pack(0, 0, ts, ts, -1, -1, -1, 1) + _varint(len(body)) + body
-    return _BATCH_HEAD.pack(0, _BATCH_HEAD_BYTES - _LOG_OVERHEAD + len(tail) - _BATCH_TAIL.size, -1, 2,
-                            crc32c(tail)) + tail
+    """The batch holding `meta`'s record (wire.records.encode_one): the coordinator writes three
+    per transaction. `timestamp_ms` defaults to now."""
+    return records.encode_one(*encode(meta), timestamp_ms)
 
 
 def encode_construct(meta: TxnMetadata) -> tuple[bytes, bytes]:
