@@ -35,7 +35,7 @@ from kshim.cluster.image import TopicInfo
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.endpoints import endpoint
-from kshim.net.protocol import Encoded
+from kshim.net.handlers.image_answers import ImageAnswers
 from kshim.security import authz
 from kshim.security.acls import AclOperation, ResourceType
 from wire.errors import ErrorCode
@@ -69,10 +69,7 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: uuid.UUID | None =
             "topic_authorized_operations": authz.NOT_PROVIDED}
 
 
-# id(broker) -> (the broker and the image the answers are of, kept so that their identities are
-# not reused while cached; request shape -> answer)
-_ANSWERS: dict[int, tuple[object, object, dict[tuple, Encoded]]] = {}
-_MOST_SHAPES = 256  # request shapes kept per image (topic lists clients ask for)
+_ANSWERS = ImageAnswers(API_KEY, 256)  # request shapes kept per image (topic lists clients ask for)
 
 
 def _shape(ctx: RequestContext, req: Container) -> tuple | None:
@@ -96,20 +93,7 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     shape = _shape(ctx, req)
     if shape is None:
         return await _answer(ctx, req)
-    broker, image = ctx.broker, ctx.broker.image
-    held = _ANSWERS.get(id(broker))
-    if held is None or held[0] is not broker or held[1] is not image:
-        held = _ANSWERS[id(broker)] = (broker, image, {})
-    answers = held[2]
-    answer = answers.get(shape)
-    if answer is None:
-        body = await _answer(ctx, req)
-        if broker.image is not image:  # a topic appeared meanwhile (the answer may predate it)
-            return body
-        if len(answers) >= _MOST_SHAPES:
-            answers.clear()
-        answer = answers[shape] = Encoded(API_KEY, ctx.version, body)
-    return answer.copy()
+    return await _ANSWERS.answer(ctx, shape, lambda: _answer(ctx, req))
 
 
 async def _answer(ctx: RequestContext, req: Container) -> dict:

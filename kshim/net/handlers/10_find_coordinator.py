@@ -13,7 +13,7 @@
 - ACLs (docs/security.md): DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) or on the
   transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 - Without an authorizer, an answer that found every coordinator depends only on the metadata image
-  and the listener: it is kept, encoded, until the image changes (kshim.net.protocol.Encoded).
+  and the listener: it is kept, encoded, until the image changes (kshim.net.handlers.image_answers).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from kshim.cluster.image import BrokerInfo
 from kshim.errors import BrokerError
 from kshim.net.handlers import RequestContext, Response
 from kshim.net.handlers.endpoints import endpoint
-from kshim.net.protocol import Encoded
+from kshim.net.handlers.image_answers import ImageAnswers
 from kshim.security import authz
 from kshim.security.acls import AclOperation
 from wire.errors import ErrorCode
@@ -31,10 +31,7 @@ from wire.errors import ErrorCode
 API_KEY = 10
 VERSIONS = (0, 6)
 
-# id(broker) -> (the broker and the image the answers are of, kept so that their identities are
-# not reused while cached; request shape -> answer)
-_ANSWERS: dict[int, tuple[object, object, dict[tuple, Encoded]]] = {}
-_MOST_SHAPES = 1024  # (version, key type, keys, listener) kept per image: group and transactional ids
+_ANSWERS = ImageAnswers(API_KEY, 1024)  # (version, key type, keys, listener) per image: group and transactional ids
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> dict:
@@ -62,23 +59,14 @@ async def handle(ctx: RequestContext, req: Container) -> Response:
     key_type = req.get("key_type", 0) if ctx.version >= 1 else 0
     if key_type not in (0, 1) or authz.enabled(ctx):  # the answer depends on the principal
         return await _answer(ctx, req, key_type)
-    broker, image = ctx.broker, ctx.broker.image
-    held = _ANSWERS.get(id(broker))
-    if held is None or held[0] is not broker or held[1] is not image:
-        held = _ANSWERS[id(broker)] = (broker, image, {})
-    answers = held[2]
     keys = tuple(req.coordinator_keys) if ctx.version >= 4 else req.key
     shape = (ctx.version, key_type, keys, ctx.security.listener if ctx.security is not None else None)
-    answer = answers.get(shape)
-    if answer is None:
-        body = await _answer(ctx, req, key_type)
-        found = all(not c["error_code"] for c in body["coordinators"]) if ctx.version >= 4 else not body["error_code"]
-        if not found or broker.image is not image:  # a transient refusal, or an answer older than the image
-            return body
-        if len(answers) >= _MOST_SHAPES:
-            answers.clear()
-        answer = answers[shape] = Encoded(API_KEY, ctx.version, body)
-    return answer.copy()
+    return await _ANSWERS.answer(ctx, shape, lambda: _answer(ctx, req, key_type), _found)
+
+
+def _found(body: dict) -> bool:
+    """Every coordinator asked for was found (a refusal is transient: the client asks again)."""
+    return all(not c["error_code"] for c in body["coordinators"]) if "coordinators" in body else not body["error_code"]
 
 
 async def _answer(ctx: RequestContext, req: Container, key_type: int) -> dict:
