@@ -97,8 +97,7 @@ class DirectSends:
 
     __slots__ = ("sock", "outbox", "state", "chunks", "answers", "settled", "_settle", "_scheduled", "_loop")
 
-    def __init__(self, sock: Any, outbox: Outbox, state: Any,
-                 settle: Callable[[list], None] | None = None) -> None:
+    def __init__(self, sock: Any, outbox: Outbox, state: Any, settle: Callable[[list], None]) -> None:
         self.sock = sock
         self.outbox = outbox
         self.state = state  # the connection's: `outstanding` and `last_sent` are kept up to date
@@ -132,8 +131,7 @@ class DirectSends:
             self._send()
         if self.settled:  # after the send; also for answers that went through the outbox
             settled, self.settled = self.settled, []
-            if self._settle is not None:
-                self._settle(settled)
+            self._settle(settled)
 
     def _send(self) -> None:
         chunks, answers = self.chunks, self.answers

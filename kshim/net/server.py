@@ -582,11 +582,11 @@ class Server:
                 return
 
     async def _dispatch(self, request: Request, peer: str, security: ConnectionSecurity, throttle: Throttle,
-                        settled: list | None = None) -> Mapping[str, Any] | None | Awaitable[Any]:
+                        settled: list) -> Mapping[str, Any] | None | Awaitable[Any]:
         """The request's answer: its handler's, unless a fault rule (kshim.observability.faults) says otherwise;
-        timed for the metrics and recorded in the request log. An answer ready now is timed now and,
-        given `settled` (the connection's DirectSends list), recorded after it is sent (`_settle`):
-        a client waiting for it does not wait for the bookkeeping too."""
+        timed for the metrics and recorded in the request log. An answer ready now is timed now and
+        left in `settled` (the connection's DirectSends list) to be recorded after it is sent
+        (`_settle`): a client waiting for it does not wait for the bookkeeping too."""
         started = time.monotonic()
         metric_started = _now()
         h = request.header
@@ -614,11 +614,7 @@ class Server:
             if self.requests.enabled and (rule is None or rule.action == "delay"):
                 return self._logged(request, peer, result, started, rule)
             return result
-        if settled is not None:
-            settled.append((request, peer, result, started, rule, _now() - metric_started))
-            return result
-        self.node.metrics.observe(h.api_key, request.body, result, _now() - metric_started)
-        self._log(request, peer, result, started, rule)
+        settled.append((request, peer, result, started, rule, _now() - metric_started))
         return result
 
     def _settle(self, answered: list) -> None:
