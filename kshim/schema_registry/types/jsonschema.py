@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
@@ -304,28 +304,29 @@ class _Context:
         finally:
             self.on_stack.discard(key)
 
+    def _one_compatible(self, trials: Iterator[_Context], several: bool, widened: str, path: list[str]) -> bool:
+        """Take the first compatible trial's differences (and `widened` when it was one of
+        `several`); the trials after it are not run. False if none is compatible."""
+        for trial in trials:
+            if trial.compatible():
+                self.differences.extend(trial.differences)
+                if several:
+                    self.add(widened, path)
+                return True
+        return False
+
     def _compare_types(self, o: _Node, u: _Node, path: list[str]) -> None:
         ok, uk = o.kind(), u.kind()
         if ok != "combined" and uk == "combined":
             criterion, subs = u.combined()
-            if len(subs) == 1 or criterion in ("anyOf", "oneOf"):
-                for s in subs:
-                    trial = self.trial(o, s, path)
-                    if trial.compatible():
-                        self.differences.extend(trial.differences)
-                        if len(subs) > 1:
-                            self.add("SUM_TYPE_EXTENDED", path)
-                        return
+            if (len(subs) == 1 or criterion in ("anyOf", "oneOf")) and self._one_compatible(
+                    (self.trial(o, s, path) for s in subs), len(subs) > 1, "SUM_TYPE_EXTENDED", path):
+                return
         elif ok == "combined" and uk != "combined":
             criterion, subs = o.combined()
-            if len(subs) == 1 or criterion == "allOf":
-                for s in subs:
-                    trial = self.trial(s, u, path)
-                    if trial.compatible():
-                        self.differences.extend(trial.differences)
-                        if len(subs) > 1:
-                            self.add("PRODUCT_TYPE_NARROWED", path)
-                        return
+            if (len(subs) == 1 or criterion == "allOf") and self._one_compatible(
+                    (self.trial(s, u, path) for s in subs), len(subs) > 1, "PRODUCT_TYPE_NARROWED", path):
+                return
         if ok != uk:
             if ok == "false" or uk == "empty":
                 return
