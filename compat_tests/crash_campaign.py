@@ -525,6 +525,7 @@ class Campaign:
         self.seen = Tally()                # problems already counted (each record once)
         self.single_seen = Tally()
         self.snap: dict[str, Any] = {}
+        self.crashed_at = 0.0  # time.monotonic() of the last crash: a loss report says when its records were acked
         self.round: Round = Round(0, "")
         self.live: list[Producing] = []    # this round's producers: their acknowledgements so far count too
         self.doomed = ""                   # kill-deletion's topic
@@ -680,6 +681,7 @@ class Campaign:
     # faults
     def crash(self, target: str) -> None:
         assert self.cluster is not None
+        self.crashed_at = time.monotonic()
         if target == "tree":
             kill_tree(self.cluster.process)
         elif target == "controller":
@@ -974,12 +976,27 @@ class Campaign:
                 setattr(self.report, attr, getattr(self.report, attr) + count)
                 if name in ("missing", "moved", "gaps", "uncommitted_lost"):
                     detail = by_partition(new)
+                    if name == "missing":
+                        detail += self.whose(acked, new, consumed)
                 else:
                     detail = ", ".join(sorted(v[:24].decode(errors="replace") for v in new)[:5])
                 text = f"{isolation}: {attr} {count}: {detail}"
                 if name not in ("uncommitted_lost", "plain_duplicates"):
                     self.report.failures.append(f"round {r.index} {r.kind} ({r.target}): {text}")
                 self.log(f"[crash]   {text}")
+
+    def whose(self, acked: list[Ack], lost: set[tuple[str, int, int]],
+              consumed: dict[TP, list[tuple[int, bytes | None, bytes]]]) -> str:
+        """Which producer lost records came from and when they were acknowledged, relative to the
+        round's crash: what tells a lost COMMITTED record from an UNCOMMITTED one."""
+        read = {tp: {value for _, _, value in records} for tp, records in consumed.items()}
+        mine = [a for a in acked if (a.topic, a.partition, a.offset) in lost and a.value not in read.get(a.tp, ())]
+        if not mine:
+            return ""
+        idem = sum(a.idempotent for a in mine)
+        first, last = min(a.at for a in mine) - self.crashed_at, max(a.at for a in mine) - self.crashed_at
+        return (f" [{idem} idempotent acks=all, {len(mine) - idem} acks=1; acknowledged {first:+.3f} s to "
+                f"{last:+.3f} s of the crash]")
 
     def round_cluster(self, kind: str) -> None:
         assert self.cluster is not None

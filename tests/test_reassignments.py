@@ -59,6 +59,9 @@ def test_a_reassignment_adds_the_target_then_completes_when_it_is_in_sync(contro
     assert (p.replicas, p.adding, p.removing, p.isr, p.leader, p.leader_epoch) == ((1, 2, 0), (2,), (0,), (0, 1), 0, epoch)
     assert [(o.partition, o.replicas, o.adding, o.removing) for o in c.list_partition_reassignments(None)] == [
         (0, (1, 2, 0), (2,), (0,))]
+    # an ISR change before replica 2 caught up (the same ISR proposed again) completes nothing
+    p = expand_isr(c, 0, (0, 1))
+    assert (p.replicas, p.adding, p.removing, p.leader) == ((1, 2, 0), (2,), (0,), 0)
     # replica 2 caught up: the ISR change that takes it in completes the reassignment; the leader
     # was removed, so the first target replica in the ISR leads, in a new epoch
     done = expand_isr(c, 0, (0, 1, 2))
@@ -79,13 +82,26 @@ def test_a_leader_that_stays_keeps_leading_in_a_new_epoch_when_a_replica_is_remo
     assert (done.replicas, done.isr, done.leader, done.leader_epoch) == ((0, 2), (0, 2), 0, epoch + 1)
 
 
-def test_a_target_already_in_sync_completes_at_once(controller):
+def test_a_target_already_in_sync_completes_at_once_unless_a_live_leader_must_hand_over(controller):
     c = controller
     epoch = part(c).leader_epoch
     reassign(c, ("t", 0, (1, 0)))  # a reorder: nothing to add or remove, the leader stays
     assert (part(c).replicas, part(c).leader, part(c).leader_epoch, part(c).reassigning) == ((1, 0), 0, epoch, False)
-    reassign(c, ("t", 0, (1,)))  # a shrink to an in-sync replica: the leader (removed) moves
-    assert (part(c).replicas, part(c).isr, part(c).leader, part(c).reassigning) == ((1,), (1,), 1, False)
+    reassign(c, ("t", 0, (0,)))  # a shrink that keeps the leader: at once
+    assert (part(c).replicas, part(c).isr, part(c).leader, part(c).reassigning) == ((0,), (0,), 0, False)
+    reassign(c, ("t", 1, (2,)))  # a shrink that removes the live leader (1): its move, once it handed over
+    assert (part(c, 1).replicas, part(c, 1).leader, part(c, 1).removing) == ((2, 1), 1, (1,))
+    done = expand_isr(c, 1, part(c, 1).isr)  # its ISR, proposed after the handover
+    assert (done.replicas, done.isr, done.leader, done.reassigning) == ((2,), (2,), 2, False)
+
+
+def test_a_move_waiting_for_a_leader_that_died_is_completed_by_the_next_leader(controller):
+    c = controller
+    reassign(c, ("t", 1, (2,)))  # t-1 (replicas 1, 2, both in sync), led by 1: 1 hands over first
+    c.fence(1)  # it died first: 2, in sync, leads; its ISR upkeep proposes the ISR that completes the move
+    assert (part(c, 1).leader, part(c, 1).removing) == (2, (1,))
+    done = expand_isr(c, 1, (2,))
+    assert (done.replicas, done.isr, done.leader, done.reassigning) == ((2,), (2,), 2, False)
 
 
 def test_cancel_reverts_to_the_original_replicas(controller):

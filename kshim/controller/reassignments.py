@@ -10,6 +10,10 @@ PartitionReassignmentReplicas): AlterPartitionReassignments and ListPartitionRea
   replica in the ISR and alive, else the first such target replica leads (Kafka's online
   election); the leader epoch is bumped when replicas are removed. Each broker that no longer
   has its replica in the image deletes it (kshim.replica.manager), at once or when it returns;
+- a change that would move leadership away from a live leader is the leader's to propose: it
+  first stops taking appends until the targets hold its whole log (kshim.replication.isr), so
+  the move loses no acknowledged record, acks=1 ones included. A new reassignment whose targets
+  are already in the ISR completes at once only when the leader stays (or is not alive);
 - cancelling (null replicas) reverts to the original replicas: the adding ones leave the replica
   set and ISR; if only adding replicas were in sync, the revert needs an unclean election and is
   refused unless the topic allows one.
@@ -106,6 +110,10 @@ class Reassignments(Elections):
             self.store.forget_deletions(self._forget_deletions(topic, p.index, adding))
             log.info("%s-%d: reassigning to %s (adding %s, removing %s)", topic.name, p.index, target, adding,
                      removing)
+        if p.leader in p.removing and p.leader in alive:
+            # the targets are in sync already, but leadership must leave a live leader: it hands
+            # over first (kshim.replication.isr), then proposes the ISR that completes the move
+            return []
         return self._complete_reassignment(topic, p, alive)
 
     def _complete_reassignment(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> list[PendingDeletion]:

@@ -32,7 +32,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, overload
+from typing import Literal, Sequence, overload
 
 import anyio
 
@@ -98,6 +98,13 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
     # count for the high watermark too (Kafka's "maximal ISR"), so it can never pass a replica
     # that is about to become in-sync
     pending_isr: tuple[int, ...] = ()
+    # a reassignment under way (the image's adding and removing replicas)
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+    # this leader is handing leadership over to a reassignment's targets (hand_over): it takes no
+    # appends until they hold its whole log, so the move loses no acknowledged record, acks=1 ones
+    # included
+    handing_over: bool = False
     majority_quorum: bool = False
     uncommitted_reads_to_hw: bool = False
     min_insync_replicas: int = 1
@@ -239,11 +246,14 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
         caller logs it: one line per partition, or one for many at a broker's start)."""
         became_leader = info.leader == self.node_id and (self.leader_id != self.node_id
                                                          or info.leader_epoch != self.leader_epoch)
+        if info.partition_epoch != self.partition_epoch:
+            self.handing_over = False  # what became of a handover's proposal is known now
         self.leader_id = info.leader
         self.leader_epoch = info.leader_epoch
         self.partition_epoch = info.partition_epoch
         self.replicas = info.replicas
         self.isr = info.isr
+        self.adding, self.removing = info.adding, info.removing
         if became_leader or info.leader != self.node_id:
             self.pending_isr = ()  # a proposal from an earlier term is void
         if became_leader:
@@ -344,6 +354,28 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
                     return False
                 await self._hw_changed.wait()
             return self.leader_epoch == epoch
+        return False
+
+    async def hand_over(self, targets: Sequence[int], timeout_s: float) -> bool:
+        """Before a change that moves leadership away from this leader (it completes a
+        reassignment that removes it): stop taking appends (they get NOT_LEADER_OR_FOLLOWER and the
+        producer retries at the new leader), then wait until every write is out and each target
+        replica has fetched up to the log end, so that it holds the whole log. Without it an acks=1
+        record acknowledged after a target's last fetch would be lost with the old leader's log,
+        though no process crashed. False at the timeout or when leadership moved meanwhile; the
+        caller clears handing_over after."""
+        self.handing_over = True
+        epoch = self.leader_epoch
+        with anyio.move_on_after(timeout_s):
+            while self.is_leader and self.leader_epoch == epoch:
+                leo = self.log_end_offset
+                if self._jobs_out == 0 and all(
+                        r == self.node_id or (r in self.followers and self.followers[r].log_end_offset >= leo)
+                        for r in targets):
+                    return True
+                # a fetch that changes no high watermark (another ISR member lags) signals nothing
+                with anyio.move_on_after(0.005):
+                    await self._hw_changed.wait()
         return False
 
     def update_follower_hw(self, leader_high_watermark: int) -> None:

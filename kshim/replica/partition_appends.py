@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Awaitable
 from kshim.clock import SYSTEM
 from kshim.log.log import LogClosed
 from kshim.log.writer import INLINE_SLOW_COUNT, Fenced, LogWriter, WriteJob
-from kshim.replica.partition_checks import _DUPLICATE, AppendResult, BatchChecks
+from kshim.replica.partition_checks import _DUPLICATE, HANDING_OVER, AppendResult, BatchChecks
 from kshim.replica.partition_txns import TxnBookkeeping
 from kshim.replica.producer_state import ProducerStateManager
 from wire import records
@@ -68,6 +68,7 @@ class Appends(BatchChecks, TxnBookkeeping):
         _inflight: dict[int, asyncio.Future]
         _jobs_out: int
         _storage_error: str | None
+        handing_over: bool
 
         @property
         def is_leader(self) -> bool: ...
@@ -244,6 +245,9 @@ class Appends(BatchChecks, TxnBookkeeping):
         transaction here, COMMIT or ABORT. A transaction version 2 marker carries the epoch its
         coordinator bumped, so it must be newer than the producer's (KIP-1228)."""
         result = AppendResult()
+        if self.handing_over:  # the coordinator retries it at the new leader
+            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, HANDING_OVER
+            return result
         check = self.producers.check_fence(producer_id, producer_epoch, coordinator_epoch,
                                            bumped=transaction_version >= 2)
         if check.is_error:

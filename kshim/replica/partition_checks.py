@@ -20,6 +20,7 @@ from wire import records
 from wire.errors import ErrorCode
 
 _DUPLICATE = records.BatchHeader(*([0] * len(records.BatchHeader._fields)))  # _prepare's "already stored"
+HANDING_OVER = "leadership is moving to a reassignment's target replicas: retry at the new leader"
 
 
 @dataclass(slots=True)
@@ -40,6 +41,7 @@ class BatchChecks:
     if TYPE_CHECKING:  # the Partition's, of which this is a part
         producers: ProducerStateManager
         leader_epoch: int
+        handing_over: bool
         log_append_time: bool
         max_message_bytes: int
         timestamp_before_max_ms: int
@@ -50,6 +52,9 @@ class BatchChecks:
         """Check the batch at ``pos`` and make it ready to append (leader epoch, LogAppendTime):
         its header; None after an error (in ``result``); _DUPLICATE for a retried batch already
         stored (``result`` names its offsets; ``result.skipped`` its size)."""
+        if self.handing_over:
+            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, HANDING_OVER
+            return None
         error, message, header = self._validate(buf, pos, end)
         if not error and header is not None and not self.log_append_time and not from_coordinator:
             error, message = self._check_timestamps(header, now)

@@ -148,6 +148,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("        if not isr or not replicas or any(r not in isr for r in replicas):\n            return []",
          "        if not replicas:\n            return []"),),
         "a reassignment drops the old replicas before the new ones caught up"),
+    Mutation("a leader that a reassignment removes takes no appends", PARTITION_CHECKS, (
+        ("        if self.handing_over:\n            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, HANDING_OVER",
+         "        if False:\n            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, HANDING_OVER"),),
+        "a leader handing over keeps taking appends the target never fetches: acks=1 records are lost with it"),
     # ------------------------------------------------------------------ crashes and restarts
     Mutation("at any moment loses no acknowledged record", "kshim/log/segment.py", (
         ("        self.rebuild(validate=True)\n        self.open_index_files()\n        self._init_first_append()\n        return False",
