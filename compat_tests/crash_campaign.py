@@ -43,8 +43,13 @@ The check, per read (read_committed and read_uncommitted): an acknowledged recor
 latest record is what must stay). acks=1 records count as acknowledged too (kill -9 keeps the page
 cache, and kshim appends before it answers), except those above the partition's high watermark
 when the fault struck whose leader epoch then changed: UNCOMMITTED records a failover may lose
-(docs/consistency.md), counted apart. Exit status 0 only when nothing was lost, moved,
-duplicated or missing from its broker, and every fault healed.
+(docs/consistency.md), counted apart. So are idempotent records read twice whose two copies the
+log holds under two epochs of the producer: librdkafka re-sends a record whose first send's outcome
+it never learnt (the kill cut the connection) with a new sequence after it bumped its epoch
+(KIP-360: a later request of another partition failed out of order behind one that failed first),
+a new batch the broker cannot tell from a retry; one epoch for both copies is a duplicate the
+broker let in. Exit status 0 only when nothing was lost, moved, duplicated or missing from its
+broker, and every fault healed.
 
 compat_tests/test_crash_campaign.py runs every kind once in CI; docs/robustness.md ("Crash
 campaign") has the figures of a long run.
@@ -79,6 +84,7 @@ from kshim.ctl import brokers_admin
 from kshim.ctl import compact as ctl_compact
 from kshim.ctl.faults import FaultClient
 from kshim.observability.faults import replica_client_id
+from wire import records
 
 RF1, RF3, COMPACT, SINGLE, WIDE = "crash-rf1", "crash-rf3", "crash-compact", "crash-single", "crash-wide"
 PARTITIONS = 3
@@ -149,6 +155,7 @@ class Round:
     held_on_broker: int = 0  # replicas whose restarted broker was checked to hold its own data
     uncommitted_lost: int = 0
     plain_duplicates: int = 0
+    resent: int = 0          # idempotent records re-sent under a new producer epoch (see the notes)
     problems: list[str] = field(default_factory=list)
 
 
@@ -171,6 +178,7 @@ class Report:
     problems: int = 0        # anything else that broke: a fatal producer error, a deletion undone, ...
     uncommitted_lost: int = 0
     plain_duplicates: int = 0
+    resent: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     rounds: list[Round] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -190,7 +198,8 @@ class Report:
                 f"duplicated {self.duplicated}, gaps {self.gaps}, not on their broker {self.not_on_broker}, "
                 f"unhealed {self.unhealed}, other problems {self.problems} "
                 f"(acks=1 uncommitted lost on failover {self.uncommitted_lost}, acks=1 duplicates "
-                f"{self.plain_duplicates}): {'OK' if self.ok else 'FAILED'}")
+                f"{self.plain_duplicates}, idempotent re-sent after the client bumped its epoch {self.resent}): "
+                f"{'OK' if self.ok else 'FAILED'}")
 
 
 # --- the check ---------------------------------------------------------------------------------
@@ -231,6 +240,40 @@ def check(acked: Iterable[Ack], consumed: dict[TP, list[tuple[int, bytes | None,
         elif a.offset not in offsets:
             tally.moved.add((a.topic, a.partition, a.offset))
     return tally
+
+
+def resent_after_a_bump(value: bytes, consumed: dict[TP, list[tuple[int, bytes | None, bytes]]],
+                        log_dirs: Iterable[Path]) -> bool:
+    """Whether the copies of an idempotent value read twice are batches of one producer under
+    different epochs, as a replica's log holds them (see the module's notes)."""
+    for tp, read in consumed.items():
+        offsets = sorted({o for o, _, v in read if v == value})
+        if len(offsets) < 2:
+            continue
+        for d in log_dirs:
+            for replica in d.glob(f"broker-*/{tp[0]}-{tp[1]}"):
+                writers = batch_writers(replica, offsets)
+                if len(writers) == len(offsets):
+                    return len({pid for pid, _ in writers.values()}) == 1 and len(set(writers.values())) == len(offsets)
+    return False
+
+
+def batch_writers(replica: Path, offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """The (producer id, producer epoch) of the batches of a replica's log that hold these offsets
+    (those it holds; a segment being written may end in a partial batch)."""
+    wanted, found = set(offsets), {}
+    for segment in sorted(replica.glob("*.log")):
+        buf = segment.read_bytes()
+        pos = 0
+        while pos + records.HEADER_SIZE <= len(buf):
+            try:
+                h = records.read_header(buf, pos)
+            except records.CorruptRecordError:
+                break
+            for o in wanted & set(range(h.base_offset, h.base_offset + h.last_offset_delta + 1)):
+                found[o] = (h.producer_id, h.producer_epoch)
+            pos += h.size
+    return found
 
 
 def ranges(offsets: Iterable[int]) -> str:
@@ -968,6 +1011,14 @@ class Campaign:
             for name in ("missing", "moved", "duplicated", "gaps", "uncommitted_lost", "plain_duplicates"):
                 new = getattr(t, name) - getattr(seen, name)
                 getattr(seen, name).update(new)
+                if name == "duplicated" and new:
+                    resent = {v for v in new if resent_after_a_bump(v, consumed, self.log_dirs)}
+                    if resent:
+                        new -= resent
+                        r.resent += len(resent)
+                        self.report.resent += len(resent)
+                        self.log(f"[crash]   {isolation}: resent under a new producer epoch {len(resent)}: "
+                                 + ", ".join(sorted(v[:24].decode(errors="replace") for v in resent)[:5]))
                 if not new:
                     continue
                 count = len(new)

@@ -7,7 +7,8 @@ with both isolation levels. `python -m compat_tests.crash_campaign --rounds 60` 
 from __future__ import annotations
 
 from compat_tests import crash_campaign as cc
-from compat_tests.crash_campaign import Ack, check
+from compat_tests.crash_campaign import Ack, check, resent_after_a_bump
+from wire import records
 
 
 def test_every_kind_of_crash_loses_nothing_acknowledged():
@@ -63,3 +64,23 @@ def test_in_a_compacted_topic_only_a_keys_latest_record_must_stay():
 def test_ranges_say_which_offsets():
     assert cc.ranges([7, 1, 2, 3, 9, 10]) == "1..3, 7, 9..10"
     assert cc.by_partition([("t", 0, 5), ("t", 0, 6), ("u", 1, 0)]) == "t/0 offsets 5..6 (2); u/1 offsets 0 (1)"
+
+
+def test_a_value_read_twice_is_a_resend_only_when_its_copies_have_two_producer_epochs(tmp_path):
+    """librdkafka re-sends a record of unknown outcome under its bumped epoch: two batches the
+    broker cannot tell apart from new ones. One epoch for both copies is the broker's duplicate."""
+    def log(name: str, epochs: tuple[int, int]) -> None:
+        replica = tmp_path / "logs-a" / "broker-0" / name
+        replica.mkdir(parents=True)
+        batches = [records.encode_batch([(None, b"i.1.7.")], base_offset=at, producer_id=7000, producer_epoch=e,
+                                        base_sequence=0) for at, e in zip((3, 9), epochs)]
+        filler = records.encode_batch([(None, b"p.1.8.")] * 5, base_offset=4)
+        (replica / "00000000000000000000.log").write_bytes(batches[0] + filler + batches[1])
+
+    log("t-0", (0, 1))
+    log("t-1", (0, 0))
+    read = [(3, None, b"i.1.7."), (9, None, b"i.1.7.")]
+    dirs = [tmp_path / "logs-a", tmp_path / "logs-b"]
+    assert resent_after_a_bump(b"i.1.7.", {("t", 0): read}, dirs)
+    assert not resent_after_a_bump(b"i.1.7.", {("t", 1): read}, dirs)
+    assert not resent_after_a_bump(b"i.1.7.", {("t", 2): read}, dirs)  # no log to look at: a duplicate
