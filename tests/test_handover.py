@@ -7,6 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from kshim.clock import SYSTEM
 from kshim.replica.partition import FollowerState
 from kshim.replication.isr import completes_reassignment
 from tests.test_transactions import data, standalone_topic
@@ -19,7 +20,7 @@ def moving_away(p) -> None:
     """p's replicas as a reassignment from p's broker to TARGET leaves them: the target first, in
     sync (it joins with the change), the leader being removed."""
     p.replicas, p.adding, p.removing = (TARGET, p.node_id), (TARGET,), (p.node_id,)
-    p.followers = {TARGET: FollowerState(log_end_offset=0, last_fetch_ms=1)}
+    p.followers = {TARGET: FollowerState(log_end_offset=0, last_fetch_ms=SYSTEM.wall_ms())}
 
 
 def test_the_change_completes_a_reassignment_once_it_holds_every_target():
@@ -61,5 +62,18 @@ async def test_a_handover_the_target_does_not_catch_up_with_gives_up_at_its_time
         assert not p.append(data(1, 0, b"v", transactional=False)).error
         moving_away(p)
         assert await p.hand_over([TARGET], timeout_s=0.05) is False
+    finally:
+        broker.close()
+
+
+@pytest.mark.anyio
+async def test_no_handover_starts_for_a_target_that_stopped_fetching(tmp_path):
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        assert not p.append(data(1, 0, b"v", transactional=False)).error
+        moving_away(p)
+        p.followers[TARGET].last_fetch_ms = SYSTEM.wall_ms() - 5_000  # paused, still in the ISR
+        assert await p.hand_over([TARGET], timeout_s=1.0) is False
+        assert not p.handing_over and not p.append(data(1, 1, b"w", transactional=False)).error
     finally:
         broker.close()

@@ -363,7 +363,12 @@ class Partition(Appends, BatchChecks, TxnBookkeeping):
         replica has fetched up to the log end, so that it holds the whole log. Without it an acks=1
         record acknowledged after a target's last fetch would be lost with the old leader's log,
         though no process crashed. False at the timeout or when leadership moved meanwhile; the
-        caller clears handing_over after."""
+        caller clears handing_over after. False at once, taking appends on, if a target has not
+        fetched within the timeout: a paused follower would stall the producers for nothing."""
+        now = SYSTEM.wall_ms()
+        if any(r != self.node_id and (r not in self.followers or now - self.followers[r].last_fetch_ms > timeout_s * 1000)
+               for r in targets):
+            return False
         self.handing_over = True
         epoch = self.leader_epoch
         with anyio.move_on_after(timeout_s):
