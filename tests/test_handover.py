@@ -4,11 +4,14 @@ proposes only once every target replica has fetched its whole log. In-process, t
 fetches recorded by hand."""
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
 import anyio
 import pytest
 
 from kshim.clock import SYSTEM
-from kshim.replica.partition import FollowerState
+from kshim.replica.partition import FollowerState, Partition
 from kshim.replication.isr import completes_reassignment
 from tests.test_transactions import data, standalone_topic
 from wire.errors import ErrorCode
@@ -16,11 +19,20 @@ from wire.errors import ErrorCode
 TARGET = 99
 
 
-def moving_away(p) -> None:
-    """p's replicas as a reassignment from p's broker to TARGET leaves them: the target first, in
-    sync (it joins with the change), the leader being removed."""
-    p.replicas, p.adding, p.removing = (TARGET, p.node_id), (TARGET,), (p.node_id,)
-    p.followers = {TARGET: FollowerState(log_end_offset=0, last_fetch_ms=SYSTEM.wall_ms())}
+@asynccontextmanager
+async def moving_away(tmp_path, records: int = 1) -> AsyncIterator[Partition]:
+    """A one-broker partition with `records` records, whose replicas as a reassignment from this
+    broker to TARGET leaves them: the target first, in sync (it joins with the change) and
+    fetching, the leader being removed."""
+    broker, p = await standalone_topic(tmp_path)
+    try:
+        for seq in range(records):
+            assert not p.append(data(1, seq, b"v", transactional=False)).error
+        p.replicas, p.adding, p.removing = (TARGET, p.node_id), (TARGET,), (p.node_id,)
+        p.followers = {TARGET: FollowerState(log_end_offset=0, last_fetch_ms=SYSTEM.wall_ms())}
+        yield p
+    finally:
+        broker.close()
 
 
 def test_the_change_completes_a_reassignment_once_it_holds_every_target():
@@ -31,11 +43,7 @@ def test_the_change_completes_a_reassignment_once_it_holds_every_target():
 
 @pytest.mark.anyio
 async def test_a_leader_handing_over_refuses_appends_until_the_target_holds_its_log(tmp_path):
-    broker, p = await standalone_topic(tmp_path)
-    try:
-        for seq in range(3):
-            assert not p.append(data(1, seq, b"v", transactional=False)).error
-        moving_away(p)
+    async with moving_away(tmp_path, records=3) as p:
         end = p.log_end_offset
         result: list[bool] = []
         async with anyio.create_task_group() as tg:
@@ -51,29 +59,17 @@ async def test_a_leader_handing_over_refuses_appends_until_the_target_holds_its_
             assert result == []
             p.record_follower_fetch(TARGET, end, 0)  # the target has the whole log
         assert result == [True] and p.log_end_offset == end
-    finally:
-        broker.close()
 
 
 @pytest.mark.anyio
 async def test_a_handover_the_target_does_not_catch_up_with_gives_up_at_its_timeout(tmp_path):
-    broker, p = await standalone_topic(tmp_path)
-    try:
-        assert not p.append(data(1, 0, b"v", transactional=False)).error
-        moving_away(p)
+    async with moving_away(tmp_path) as p:
         assert await p.hand_over([TARGET], timeout_s=0.05) is False
-    finally:
-        broker.close()
 
 
 @pytest.mark.anyio
 async def test_no_handover_starts_for_a_target_that_stopped_fetching(tmp_path):
-    broker, p = await standalone_topic(tmp_path)
-    try:
-        assert not p.append(data(1, 0, b"v", transactional=False)).error
-        moving_away(p)
+    async with moving_away(tmp_path) as p:
         p.followers[TARGET].last_fetch_ms = SYSTEM.wall_ms() - 5_000  # paused, still in the ISR
         assert await p.hand_over([TARGET], timeout_s=1.0) is False
         assert not p.handing_over and not p.append(data(1, 1, b"w", transactional=False)).error
-    finally:
-        broker.close()
