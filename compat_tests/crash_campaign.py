@@ -263,16 +263,12 @@ def batch_writers(replica: Path, offsets: Iterable[int]) -> dict[int, tuple[int,
     (those it holds; a segment being written may end in a partial batch)."""
     wanted, found = set(offsets), {}
     for segment in sorted(replica.glob("*.log")):
-        buf = segment.read_bytes()
-        pos = 0
-        while pos + records.HEADER_SIZE <= len(buf):
-            try:
-                h = records.read_header(buf, pos)
-            except records.CorruptRecordError:
-                break
-            for o in wanted & set(range(h.base_offset, h.base_offset + h.last_offset_delta + 1)):
-                found[o] = (h.producer_id, h.producer_epoch)
-            pos += h.size
+        try:
+            for _, h in records.iter_batches(segment.read_bytes(), strict=False):
+                last = h.base_offset + h.last_offset_delta
+                found.update((o, (h.producer_id, h.producer_epoch)) for o in wanted if h.base_offset <= o <= last)
+        except records.CorruptRecordError:  # torn mid-write: what came before it counts
+            pass
     return found
 
 

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from kshim.clock import SYSTEM
+from kshim.cluster.image import completes_reassignment
 from kshim.replica.partition import FollowerState, Partition
-from kshim.replication.isr import completes_reassignment
 from tests.test_transactions import data, standalone_topic
 from wire.errors import ErrorCode
 

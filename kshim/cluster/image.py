@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from kshim.errors import BrokerError
 from kshim.security.acls import AclBinding
@@ -54,6 +55,14 @@ class PartitionInfo:
         if node in self.removing:
             return "removing"
         return "online"
+
+
+def completes_reassignment(replicas: Sequence[int], adding: Sequence[int], removing: Sequence[int],
+                           isr: Sequence[int]) -> bool:
+    """Whether this ISR completes the reassignment under way: it holds every target replica (the
+    replicas not being removed). The controller completes a move by this rule
+    (kshim.controller.reassignments); the leader proposes the ISR that does (kshim.replication.isr)."""
+    return bool(adding or removing) and all(r in isr for r in replicas if r not in removing)
 
 
 def replica_status(p: PartitionInfo, alive: set[int], offsets: dict[str, dict[str, int]]) -> dict[str, dict]:

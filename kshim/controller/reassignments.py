@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 
-from kshim.cluster.image import NO_LEADER
+from kshim.cluster.image import NO_LEADER, completes_reassignment
 from kshim.controller.elections import Elections
 from kshim.controller.messages import OngoingReassignment, Reassignment, ReassignmentResult
 from kshim.controller.state import _Topic
@@ -119,14 +119,11 @@ class Reassignments(Elections):
     def _complete_reassignment(self, topic: _Topic, p: PartitionRow, alive: set[int]) -> list[PendingDeletion]:
         """Finish p's reassignment if every target replica is in the ISR (Kafka's
         maybeCompleteReassignment): the removing replicas leave; the replicas to delete."""
-        if not p.adding and not p.removing:
+        if not completes_reassignment(p.replicas, p.adding, p.removing, p.isr):
             return []
         replicas = [r for r in p.replicas if r not in p.removing]
-        isr = [r for r in p.isr if r not in p.removing]
-        if not isr or not replicas or any(r not in isr for r in replicas):
-            return []
         removed = [r for r in p.replicas if r in p.removing]
-        p.replicas, p.isr, p.adding, p.removing = replicas, [r for r in replicas if r in isr], [], []
+        p.replicas, p.isr, p.adding, p.removing = replicas, [r for r in replicas if r in p.isr], [], []
         self._online_election(topic, p, alive, removed)
         log.info("%s-%d: reassignment complete: replicas %s, leader %d (epoch %d), removed %s", topic.name,
                  p.index, p.replicas, p.leader, p.leader_epoch, removed)

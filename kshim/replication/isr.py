@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
 
 import anyio
 
 from kshim.clock import SYSTEM
+from kshim.cluster.image import completes_reassignment
 from kshim.errors import BrokerError
 from kshim.replication.host import ReplicaHost
 
@@ -58,31 +58,27 @@ async def maintain_isr(broker: ReplicaHost, replica_lag_time_max_ms: int, change
             # otherwise it could pass their log end just before they become in-sync (and electable)
             # (the answer comes back once this broker applied the image holding the new ISR)
             p.pending_isr = tuple(joining)
+            unknown = False  # whether the controller may have made the change without answering
             try:
                 if completes and p.node_id in p.removing and not await p.hand_over(
                         [r for r in p.replicas if r not in p.removing], handover_s):
                     log.debug("%s-%d: the targets did not catch up with the log end within %.1f s: "
                               "the reassignment completes at a later round", p.topic, p.index, handover_s)
-                    p.handing_over = False
                     continue
                 await broker.controller.alter_partition(p.topic, p.index, p.leader_epoch, p.partition_epoch, new_isr)
                 log.info("%s-%d: ISR %s -> %s", p.topic, p.index, old_isr, new_isr)
                 changes.shrinks += bool(lagging)
                 changes.expands += bool(joining)
-                p.handing_over = False  # led no more, or the move is not complete: go on
             except BrokerError as e:
                 log.debug("%s-%d: ISR change to %s refused: %s", p.topic, p.index, new_isr, e.message)
-                p.handing_over = False
             except Exception as e:  # the controller is unreachable (or a bug): retry next round
-                # the change may have been made: a handing-over leader takes no appends until an
-                # image says what became of this partition (Partition.apply_partition_state)
+                unknown = True
                 log.warning("%s-%d: ISR change to %s failed: %r", p.topic, p.index, new_isr, e)
             finally:
                 p.pending_isr = ()
+                # answered (led no more, or the move is not complete) or refused: appends go on; a
+                # change that may have been made keeps a handing-over leader from taking any until
+                # an image says what became of the partition (Partition.apply_partition_state)
+                if not unknown:
+                    p.handing_over = False
 
-
-def completes_reassignment(replicas: Sequence[int], adding: Sequence[int], removing: Sequence[int],
-                           isr: Sequence[int]) -> bool:
-    """Whether this ISR completes the reassignment under way: it holds every target replica (the
-    controller's rule, kshim.controller.reassignments)."""
-    return bool(adding or removing) and all(r in isr for r in replicas if r not in removing)

@@ -144,9 +144,9 @@ MUTATIONS: tuple[Mutation, ...] = (
          "            if preferred not in alive:"),),
         "a preferred election hands leadership to an out-of-sync replica"),
     Mutation("a partition reassignment completes only once every target replica is in the ISR",
-             "kshim/controller/reassignments.py", (
-        ("        if not isr or not replicas or any(r not in isr for r in replicas):\n            return []",
-         "        if not replicas:\n            return []"),),
+             "kshim/cluster/image.py", (
+        ("    return bool(adding or removing) and all(r in isr for r in replicas if r not in removing)",
+         "    return bool(adding or removing)"),),
         "a reassignment drops the old replicas before the new ones caught up"),
     Mutation("a leader that a reassignment removes takes no appends", PARTITION_CHECKS, (
         ("        if self.handing_over:\n            result.error, result.message = ErrorCode.NOT_LEADER_OR_FOLLOWER, HANDING_OVER",
