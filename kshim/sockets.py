@@ -5,7 +5,9 @@ request (docs/benchmarks.md, "Where the broker's time goes")."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import socket
+from typing import Any, Callable
 
 
 def wake(future: asyncio.Future | None) -> None:
@@ -28,22 +30,76 @@ async def wait_ready(sock: socket.socket, writable: bool = False) -> None:
         (loop.remove_writer if writable else loop.remove_reader)(fd)
 
 
+class Readable(asyncio.Future):
+    """What a ReadWaiter's reader awaits: an asyncio future whose completion by the selector's
+    callback runs the waiting task's wake-up at once, in the same turn of the loop. A plain
+    Future schedules it for the next turn instead: an `epoll_wait` and a turn of the loop more
+    for every request a client sends one at a time. A Task awaiting a Future subclass adds its
+    wake-up with `add_done_callback` (asyncio's `_asyncio_future_blocking` protocol), which keeps
+    it here; a cancellation (a cancel scope, the connection's end) wakes it at the next turn, as
+    for any Future."""
+
+    _wakeup: tuple[Callable[[Any], Any], contextvars.Context | None] | None = None
+
+    def add_done_callback(self, fn: Callable[[Any], Any], *, context: contextvars.Context | None = None) -> None:
+        if self._wakeup is None and not self.done():
+            self._wakeup = (fn, context)
+        else:
+            super().add_done_callback(fn, context=context)
+
+    def remove_done_callback(self, fn: Callable[[Any], Any]) -> int:
+        if self._wakeup is not None and self._wakeup[0] == fn:
+            self._wakeup = None
+            return 1 + super().remove_done_callback(fn)
+        return super().remove_done_callback(fn)
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not super().cancel(msg):
+            return False
+        self._handoff(later=True)
+        return True
+
+    def complete(self, value: Any) -> None:
+        """Done with `value`: the waiting task runs now, until it waits again."""
+        if self.done():
+            return
+        self.set_result(value)
+        self._handoff(later=False)
+
+    def _handoff(self, later: bool) -> None:
+        wakeup, self._wakeup = self._wakeup, None
+        if wakeup is None:
+            return
+        fn, context = wakeup
+        loop = self.get_loop()
+        if later or asyncio.current_task(loop) is not None:  # a task runs: the wake-up must wait its turn
+            loop.call_soon(fn, self, context=context)
+        elif context is None:
+            fn(self)
+        else:
+            context.run(fn, self)
+
+
 class ReadWaiter:
     """wait_ready(sock) for a connection's reader, registered with the selector once instead of
     per wait (two epoll_ctl calls and asyncio's bookkeeping per request). The selector is level-
     triggered, so a report it made before the reader drained the socket can arrive once the reader
-    waits again: a peek tells it from new bytes, which saves the reader a loop turn. Nobody
-    waiting (the reader handles a request, or waits for room or a quota): registration ends, else
-    the loop would be called back every turn; the next wait registers again. Plaintext only."""
+    waits again: a read tells it from new bytes. With `read` (the reader's own read, into its
+    buffer) that read is the reader's, and `wait` returns what it returned; without, a peek tells
+    and `wait` returns None. The waiting task then runs in the selector's callback (Readable).
+    Nobody waiting (the reader handles a request, or waits for room or a quota): registration
+    ends, else the loop would be called back every turn; the next wait registers again.
+    Plaintext only."""
 
-    __slots__ = ("loop", "sock", "fd", "future", "armed")
+    __slots__ = ("loop", "sock", "fd", "future", "armed", "read")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, read: Callable[[], Any] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.sock = sock
         self.fd = sock.fileno()
-        self.future: asyncio.Future | None = None
+        self.future: Readable | None = None
         self.armed = False
+        self.read = read
 
     def _ready(self) -> None:
         future = self.future
@@ -51,22 +107,28 @@ class ReadWaiter:
             self.loop.remove_reader(self.fd)
             self.armed = False
             return
+        if future.done():  # cancelled: the task is being woken already
+            return
+        value = None
         try:
-            self.sock.recv(1, socket.MSG_PEEK)  # b"" at the end of the stream: the reader's recv sees it
+            if self.read is None:
+                self.sock.recv(1, socket.MSG_PEEK)  # b"" at the end of the stream: the reader's recv sees it
+            else:
+                value = self.read()
         except BlockingIOError:
             return  # reported before the reader's last read: nothing new
         except OSError:
-            pass  # a reset: the peek took the error, the reader's recv then sees the end of the stream
+            pass  # a reset: the reader's own recv then sees the error or the end of the stream
         self.future = None
-        wake(future)
+        future.complete(value)
 
-    async def wait(self) -> None:
-        self.future = future = self.loop.create_future()
+    async def wait(self) -> Any:
+        self.future = future = Readable(loop=self.loop)
         if not self.armed:
             self.loop.add_reader(self.fd, self._ready)
             self.armed = True
         try:
-            await future
+            return await future
         finally:
             if self.future is future:
                 self.future = None

@@ -1,15 +1,17 @@
 """The server's per-connection plumbing: the outbox between a connection's reader and writer, and
-the reader's wait for a readable socket (registered once, stale reports ignored)."""
+the reader's wait for a readable socket (registered once, stale reports ignored, the reader run
+in the selector's callback)."""
 from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Any
 
 import anyio
 import pytest
 
 from kshim.net.outbox import Outbox
-from kshim.sockets import ReadWaiter, send_now
+from kshim.sockets import Readable, ReadWaiter, send_now
 
 
 async def turns(n: int = 3) -> None:
@@ -157,3 +159,70 @@ async def test_read_waiter_stops_watching_while_nobody_waits():
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.anyio
+async def test_read_waiter_with_a_read_of_its_own_hands_the_reader_what_it_read():
+    """The server's waiter reads into the connection's buffer itself when the selector reports
+    bytes: the reader gets the read's result (count, room) and makes no recv of its own; a stale
+    report (nothing to read) wakes nobody."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    buf = bytearray(16)
+    try:
+        def read() -> tuple[int, int]:
+            return a.recv_into(buf), len(buf)
+
+        waiter = ReadWaiter(a, read)
+        got: list = []
+
+        async def wait():
+            got.append(await waiter.wait())
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await turns()
+                waiter._ready()  # nothing to read: the read fails with EWOULDBLOCK, the reader sleeps on
+                await turns()
+                assert got == []
+                b.send(b"request")
+        assert got == [(7, 16)] and bytes(buf[:7]) == b"request"
+        waiter.close()
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.anyio
+async def test_a_readable_completed_by_a_loop_callback_runs_its_task_there_and_then():
+    """Readable: the selector's callback that completes it runs the waiting task at once (a loop
+    turn saved per request read one at a time); completed from inside a task, or cancelled, it
+    wakes the waiting task at the next turn, as an asyncio.Future does."""
+    loop = asyncio.get_running_loop()
+
+    async def waiting(future: Readable) -> Any:
+        return await future
+
+    future = Readable(loop=loop)
+    task = loop.create_task(waiting(future))
+    await turns()
+    seen: list[bool] = []
+    loop.call_soon(lambda: (future.complete("bytes"), seen.append(task.done())))
+    await turns()
+    assert seen == [True] and task.result() == "bytes"
+
+    future = Readable(loop=loop)
+    task = loop.create_task(waiting(future))
+    await turns()
+    future.complete("from a task")  # this test is a task: the waiting one runs at its own turn
+    assert not task.done()
+    await turns()
+    assert task.result() == "from a task"
+
+    future = Readable(loop=loop)
+    task = loop.create_task(waiting(future))
+    await turns()
+    task.cancel()
+    await turns()
+    assert task.cancelled() and future.cancelled()

@@ -442,7 +442,11 @@ class Server:
 
     async def _reader(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
                       state: _Connection, security: ConnectionSecurity, plaintext: bool = True) -> None:
-        waiter = ReadWaiter(conn) if plaintext else None
+        def read_now() -> tuple[int, int]:  # the reader's read, made by the waiter when bytes arrive
+            with core.receive_buffer() as view:
+                return conn.recv_into(view), len(view)
+
+        waiter = ReadWaiter(conn, read_now) if plaintext else None
         wait_readable = waiter.wait if waiter is not None else lambda: wait_ready(conn)
         try:
             await self._read_requests(conn, core, outbox, peer, state, security, plaintext, wait_readable)
@@ -452,7 +456,7 @@ class Server:
 
     async def _read_requests(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
                              state: _Connection, security: ConnectionSecurity, plaintext: bool,
-                             wait_readable: Callable[[], Awaitable[None]]) -> None:
+                             wait_readable: Callable[[], Awaitable[tuple[int, int] | None]]) -> None:
         cfg = self.broker.config
         loop = asyncio.get_running_loop()
         direct = DirectSends(conn, outbox, state, self._settle)
@@ -480,19 +484,24 @@ class Server:
                     waited = True
                     if core.in_frame:
                         timeout = cfg.request_stall_timeout_ms / 1000
+                        stalled = True
                         with anyio.move_on_after(timeout):
-                            await wait_readable()
-                            continue
-                        log.info("closing connection from %s: it stopped sending halfway through a request "
-                                 "for %.1f s", peer, timeout)
-                        raise anyio.EndOfStream
-                    core.release_idle()
-                    state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
-                    try:
-                        await wait_readable()
-                    finally:
-                        state.waiting_since = None
-                    continue
+                            got = await wait_readable()
+                            stalled = False
+                        if stalled:
+                            log.info("closing connection from %s: it stopped sending halfway through a request "
+                                     "for %.1f s", peer, timeout)
+                            raise anyio.EndOfStream
+                    else:
+                        core.release_idle()
+                        state.waiting_since = _now()  # the idle watchdog closes the connection if this lasts
+                        try:
+                            got = await wait_readable()
+                        finally:
+                            state.waiting_since = None
+                    if got is None:  # readable: read below
+                        continue
+                    n, room = got  # read already, by the waiter (kshim.sockets.ReadWaiter)
                 if n == 0:
                     raise anyio.EndOfStream
                 core.received(n)
