@@ -415,19 +415,26 @@ class SupervisorService:
             raise BrokerError(ErrorCode.BROKER_NOT_AVAILABLE, str(e)) from None
         return f"started broker {node_id} (pid {broker.started.pid})"
 
-    async def wait_registered(self, node_ids: list[int], timeout_s: float) -> None:
+    async def wait_registered(self, node_ids: list[int], timeout_s: float, applied: bool = False) -> None:
         """Until the processes the supervisor started for node_ids have registered with the
-        controller (it reports them alive with their pid); StartupFailed if one exits or the
-        deadline passes first."""
+        controller (it reports them alive with their pid) and, with `applied`, each has applied a
+        metadata image that lists them all (so any of them names every other one to a client);
+        StartupFailed if one exits or the deadline passes first."""
         sup = self.supervisor
         deadline = SYSTEM.monotonic() + timeout_s
         waiting = list(node_ids)
+        target = -1  # the image version in which the last of them was registered
         while True:
             view = await self.controller_view()
             pids = {n: b.proc.pid for n, b in sup.brokers.items() if b.proc is not None}
             registered = {b["id"] for b in view["brokers"] if b["alive"] and b["pid"] == pids.get(b["id"])} \
                 if view else set()
             waiting = [n for n in waiting if n not in registered]
+            if not waiting and applied and view is not None:
+                if target < 0:
+                    target = view["controller"]["image_version"]
+                behind = {b["id"] for b in view["brokers"] if b.get("image_version", -1) < target}
+                waiting = [n for n in node_ids if n in behind]
             if not waiting:
                 return
             for node_id in waiting:
@@ -437,7 +444,7 @@ class SupervisorService:
                                         f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
             if SYSTEM.monotonic() >= deadline:
                 broker = sup.brokers[waiting[0]]
-                raise StartupFailed(f"broker {waiting[0]} did not register within {timeout_s:.0f}s; "
+                raise StartupFailed(f"broker {waiting[0]} did not register (and apply the metadata that lists its peers) within {timeout_s:.0f}s; "
                                     f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
             await anyio.sleep(POLL_INTERVAL_S)
 
@@ -461,6 +468,7 @@ class SupervisorService:
                 "alive": bool(info and info["alive"]) and (process is None or process.running),
                 "isolated": bool(info and info["isolated"]),
                 "epoch": info["epoch"] if info else 0,
+                "image_version": info.get("image_version", -1) if info else -1,  # the metadata it applied
                 "process": process.state if process else "external",
             })
         controller = sup.controller
@@ -564,7 +572,7 @@ async def run_cluster(settings: ClusterSettings) -> int:
                     for node_id in range(settings.brokers):
                         supervisor.spawn(node_id)
                     with anyio.fail_after(READY_TIMEOUT_S + 5):
-                        await service.wait_registered(list(range(settings.brokers)), READY_TIMEOUT_S)
+                        await service.wait_registered(list(range(settings.brokers)), READY_TIMEOUT_S, applied=True)
                 except (StartupFailed, TimeoutError) as e:
                     print(f"kshim: the cluster did not start: {e}", file=sys.stderr, flush=True)
                     code = 1

@@ -91,8 +91,9 @@ class ControllerService:
 
     def status_report(self) -> dict[str, Any]:
         image: MetadataImage = self.controller.image
+        applied = {r.node_id: r.log_end_offset for r in self.controller.describe_quorum().observers}
         brokers = [{"id": b.node_id, "host": b.host, "port": b.port, "pid": b.pid, "alive": b.alive,
-                    "isolated": b.isolated, "epoch": b.epoch}
+                    "isolated": b.isolated, "epoch": b.epoch, "image_version": applied.get(b.node_id, -1)}
                    for b in sorted(image.brokers.values(), key=lambda b: b.node_id)]
         partitions = []
         alive = {b.node_id for b in image.brokers.values() if b.alive}
