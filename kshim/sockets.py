@@ -66,6 +66,13 @@ class Readable(asyncio.Future):
         self.set_result(value)
         self._handoff(later=False)
 
+    def fail(self, error: BaseException) -> None:
+        """Done with `error`, which the waiting task raises: it runs now, as for `complete`."""
+        if self.done():
+            return
+        self.set_exception(error)
+        self._handoff(later=False)
+
     def _handoff(self, later: bool) -> None:
         wakeup, self._wakeup = self._wakeup, None
         if wakeup is None:
@@ -119,6 +126,10 @@ class ReadWaiter:
             return  # reported before the reader's last read: nothing new
         except OSError:
             pass  # a reset: the reader's own recv then sees the error or the end of the stream
+        except Exception as e:  # the reader's read failed: the reader raises it, as if it had read itself
+            self.future = None
+            future.fail(e)
+            return
         self.future = None
         future.complete(value)
 

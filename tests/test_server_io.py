@@ -226,3 +226,35 @@ async def test_a_readable_completed_by_a_loop_callback_runs_its_task_there_and_t
     task.cancel()
     await turns()
     assert task.cancelled() and future.cancelled()
+
+
+@pytest.mark.anyio
+async def test_a_read_that_fails_in_the_waiter_is_raised_by_the_reader():
+    """The waiter reads for the reader: a read that fails for another reason than the socket's
+    (a bug, say) must end up in the reader, which then closes its connection, never leave it
+    waiting for bytes that were already taken."""
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        def read() -> tuple[int, int]:
+            raise ValueError("no room")
+
+        waiter = ReadWaiter(a, read)
+        raised: list[BaseException] = []
+
+        async def wait():
+            try:
+                await waiter.wait()
+            except ValueError as e:
+                raised.append(e)
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await turns()
+                b.send(b"request")
+        assert [str(e) for e in raised] == ["no room"]
+        waiter.close()
+    finally:
+        a.close()
+        b.close()
