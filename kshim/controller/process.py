@@ -444,7 +444,8 @@ class SupervisorService:
                                         f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
             if SYSTEM.monotonic() >= deadline:
                 broker = sup.brokers[waiting[0]]
-                raise StartupFailed(f"broker {waiting[0]} did not register (and apply the metadata that lists its peers) within {timeout_s:.0f}s; "
+                raise StartupFailed(f"broker {waiting[0]} did not register (and apply the metadata that lists "
+                                    f"its peers) within {timeout_s:.0f}s; "
                                     f"tail of {broker.log_path}:\n{sup.log_tail(broker)}")
             await anyio.sleep(POLL_INTERVAL_S)
 

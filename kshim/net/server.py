@@ -442,11 +442,8 @@ class Server:
 
     async def _reader(self, conn: socket.socket, core: ConnectionCore, outbox: Outbox, peer: str,
                       state: _Connection, security: ConnectionSecurity, plaintext: bool = True) -> None:
-        def read_now() -> tuple[int, int]:  # the reader's read, made by the waiter when bytes arrive
-            with core.receive_buffer() as view:
-                return conn.recv_into(view), len(view)
-
-        waiter = ReadWaiter(conn, read_now) if plaintext else None
+        # the waiter makes the reader's read itself when bytes arrive
+        waiter = ReadWaiter(conn, lambda: _read_into(conn, core)) if plaintext else None
         wait_readable = waiter.wait if waiter is not None else lambda: wait_ready(conn)
         try:
             await self._read_requests(conn, core, outbox, peer, state, security, plaintext, wait_readable)
@@ -469,14 +466,12 @@ class Server:
                     drained = False
                     n = -1
                 else:
-                    with core.receive_buffer() as view:
-                        room = len(view)
-                        try:
-                            n = conn.recv_into(view)
-                        except (BlockingIOError, ssl.SSLWantReadError):
-                            n = -1
-                        except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
-                            n = -2
+                    try:
+                        n, room = _read_into(conn, core)
+                    except (BlockingIOError, ssl.SSLWantReadError):
+                        n = -1
+                    except ssl.SSLWantWriteError:  # TLS wants to write first: the writer task owns writability
+                        n = -2
                 if n == -2:
                     await anyio.sleep(TLS_RETRY_S)
                     continue
@@ -738,6 +733,13 @@ class Server:
         finally:
             # done, failed, or the reader finished (peer closed its side): end the connection
             tg.cancel_scope.cancel()
+
+
+def _read_into(conn: socket.socket, core: ConnectionCore) -> tuple[int, int]:
+    """A connection's read, into its receive buffer: (bytes read, 0 at the end of the stream; the
+    room there was)."""
+    with core.receive_buffer() as view:
+        return conn.recv_into(view), len(view)
 
 
 def _awaitable(result: Any) -> TypeIs[Awaitable[Any]]:
