@@ -117,8 +117,10 @@ class ConnectWorker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"Kafka Connect exited with {self.proc.returncode}:\n{self.tail()}")
+            # /health answers 200 once the herder has started its stores (and so created the internal
+            # topics); /connectors answers from a snapshot earlier, while the worker is still starting
             try:
-                if isinstance(self.request("GET", "/connectors"), list):
+                if self.request("GET", "/health").get("status") == "healthy":
                     return self
             except (OSError, urllib.error.URLError, AssertionError):
                 pass
