@@ -38,10 +38,26 @@ def test_overrides_are_typed():
     assert (config.log_config().segment_bytes, config.log_config().flush_ms) == (2000000, 250)
 
 
+def test_values_are_read_as_kafka_reads_them_trimmed_and_lists_split_at_commas_with_blanks():
+    """ConfigDef trims every value and splits a list at commas with the blanks around them, so
+    `kafka-configs --add-config 'cleanup.policy=[compact, delete]'` is both policies."""
+    config = resolve(validate({"cleanup.policy": "compact, delete", "compression.type": " lz4 ",
+                               "segment.bytes": " 2000000 ", "unclean.leader.election.enable": " true"}))
+    assert config["cleanup.policy"] == ("compact", "delete")
+    assert config["compression.type"] == "lz4" and config["segment.bytes"] == 2000000
+    assert config["unclean.leader.election.enable"] is True
+    assert resolve(validate({"cleanup.policy": " delete ,compact "}))["cleanup.policy"] == ("delete", "compact")
+
+
 @pytest.mark.parametrize("name, value, message", [
     ("no.such.config", "1", "unknown topic config 'no.such.config'"),
     ("retention.ms", "soon", "invalid value for retention.ms: value 'soon' is not a number"),
     ("retention.ms", "-2", "invalid value for retention.ms: value -2 is outside [-1, 9223372036854775807]"),
+    ("retention.ms", "1_000", "invalid value for retention.ms: value '1_000' is not a number"),
+    ("cleanup.policy", "compact, compact",
+     "invalid value for cleanup.policy: value 'compact, compact' is not one of compact, delete"),
+    ("cleanup.policy", "compact, ,delete",
+     "invalid value for cleanup.policy: value 'compact, ,delete' is not one of compact, delete"),
     ("segment.bytes", "13", "invalid value for segment.bytes: value 13 is outside [14, 2147483647]"),
     ("segment.bytes", "2147483648", "invalid value for segment.bytes: value 2147483648 is outside [14, 2147483647]"),
     ("min.insync.replicas", "0", "invalid value for min.insync.replicas: value 0 is outside [1, 2147483647]"),

@@ -27,11 +27,23 @@ class InvalidConfig(BrokerError):
 
 
 # ------------------------------------------------------------------ types
+# Java's String.trim() (every char up to U+0020) and ConfigDef's COMMA_WITH_WHITESPACE ("\\s*,\\s*")
+_JAVA_BLANKS = "".join(map(chr, range(33)))
+_LIST_SEPARATOR = re.compile(r"[ \t\n\x0b\f\r]*,[ \t\n\x0b\f\r]*")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _trimmed(value: str) -> str:
+    """A string value as Kafka's ConfigDef reads it: trimmed as Java's String.trim() does."""
+    return value.strip(_JAVA_BLANKS)
+
+
 def _number(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"value {value!r} is not a number") from None
+    # Java's parseInt/parseLong of the trimmed value: a sign and digits (Python's int() would also
+    # take "1_000" and non-ASCII digits)
+    if not _INTEGER.fullmatch(_trimmed(value)):
+        raise ValueError(f"value {value!r} is not a number")
+    return int(_trimmed(value))
 
 
 def _double(value: str) -> float:
@@ -42,9 +54,10 @@ def _double(value: str) -> float:
 
 
 def _boolean(value: str) -> bool:
-    if value.lower() not in ("true", "false"):
+    word = _trimmed(value).lower()
+    if word not in ("true", "false"):
         raise ValueError(f"value {value!r} is not true or false")
-    return value.lower() == "true"
+    return word == "true"
 
 
 def _items(value: str) -> tuple[str, ...]:
@@ -60,14 +73,14 @@ class ConfigType:
 
 
 BOOLEAN = ConfigType("boolean", 1, _boolean)
-STRING = ConfigType("string", 2, str)
+STRING = ConfigType("string", 2, _trimmed)
 INT = ConfigType("int", 3, _number)
 SHORT = ConfigType("short", 4, _number)
 LONG = ConfigType("long", 5, _number)
 DOUBLE = ConfigType("double", 6, _double)
 LIST = ConfigType("list", 7, _items)
-CLASS = ConfigType("class", 8, str)
-PASSWORD = ConfigType("password", 9, str)
+CLASS = ConfigType("class", 8, _trimmed)
+PASSWORD = ConfigType("password", 9, _trimmed)
 TYPES = {t.name.upper(): t for t in (BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD)}
 
 
@@ -83,15 +96,18 @@ class Range:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of `choices`; for a list config, items exactly as given (no blanks, no repeats), each one
-    of them, or (with `empty`) no item at all: a blank value is the empty list."""
+    """One of `choices`; for a list config, items as Kafka splits them (the value trimmed, split at
+    commas with the blanks around them: "compact, delete" is two items, "compact," has an empty
+    one), no repeats, each one of them, or (with `empty`) no item at all: a blank value is the
+    empty list."""
     choices: tuple[str, ...]
     empty: bool = False
 
     def problem(self, raw: str, value: Any) -> str | None:
-        if self.empty and isinstance(value, tuple) and not raw.strip():
+        trimmed = _trimmed(raw)
+        if self.empty and isinstance(value, tuple) and not trimmed:
             return None
-        items = raw.split(",") if isinstance(value, tuple) else [raw]
+        items = _LIST_SEPARATOR.split(trimmed) if isinstance(value, tuple) else [trimmed]
         if all(item in self.choices for item in items) and len(set(items)) == len(items):
             return None
         return f"value {raw!r} is not one of {', '.join(self.choices)}"
