@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -192,6 +193,45 @@ def test_a_cluster_replicates_over_a_named_listener_that_requires_certificates(t
         wait_until(lambda: len(cluster.partition(topic_name)["isr"]) == 2, 60, message="a full ISR")
         internal = {**settings(f"127.0.0.1:{base}", "SASL_SSL", ca, "SCRAM-SHA-512"), "sasl.username": "broker"}
         refused(internal)  # no client certificate
+
+
+def test_a_clusters_brokers_get_passwords_in_their_environment_not_on_their_command_lines(tmp_path, topic_name):
+    """Command lines are world-readable (/proc/PID/cmdline, ps) and the supervisor logs each
+    broker's: a keystore password from the config file and the SASL users reach the brokers
+    through their environment (their owner's only). The brokers still use them: EXTERNAL serves
+    its PKCS12 keystore and the follower replicates over INTERNAL as the SASL user."""
+    ca, cert, key = dev_files(tmp_path / "other-ca")
+    p12 = tmp_path / "external.p12"
+    p12.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"broker", serialization.load_pem_private_key(key.read_bytes(), None),
+        x509.load_pem_x509_certificate(cert.read_bytes()), None,
+        serialization.BestAvailableEncryption(b"p12-cluster-secret")))
+    users = tmp_path / "users.txt"
+    users.write_text(f"broker:{PASSWORD}\n")
+    props = tmp_path / "server.properties"
+    props.write_text("listener.name.external.ssl.keystore.type=PKCS12\n"
+                     f"listener.name.external.ssl.keystore.location={p12}\n"
+                     "listener.name.external.ssl.keystore.password=p12-cluster-secret\n")
+    base = free_port_block(4)
+    cluster = Cluster(tmp_path / "cluster", 2, "--listeners",
+                      f"INTERNAL://127.0.0.1:{base},EXTERNAL://127.0.0.1:{base + 2}",
+                      "--listener-security-protocol-map", "INTERNAL:SASL_PLAINTEXT,EXTERNAL:SSL",
+                      "--inter-broker-listener", "INTERNAL", "--inter-broker-user", "broker",
+                      "--sasl-users", str(users), "--sasl-user", "extra:extra-secret",
+                      "--config-file", str(props), "--replication-factor", "2", base_port=base)
+    with running(cluster):
+        external = settings(f"127.0.0.1:{base + 2}", "SSL", str(ca))
+        p = Producer({**external, "acks": "all"})
+        for i in range(10):
+            p.produce(topic_name, value=f"v{i}".encode())
+        assert p.flush(60) == 0  # acks=all on 2 replicas: the follower fetched over INTERNAL as `broker`
+        children = cluster.children()
+        assert len(children) == 3
+        for pid in children:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert b"p12-cluster-secret" not in cmdline and b"extra-secret" not in cmdline, cmdline
+        logs = [path.read_text(errors="replace") for path in (tmp_path / "cluster").rglob("*.log")]
+        assert logs and not any("p12-cluster-secret" in text or "extra-secret" in text for text in logs)
 
 
 # ---------------------------------------------------------------- refused at start

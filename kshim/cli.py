@@ -24,8 +24,8 @@ from kshim.broker import BrokerConfig
 from kshim.cluster import admin
 from kshim.configs import server_properties
 from kshim.configs.options import (CLUSTER_ONLY, add_authorizer_options, add_connection_options,
-                                   add_security_options, authorizer_config, connection_settings, positive,
-                                   security_argv, security_config)
+                                   add_security_options, authorizer_config, broker_secrets, connection_settings,
+                                   positive, security_argv, security_config, take_secrets)
 from kshim.log.dirlock import DataDirInUse, DataDirLock, lock_data_dir
 from kshim.log.ephemeral import abandoned_dirs, ephemeral_dir
 from kshim.log.log_dirs import DuplicateReplica, log_dirs_arg, open_log_dirs
@@ -208,7 +208,8 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         inter_broker=inter_broker, transaction_version=args.transaction_version,
         schema_registry_port=args.schema_registry_port if args.schema_registry else None,
         security=security if security.listeners else None,
-        client_properties=security.client_properties(args.data_dir), overrides=getattr(args, "passed_on", []))
+        client_properties=security.client_properties(args.data_dir), overrides=getattr(args, "passed_on", []),
+        secrets=broker_secrets(args, getattr(args, "passed_on", [])))
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"
@@ -340,6 +341,8 @@ def _main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(args, "log_level", "warning").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "broker":
+        take_secrets(args)  # its supervisor's, from the environment (kshim.configs.options.SECRETS_ENV)
     if args.command in ("serve", "broker"):
         try:
             _apply_kafka_configs(parser, args, argv)

@@ -5,6 +5,7 @@ by Kafka's names (PEM files, inline PEM, PKCS12; JKS refused), one TLS context p
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import ssl
 import threading
@@ -16,7 +17,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from kshim.configs.options import add_security_options, security_argv, security_config
+from kshim.configs.options import (SECRETS_ENV, add_security_options, broker_secrets, security_argv, security_config,
+                                   take_secrets)
+from kshim.controller.process import ClusterSettings
 from kshim.security import properties
 from kshim.security.config import (
     Listener, SecurityConfig, SecurityConfigError, parse_listeners, parse_protocol_map)
@@ -345,11 +348,26 @@ def test_a_cluster_broker_gets_the_settings_as_overrides(pki, tmp_path, monkeypa
     overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--override"]
     assert f"listener.name.external.ssl.keystore.location={pki['p12']}" in overrides  # absolute
     assert "listener.name.internal.ssl.client.auth=required" in overrides
+    # secrets go through the broker's environment, never its command line (world-readable in /proc)
+    given.sasl_user = ["alice:alice-pw"]
+    secrets = broker_secrets(given, ["log.retention.ms=1000", "delegation.token.secret.key=k"])
+    assert secrets == {"override": ["listener.name.external.ssl.keystore.password=store-pw",
+                                    "delegation.token.secret.key=k"], "sasl_user": ["alice:alice-pw"]}
+    assert not any("store-pw" in a for a in argv)
+    settings = ClusterSettings(brokers=2, port=9092, data_dir=tmp_path, secrets=secrets,
+                               overrides=["log.retention.ms=1000", "delegation.token.secret.key=k"])
+    command = settings.broker_command(1)
+    assert "log.retention.ms=1000" in command and not any("secret.key" in a for a in command)
+    monkeypatch.setattr(os, "environ", settings.broker_environment())
     # what the broker process makes of them (its --override lands in security_properties)
     parser = argparse.ArgumentParser()
     add_security_options(parser)
+    parser.add_argument("--override", action="append", default=[])
     known, rest = parser.parse_known_args(argv)
-    known.security_properties = dict(item.split("=", 1) for item in overrides)
+    take_secrets(known)
+    assert SECRETS_ENV not in os.environ and known.sasl_user == ["alice:alice-pw"]
+    known.security_properties = dict(item.split("=", 1) for item in overrides + known.override
+                                     if not item.startswith("delegation."))
     broker = security_config(known)
     internal, external = broker.listeners
     assert (internal.port, internal.protocol, broker.client_auth(internal)) == (9096, "SASL_SSL", "required")

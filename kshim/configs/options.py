@@ -4,12 +4,15 @@ argument types."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from dataclasses import fields
 from pathlib import Path
 from typing import TypedDict, cast
 
 from kshim.configs.broker import BrokerConfig
 from kshim.configs.groups import GroupSettings
+from kshim.configs.kafka43 import KAFKA_BROKER_CONFIGS
 from kshim.errors import BrokerError
 from kshim.security import properties
 from kshim.security.acls import AuthorizerConfig, InvalidAcl, parse_super_users
@@ -246,9 +249,49 @@ def security_config(args: argparse.Namespace) -> SecurityConfig:
     return config
 
 
+# A cluster's brokers get the supervisor's secrets (passwords, inline keys, --sasl-user) in this
+# environment variable, never on their command lines: those are world-readable in /proc and the
+# supervisor logs them; a process's environment is its owner's only
+SECRETS_ENV = "KSHIM_BROKER_SECRETS"
+
+
+def secret(name: str) -> bool:
+    """A Kafka PASSWORD config (ssl.keystore.password, ssl.keystore.key, sasl.jaas.config...) by
+    its name, bare or prefixed (listener.name.<listener>.[<mechanism>.])."""
+    parts = name.split(".")
+    return any(getattr(KAFKA_BROKER_CONFIGS.get(".".join(parts[i:])), "type", None) == "PASSWORD"
+               for i in range(len(parts)))
+
+
+def broker_secrets(args: argparse.Namespace, overrides: list[str]) -> dict[str, list[str]]:
+    """What a cluster's brokers get through SECRETS_ENV: the secret Kafka configs among the
+    security settings and `overrides` (NAME=VALUE, as --override), and the --sasl-user entries."""
+    props = dict(getattr(args, "security_properties", None) or {})
+    secrets = [f"{name}={value}" for name, value in props.items() if secret(name)]
+    secrets += [item for item in overrides if secret(item.partition("=")[0])]
+    return {"override": secrets, "sasl_user": list(args.sasl_user)}
+
+
+def secrets_environment(secrets: dict[str, list[str]]) -> dict[str, str]:
+    """The environment of a broker process: this one's, with SECRETS_ENV set to `secrets`."""
+    return {**os.environ, SECRETS_ENV: json.dumps(secrets)}
+
+
+def take_secrets(args: argparse.Namespace) -> None:
+    """In a broker process: the secrets its supervisor put in SECRETS_ENV, added to its --override
+    and --sasl-user options and removed from its environment (nothing it starts inherits them)."""
+    given = os.environ.pop(SECRETS_ENV, None)
+    if not given:
+        return
+    secrets = json.loads(given)
+    args.override = [*(getattr(args, "override", None) or []), *secrets.get("override", [])]
+    args.sasl_user = [*(getattr(args, "sasl_user", None) or []), *secrets.get("sasl_user", [])]
+
+
 def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, Path, Path] | None) -> list[str]:
     """The security options again, for broker process `offset` of a cluster: every listener's port
-    moved by the offset, and the cluster's TLS files in place of --tls-dev (one CA for the cluster)."""
+    moved by the offset, and the cluster's TLS files in place of --tls-dev (one CA for the cluster).
+    Secrets stay out (`broker_secrets`)."""
     out: list[str] = []
     props = dict(getattr(args, "security_properties", None) or {})
     protocol_map = properties.protocol_map(getattr(args, "listener_security_protocol_map", None), props)
@@ -260,8 +303,6 @@ def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, 
     out += ["--sasl-mechanisms", args.sasl_mechanisms]
     if args.sasl_users is not None:
         out += ["--sasl-users", str(args.sasl_users.resolve())]
-    for user in args.sasl_user:
-        out += ["--sasl-user", user]
     cert, key, ca = tls_files or (args.tls_cert, args.tls_key, args.tls_ca)
     if tls_files is not None and args.tls_ca is None and any(n.startswith("ssl.truststore.") for n in props):
         ca = None  # the broker-wide truststore given by name is the CA of client certificates, not the dev CA
@@ -284,7 +325,7 @@ def security_argv(args: argparse.Namespace, offset: int, tls_files: tuple[Path, 
     # Kafka's listener and TLS configs by name, as the broker's --override (file paths made absolute:
     # the broker runs in its own directory); the protocol map went as its option above
     for name, value in props.items():
-        if name == properties.PROTOCOL_MAP:
+        if name == properties.PROTOCOL_MAP or secret(name):
             continue
         if name.endswith(".location") and value.strip():
             value = str(Path(value.strip()).resolve())

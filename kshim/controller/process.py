@@ -33,7 +33,7 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
-from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv
+from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv, secret, secrets_environment
 from kshim.console.console import Console
 from kshim.console.sources import ClusterSource
 from kshim.controller import messages as m
@@ -102,6 +102,9 @@ class ClusterSettings:
     # Kafka broker configs every broker process gets as --override (topic defaults, BrokerConfig
     # fields: kshim.configs.server_properties), NAME=VALUE each
     overrides: list[str] = field(default_factory=list)
+    # what every broker process gets in its environment, not on its command line
+    # (kshim.configs.options.broker_secrets): secret configs as --override, --sasl-user entries
+    secrets: dict[str, list[str]] = field(default_factory=dict, repr=False)
     schema_registry_port: int | None = None  # --schema-registry (0: a free port); None: no registry
     security: SecurityConfig | None = field(default=None, repr=False)  # with --listeners: the registry's TLS and users
 
@@ -142,8 +145,13 @@ class ClusterSettings:
         if self.broker_security:
             cmd += self.broker_security[node_id]
         for item in self.overrides:
-            cmd += ["--override", item]
+            if not secret(item.partition("=")[0]):  # those are in broker_environment()
+                cmd += ["--override", item]
         return cmd + connection_argv(self.connection) + authorizer_argv(self.authorizer)
+
+    def broker_environment(self) -> dict[str, str] | None:
+        """A broker process's environment: the secrets kept off its command line (None: inherited as is)."""
+        return secrets_environment(self.secrets) if any(self.secrets.values()) else None
 
     def broker_dir(self, node_id: int) -> Path:
         return self.data_dir / f"broker-{node_id}"
@@ -208,7 +216,7 @@ class Supervisor:
                               f"no broker {node_id}: this cluster has nodes 0-{self.settings.brokers - 1}")
         return broker
 
-    def _popen(self, child: ChildProcess, cmd: list[str]) -> None:
+    def _popen(self, child: ChildProcess, cmd: list[str], env: dict[str, str] | None = None) -> None:
         child.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = cmd + self.lifeline.child_args()
         with open(child.log_path, "ab") as out:
@@ -218,7 +226,7 @@ class Supervisor:
             # stops the children in order. Spawned from the event loop's (main) thread: the
             # child's parent-death signal fires when the thread that forked it ends.
             child.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True, pass_fds=(self.lifeline.read_fd,))
+                                          start_new_session=True, pass_fds=(self.lifeline.read_fd,), env=env)
         child.paused = False
         child.exit_logged = False
         child.started_at = SYSTEM.monotonic()
@@ -227,7 +235,7 @@ class Supervisor:
         broker = self.get(node_id)
         if broker.running:
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"broker {node_id} is already running (pid {broker.started.pid})")
-        self._popen(broker, self.settings.broker_command(node_id))
+        self._popen(broker, self.settings.broker_command(node_id), self.settings.broker_environment())
         log.info("started broker %d (pid %d, port %d)", node_id, broker.started.pid, self.settings.port + node_id)
         return broker
 
