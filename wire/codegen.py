@@ -30,7 +30,8 @@ from typing import Any, Callable
 from construct import Container
 
 from wire.primitives import (
-    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, Fields, FileRecords, GatherStream, String, encode_uvarint, uvarint_at,
+    _Bool, _Fixed, _Uuid, Array, Bytes, DecodeError, Fields, FileRecords, GatherStream, String, encode_uvarint, fields_class,
+    uvarint_at,
 )
 from wire.schema.model import MISSING
 
@@ -243,7 +244,8 @@ class _Decoder:
     def struct(self, ks: Any, target: str, lines: list[str], d: int) -> None:
         p = "    " * d
         o = self.src.name("o")
-        lines.append(f"{p}{o} = _C()")
+        names = tuple(name for name, _, _ in ks.regular) + tuple(name for name, _, _ in ks.tagged.values())
+        lines.append(f"{p}{o} = {self.src.const(fields_class(names), '_F')}()")
         run: list[tuple[str, str]] = []  # consecutive fixed-width fields: (name, format code)
 
         def flush() -> None:
