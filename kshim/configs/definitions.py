@@ -41,9 +41,10 @@ def _trimmed(value: str) -> str:
 def _number(value: str) -> int:
     # Java's parseInt/parseLong of the trimmed value: a sign and digits (Python's int() would also
     # take "1_000" and non-ASCII digits)
-    if not _INTEGER.fullmatch(_trimmed(value)):
+    digits = _trimmed(value)
+    if not _INTEGER.fullmatch(digits):
         raise ValueError(f"value {value!r} is not a number")
-    return int(_trimmed(value))
+    return int(digits)
 
 
 def _double(value: str) -> float:
