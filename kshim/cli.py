@@ -193,6 +193,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     if args.port + args.brokers - 1 > 65535:
         print(f"kshim: ports {args.port}..{args.port + args.brokers - 1} go past 65535", file=sys.stderr)
         return 2
+    overrides, secrets = broker_secrets(args, getattr(args, "passed_on", []))
     settings = ClusterSettings(
         brokers=args.brokers, port=args.port, data_dir=args.data_dir, host=args.host, partitions=args.partitions,
         log_dirs=args.log_dirs or [],
@@ -208,8 +209,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
         inter_broker=inter_broker, transaction_version=args.transaction_version,
         schema_registry_port=args.schema_registry_port if args.schema_registry else None,
         security=security if security.listeners else None,
-        client_properties=security.client_properties(args.data_dir), overrides=getattr(args, "passed_on", []),
-        secrets=broker_secrets(args, getattr(args, "passed_on", [])))
+        client_properties=security.client_properties(args.data_dir), overrides=overrides, secrets=secrets)
     auth = settings.authorizer
     inter = security.inter_broker() if security.listeners else None
     fetcher = f"User:{security.inter_broker_user}" if inter is not None and inter.sasl else "User:ANONYMOUS"

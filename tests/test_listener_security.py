@@ -350,12 +350,11 @@ def test_a_cluster_broker_gets_the_settings_as_overrides(pki, tmp_path, monkeypa
     assert "listener.name.internal.ssl.client.auth=required" in overrides
     # secrets go through the broker's environment, never its command line (world-readable in /proc)
     given.sasl_user = ["alice:alice-pw"]
-    secrets = broker_secrets(given, ["log.retention.ms=1000", "delegation.token.secret.key=k"])
+    plain, secrets = broker_secrets(given, ["log.retention.ms=1000", "delegation.token.secret.key=k"])
     assert secrets == {"override": ["listener.name.external.ssl.keystore.password=store-pw",
                                     "delegation.token.secret.key=k"], "sasl_user": ["alice:alice-pw"]}
     assert not any("store-pw" in a for a in argv)
-    settings = ClusterSettings(brokers=2, port=9092, data_dir=tmp_path, secrets=secrets,
-                               overrides=["log.retention.ms=1000", "delegation.token.secret.key=k"])
+    settings = ClusterSettings(brokers=2, port=9092, data_dir=tmp_path, secrets=secrets, overrides=plain)
     command = settings.broker_command(1)
     assert "log.retention.ms=1000" in command and not any("secret.key" in a for a in command)
     monkeypatch.setattr(os, "environ", settings.broker_environment())

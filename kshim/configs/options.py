@@ -263,13 +263,16 @@ def secret(name: str) -> bool:
                for i in range(len(parts)))
 
 
-def broker_secrets(args: argparse.Namespace, overrides: list[str]) -> dict[str, list[str]]:
-    """What a cluster's brokers get through SECRETS_ENV: the secret Kafka configs among the
-    security settings and `overrides` (NAME=VALUE, as --override), and the --sasl-user entries."""
+def broker_secrets(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """`overrides` (NAME=VALUE, as --override) split for a cluster's brokers: those that go on
+    their command lines, and what they get through SECRETS_ENV: the secret Kafka configs among
+    the security settings and `overrides`, and the --sasl-user entries."""
     props = dict(getattr(args, "security_properties", None) or {})
     secrets = [f"{name}={value}" for name, value in props.items() if secret(name)]
-    secrets += [item for item in overrides if secret(item.partition("=")[0])]
-    return {"override": secrets, "sasl_user": list(args.sasl_user)}
+    plain: list[str] = []
+    for item in overrides:
+        (secrets if secret(item.partition("=")[0]) else plain).append(item)
+    return plain, {"override": secrets, "sasl_user": list(args.sasl_user)}
 
 
 def secrets_environment(secrets: dict[str, list[str]]) -> dict[str, str]:

@@ -33,7 +33,7 @@ import anyio
 
 from kshim.clock import SYSTEM
 from kshim.cluster.lifeline import Lifeline
-from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv, secret, secrets_environment
+from kshim.configs.options import ConnectionSettings, authorizer_argv, connection_argv, secrets_environment
 from kshim.console.console import Console
 from kshim.console.sources import ClusterSource
 from kshim.controller import messages as m
@@ -100,7 +100,7 @@ class ClusterSettings:
     # the inter-broker identity as Kafka client properties: the console's groups and transactions
     client_properties: dict[str, str] = field(default_factory=dict, repr=False)
     # Kafka broker configs every broker process gets as --override (topic defaults, BrokerConfig
-    # fields: kshim.configs.server_properties), NAME=VALUE each
+    # fields: kshim.configs.server_properties), NAME=VALUE each; never a secret (below)
     overrides: list[str] = field(default_factory=list)
     # what every broker process gets in its environment, not on its command line
     # (kshim.configs.options.broker_secrets): secret configs as --override, --sasl-user entries
@@ -145,8 +145,7 @@ class ClusterSettings:
         if self.broker_security:
             cmd += self.broker_security[node_id]
         for item in self.overrides:
-            if not secret(item.partition("=")[0]):  # those are in broker_environment()
-                cmd += ["--override", item]
+            cmd += ["--override", item]
         return cmd + connection_argv(self.connection) + authorizer_argv(self.authorizer)
 
     def broker_environment(self) -> dict[str, str] | None:
